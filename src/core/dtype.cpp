@@ -1,0 +1,159 @@
+#include "core/dtype.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ar {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::BF16: case DType::F16: return 2;
+    case DType::U8: case DType::I8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::F64: return "fp64";
+    case DType::I32: return "int32";
+    case DType::I64: return "int64";
+    case DType::U8: return "uint8";
+    case DType::I8: return "int8";
+  }
+  return "?";
+}
+
+namespace {
+struct StName { const char* name; DType t; };
+constexpr StName kSt[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"F64", DType::F64},
+                          {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},   {"I8", DType::I8}};
+}  // namespace
+
+bool dtype_from_safetensors(const std::string& s, DType* out) {
+  for (const auto& e : kSt)
+    if (s == e.name) { *out = e.t; return true; }
+  return false;
+}
+
+const char* dtype_safetensors_name(DType t) {
+  for (const auto& e : kSt)
+    if (e.t == t) return e.name;
+  return "?";
+}
+
+float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                        // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do { ++e; man <<= 1; } while (!(man & 0x400u));
+      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else {
+    u = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (a >= 0x47800000u) {                                 // >= 65536 -> inf, but check rounding edge
+    return uint16_t(sign | 0x7c00u);
+  }
+  if (a < 0x38800000u) {  // below smallest normal half (2^-14): subnormal or zero
+    if (a < 0x33000000u) return uint16_t(sign);  // < 2^-25 rounds to zero
+    int e = int(a >> 23);                        // biased fp32 exponent
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    // value = m * 2^(e-150); in units of the half subnormal step 2^-24 that is m >> (126 - e).
+    int shift = 126 - e;
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return uint16_t(sign | q);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);  // round mantissa to 10 bits, nearest even
+  r -= 0x38000000u;                             // rebias 127 -> 15
+  if (r >= 0x0f800000u) return uint16_t(sign | 0x7c00u);  // rounded up to inf
+  return uint16_t(sign | (r >> 13));
+}
+
+static inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
+  switch (from) {
+    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::BF16: {
+      auto* s = static_cast<const uint8_t*>(src);  // may be unaligned (mmap'd safetensors)
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(s + 2 * i));
+      return;
+    }
+    case DType::F16: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(s + 2 * i));
+      return;
+    }
+    case DType::F64: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, s + 8 * i, 8);
+        dst[i] = float(d);
+      }
+      return;
+    }
+    default: fail(ErrorKind::Unsupported, std::string("cannot convert ") + dtype_name(from) + " to fp32");
+  }
+}
+
+void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
+  switch (to) {
+    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default: fail(ErrorKind::Unsupported, std::string("cannot convert fp32 to ") + dtype_name(to));
+  }
+}
+
+}  // namespace ar

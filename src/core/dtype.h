@@ -1,0 +1,29 @@
+// Element types and exact conversions between fp32 and the 16-bit float formats.
+// bf16: top 16 bits of fp32, round-to-nearest-even, NaN kept quiet.
+// fp16: IEEE binary16, round-to-nearest-even, subnormals and overflow to inf handled exactly.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ar {
+
+enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+// Parses safetensors names ("F32", "BF16", ...); returns false if unknown.
+bool dtype_from_safetensors(const std::string& s, DType* out);
+const char* dtype_safetensors_name(DType t);
+
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Converts n elements of src (of type `from`) to fp32. Supported: F32, BF16, F16, F64.
+void convert_to_f32(const void* src, DType from, float* dst, size_t n);
+// Converts n fp32 values to `to` (F32, BF16, F16).
+void convert_from_f32(const float* src, void* dst, DType to, size_t n);
+
+}  // namespace ar

@@ -1,0 +1,11 @@
+// Logging: the one global in the project is the log sink's level (set once by the CLI).
+#pragma once
+#include <string>
+
+namespace ar {
+enum class LogLevel { Debug, Info, Warn, Error, Quiet };
+void set_log_level(LogLevel l);
+void log(LogLevel l, const std::string& msg);
+inline void log_info(const std::string& m) { log(LogLevel::Info, m); }
+inline void log_warn(const std::string& m) { log(LogLevel::Warn, m); }
+}  // namespace ar

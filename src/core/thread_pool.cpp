@@ -1,0 +1,89 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+namespace ar {
+
+ThreadPool::ThreadPool(int n_threads) {
+  for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_start_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+static void chunk_range(int64_t n, int chunks, int i, int64_t* b, int64_t* e) {
+  *b = n * i / chunks;
+  *e = n * (i + 1) / chunks;
+}
+
+void ThreadPool::worker_main(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int64_t, int64_t)>* job;
+    int64_t n;
+    int chunks;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      n = job_n_;
+      chunks = job_chunks_;
+    }
+    if (index < chunks) {
+      int64_t b, e;
+      chunk_range(n, chunks, index, &b, &e);
+      try {
+        if (b < e) (*job)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    if (--pending_ == 0) cv_done_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  if (n <= 0) return;
+  int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
+  int chunks = int(std::min<int64_t>(size(), max_chunks));
+  if (chunks == 1) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mu_);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    job_ = &fn;
+    job_n_ = n;
+    job_chunks_ = chunks;
+    pending_ = int(workers_.size());
+    error_ = nullptr;
+    ++generation_;
+  }
+  cv_start_.notify_all();
+  std::exception_ptr mine;
+  try {
+    int64_t b, e;
+    chunk_range(n, chunks, 0, &b, &e);
+    fn(b, e);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_done_.wait(lk, [&] { return pending_ == 0; });
+  job_ = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace ar

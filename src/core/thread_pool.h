@@ -1,0 +1,44 @@
+// A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
+// contiguous chunk per thread (the caller runs chunk 0), so work is spread without a queue.
+// Never call BLAS with >1 thread from inside parallel_for: the Context keeps BLAS threads x pool
+// threads <= cores by running BLAS and pool loops one after the other, never nested.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ar {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+  // Calls fn(begin, end) on disjoint chunks covering [0, n). Chunks smaller than `grain` are merged.
+  // Rethrows the first exception thrown by any chunk after all chunks have finished.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+
+ private:
+  void worker_main(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_chunks_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::mutex call_mu_;  // serializes concurrent parallel_for calls on one pool
+};
+
+}  // namespace ar

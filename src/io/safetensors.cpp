@@ -1,0 +1,143 @@
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+
+namespace ar {
+
+namespace {
+constexpr uint64_t kMaxHeader = 100ull << 20;  // 100 MiB, as the reference implementation limits it
+
+[[noreturn]] void bad(const std::string& what, const std::string& msg) {
+  fail(ErrorKind::InvalidInput, what + ": " + msg);
+}
+
+size_t as_size(const nlohmann::json& v, const std::string& what, const std::string& ctx) {
+  if (!v.is_number_unsigned()) {
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return size_t(v.get<int64_t>());
+    bad(what, ctx + " must be a non-negative integer");
+  }
+  return size_t(v.get<uint64_t>());
+}
+}  // namespace
+
+StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
+  if (size < 8) bad(what, "truncated: " + std::to_string(size) + " bytes, need 8 for the header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  if (n > kMaxHeader) bad(what, "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+  if (n > size - 8)
+    bad(what, "truncated: header length " + std::to_string(n) + " but only " + std::to_string(size - 8) +
+                  " bytes follow");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(data + 8, data + 8 + n);
+  } catch (const std::exception& e) {
+    bad(what, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(what, "header is not a JSON object");
+  StHeader h;
+  h.data_start = 8 + size_t(n);
+  const size_t data_size = size - h.data_start;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad(what, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) bad(what, "__metadata__ value for '" + m.key() + "' is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string tn = "tensor '" + name + "'";
+    if (!v.is_object()) bad(what, tn + " entry is not an object");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) bad(what, tn + " has no dtype");
+    if (!v.contains("shape") || !v["shape"].is_array()) bad(what, tn + " has no shape");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      bad(what, tn + " has no data_offsets [begin, end]");
+    StTensorInfo t;
+    t.name = name;
+    std::string dt = v["dtype"].get<std::string>();
+    if (!dtype_from_safetensors(dt, &t.dtype)) bad(what, tn + " has unsupported dtype " + dt);
+    size_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      size_t dim = as_size(d, what, tn + " shape entry");
+      if (dim != 0 && numel > std::numeric_limits<size_t>::max() / 16 / dim)
+        bad(what, tn + " shape is too large");
+      numel *= dim;
+      t.shape.push_back(int64_t(dim));
+    }
+    t.begin = as_size(v["data_offsets"][0], what, tn + " data_offsets");
+    t.end = as_size(v["data_offsets"][1], what, tn + " data_offsets");
+    if (t.begin > t.end) bad(what, tn + " data_offsets begin > end");
+    if (t.end - t.begin != numel * dtype_size(t.dtype))
+      bad(what, tn + " data_offsets span " + std::to_string(t.end - t.begin) + " bytes but shape " +
+                    shape_str(t.shape) + " of " + dt + " needs " + std::to_string(numel * dtype_size(t.dtype)));
+    if (t.end > data_size)
+      bad(what, "truncated: " + tn + " ends at data byte " + std::to_string(t.end) + " but the data section has " +
+                    std::to_string(data_size) + " bytes");
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < h.tensors.size(); ++i)
+    if (h.tensors[i].begin < h.tensors[i - 1].end && h.tensors[i].end > h.tensors[i].begin)
+      bad(what, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+  return h;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  f->file_ = MappedFile::open(path);
+  f->header_ = parse_safetensors(f->file_->data(), f->file_->size(), path);
+  for (size_t i = 0; i < f->header_.tensors.size(); ++i) f->index_[f->header_.tensors[i].name] = i;
+  return f;
+}
+
+const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+Tensor SafetensorsFile::load_f32(const std::string& name, Context& ctx) const {
+  const StTensorInfo* t = find(name);
+  if (!t) fail(ErrorKind::InvalidInput, path() + ": tensor '" + name + "' not found");
+  if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+    fail(ErrorKind::Unsupported, path() + ": tensor '" + name + "' has dtype " + dtype_safetensors_name(t->dtype) +
+                                     "; weights must be F32, BF16 or F16");
+  Tensor out = Tensor::empty(t->shape, DType::F32, ctx);
+  convert_to_f32(bytes(*t), t->dtype, out.f32(), size_t(out.numel()));
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<StEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  size_t off = 0;
+  for (const auto& e : tensors) {
+    nlohmann::ordered_json t;
+    t["dtype"] = dtype_safetensors_name(e.tensor.dtype());
+    t["shape"] = e.tensor.shape();
+    t["data_offsets"] = {off, off + e.tensor.nbytes()};
+    off += e.tensor.nbytes();
+    h[e.name] = t;
+  }
+  std::string hs = h.dump();
+  while ((8 + hs.size()) % 8) hs.push_back(' ');  // pad so the data section is 8-byte aligned
+  AtomicFile out(path);
+  uint8_t len[8];
+  uint64_t n = hs.size();
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(n >> (8 * i));
+  out.write(len, 8);
+  out.write(hs.data(), hs.size());
+  for (const auto& e : tensors) out.write(e.tensor.raw(), e.tensor.nbytes());
+  out.commit();
+}
+
+}  // namespace ar

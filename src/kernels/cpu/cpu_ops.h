@@ -1,0 +1,56 @@
+// Policy object exposing the fp32 CPU kernels under the op table of kernels/ref/ref_ops.h.
+// Scratch buffers are Tensors from the context's allocator (so peak bytes are accounted).
+#pragma once
+#include <cstring>
+
+#include "core/tensor.h"
+#include "kernels/cpu/ops.h"
+
+namespace ar::cpu {
+
+struct CpuOps {
+  using Real = float;
+  using Buf = Tensor;
+  Context& ctx;
+  Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
+  static float* ptr(Buf& b) { return b.f32(); }
+  void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
+
+  void linear_fwd(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+    cpu::linear_fwd(ctx, x, W, b, y, n, in, out);
+  }
+  void linear_bwd(const float* dy, const float* x, const float* W, float* dx, bool acc, float* dW, float* db,
+                  int64_t n, int64_t in, int64_t out) {
+    cpu::linear_bwd(ctx, dy, x, W, dx, acc, dW, db, n, in, out);
+  }
+  void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
+    cpu::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);
+  }
+  void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, float* dx, bool acc, float* dw,
+                   int64_t rows, int64_t dim) {
+    cpu::rmsnorm_bwd(ctx, dy, x, w, rstd, dx, acc, dw, rows, dim);
+  }
+  void rope_fwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
+                int64_t D) {
+    cpu::rope_fwd(ctx, x, pos, c, s, rows, heads, D);
+  }
+  void rope_bwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
+                int64_t D) {
+    cpu::rope_bwd(ctx, x, pos, c, s, rows, heads, D);
+  }
+  void attention_fwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m, float* o,
+                     float* lse) {
+    cpu::attention_fwd(ctx, sh, q, k, v, m, o, lse);
+  }
+  void attention_bwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
+                     const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+    cpu::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, dq, dk, dv);
+  }
+  void swiglu_fwd(const float* g, const float* u, float* a, int64_t n) { cpu::swiglu_fwd(ctx, g, u, a, n); }
+  void swiglu_bwd(const float* da, const float* g, const float* u, float* dg, float* du, int64_t n) {
+    cpu::swiglu_bwd(ctx, da, g, u, dg, du, n);
+  }
+  void add(const float* a, const float* b, float* y, int64_t n) { cpu::add(ctx, a, b, y, n); }
+};
+
+}  // namespace ar::cpu

@@ -1,0 +1,43 @@
+// Linear layers on OpenBLAS SGEMM. Layout: x [n, in], W [out, in] (PyTorch order), y [n, out].
+// Forward y = x W^T (+ b); backward dx = dy W, dW += dy^T x, db += column sums of dy.
+// BLAS runs with ctx.blas_threads() threads and is never called from inside a pool loop.
+// Reference: kernels/ref/matmul_ref.h.
+#include <cblas.h>
+
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+
+namespace ar::cpu {
+
+void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (openblas_get_num_threads() != ctx.blas_threads()) openblas_set_num_threads(ctx.blas_threads());
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
+              alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
+                int64_t out) {
+  gemm(ctx, false, true, n, out, in, 1.f, x, in, W, in, 0.f, y, out);
+  if (!b) return;
+  ctx.pool().parallel_for(n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t o = 0; o < out; ++o) y[r * out + o] += b[o];
+  }, 16);
+}
+
+void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
+                float* db, int64_t n, int64_t in, int64_t out) {
+  if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (!db) return;
+  // Column sums split over output columns: each thread owns disjoint columns (deterministic order).
+  ctx.pool().parallel_for(out, [&](int64_t o0, int64_t o1) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = o0; o < o1; ++o) db[o] += dy[r * out + o];
+  }, 64);
+}
+
+}  // namespace ar::cpu

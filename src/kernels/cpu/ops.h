@@ -1,0 +1,57 @@
+// CPU kernels (fp32): same op names and argument order as kernels/ref/*, plus the Context that
+// supplies the thread pool and BLAS threading. Each op family lives in its own file in this folder
+// and is tested against its reference in tests/test_kernels_cpu.cpp.
+#pragma once
+#include <cstdint>
+
+#include "core/context.h"
+#include "kernels/ref/attention_ref.h"
+
+namespace ar::cpu {
+
+// matmul.cpp — cblas_sgemm, row-major.
+void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
+                int64_t out);
+void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
+                float* db, int64_t n, int64_t in, int64_t out);
+
+// rmsnorm.cpp
+void rmsnorm_fwd(Context& ctx, const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
+                 double eps);
+void rmsnorm_bwd(Context& ctx, const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                 bool accumulate, float* dw, int64_t rows, int64_t dim);
+
+// rope.cpp (in place)
+void rope_fwd(Context& ctx, float* x, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
+              int64_t heads, int64_t D);
+void rope_bwd(Context& ctx, float* dx, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
+              int64_t heads, int64_t D);
+
+// attention.cpp
+using ref::AttnShape;
+void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, float* o, float* lse);
+void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
+                   float* dv);
+
+// swiglu.cpp
+void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);
+void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
+
+// elementwise.cpp
+void add(Context& ctx, const float* a, const float* b, float* y, int64_t n);
+
+// embedding.cpp
+void embedding_fwd(Context& ctx, const float* E, const int32_t* ids, float* out, int64_t rows, int64_t dim);
+void embedding_bwd(Context& ctx, const float* dout, const int32_t* ids, float* dE, int64_t rows, int64_t dim);
+
+// xent.cpp
+void log_softmax(Context& ctx, const float* z, float* logp, int64_t rows, int64_t V);
+// Mean cross-entropy over rows with target >= 0 (accumulated in double); dz optional.
+double cross_entropy(Context& ctx, const float* z, const int32_t* targets, float* dz, float dloss, int64_t rows,
+                     int64_t V);
+
+}  // namespace ar::cpu

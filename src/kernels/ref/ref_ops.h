@@ -1,0 +1,56 @@
+// Policy object exposing the reference kernels under the op table used by generic compositions
+// (model/block_impl.h). Scratch buffers are std::vector<T>. Instantiate with T = double for
+// finite-difference checks. cpu/cpu_ops.h (and later cuda/) provide the same member functions.
+#pragma once
+#include <vector>
+
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/elementwise_ref.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/rmsnorm_ref.h"
+#include "kernels/ref/rope_ref.h"
+#include "kernels/ref/swiglu_ref.h"
+
+namespace ar::ref {
+
+template <class T>
+struct RefOps {
+  using Real = T;
+  using Buf = std::vector<T>;
+  Buf alloc(int64_t n) { return Buf(size_t(n), T(0)); }
+  static T* ptr(Buf& b) { return b.data(); }
+  void copy(const T* src, T* dst, int64_t n) { std::copy(src, src + n, dst); }
+
+  void linear_fwd(const T* x, const T* W, const T* b, T* y, int64_t n, int64_t in, int64_t out) {
+    ref::linear_fwd(x, W, b, y, n, in, out);
+  }
+  void linear_bwd(const T* dy, const T* x, const T* W, T* dx, bool acc, T* dW, T* db, int64_t n, int64_t in,
+                  int64_t out) {
+    ref::linear_bwd(dy, x, W, dx, acc, dW, db, n, in, out);
+  }
+  void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int64_t rows, int64_t dim, double eps) {
+    ref::rmsnorm_fwd(x, w, y, rstd, rows, dim, eps);
+  }
+  void rmsnorm_bwd(const T* dy, const T* x, const T* w, const T* rstd, T* dx, bool acc, T* dw, int64_t rows,
+                   int64_t dim) {
+    ref::rmsnorm_bwd(dy, x, w, rstd, dx, acc, dw, rows, dim);
+  }
+  void rope_fwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, int64_t D) {
+    ref::rope_fwd(x, pos, c, s, rows, heads, D);
+  }
+  void rope_bwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, int64_t D) {
+    ref::rope_bwd(x, pos, c, s, rows, heads, D);
+  }
+  void attention_fwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, T* o, T* lse) {
+    ref::attention_fwd(sh, q, k, v, m, o, lse);
+  }
+  void attention_bwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, const T* o,
+                     const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+    ref::attention_bwd(sh, q, k, v, m, o, lse, dout, dq, dk, dv);
+  }
+  void swiglu_fwd(const T* g, const T* u, T* a, int64_t n) { ref::swiglu_fwd(g, u, a, n); }
+  void swiglu_bwd(const T* da, const T* g, const T* u, T* dg, T* du, int64_t n) { ref::swiglu_bwd(da, g, u, dg, du, n); }
+  void add(const T* a, const T* b, T* y, int64_t n) { ref::add(a, b, y, n); }
+};
+
+}  // namespace ar::ref

@@ -1,0 +1,135 @@
+// Decoder block (Llama family: Llama, Mistral, Qwen2 bias, Qwen3 q/k norm), forward and backward,
+// written once over an op-table policy (kernels/ref/ref_ops.h in double for the tests,
+// kernels/cpu/cpu_ops.h in fp32 for the engine). Shapes, with N = B*T tokens:
+//   h1 = rmsnorm(x, ln1)                                    [N, C]
+//   q = h1 Wq^T + bq [N, H*D];  k, v = h1 Wk^T + bk, h1 Wv^T + bv  [N, Hkv*D]
+//   (Qwen3) q, k = rmsnorm per head over D with q_norm, k_norm
+//   q, k = rope(q, k);  o = attention(q, k, v, causal + key mask)   [N, H*D]
+//   x1 = x + o Wo^T (+ bo);  h2 = rmsnorm(x1, ln2)
+//   a = silu(h2 Wg^T) * (h2 Wu^T)  [N, I];   y = x1 + a Wd^T
+// Backward walks the same graph in reverse; weight gradients accumulate into the Grad pointers
+// that are non-null (so a caller can ask for input gradients only).
+#pragma once
+#include <cstdint>
+
+#include "kernels/ref/attention_ref.h"
+
+namespace ar {
+
+struct BlockDims {
+  int64_t C = 0, I = 0, H = 0, Hkv = 0, D = 0;
+  double eps = 1e-6;
+  bool qk_norm = false;
+};
+
+// One pointer per block tensor; P = const T* for weights, T* for gradients. Null = absent.
+template <class P>
+struct BlockPtrs {
+  P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
+  P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
+    wd = nullptr;
+};
+
+// Inputs shared by every block of a batch: rope tables [maxpos, D/2], positions [N], key mask [B, T].
+template <class T>
+struct BlockAux {
+  int64_t B = 0, T = 0;
+  const int32_t* pos = nullptr;
+  const T* cos = nullptr;
+  const T* sin = nullptr;
+  const uint8_t* key_mask = nullptr;  // may be null: all keys valid
+};
+
+template <class Ops>
+class BlockRunner {
+ public:
+  using T = typename Ops::Real;
+  using Buf = typename Ops::Buf;
+
+  // Activations kept from forward for backward.
+  struct Cache {
+    const T* x = nullptr;
+    Buf h1, rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, h2, rstd2, g, u, a;
+  };
+
+  BlockRunner(Ops& ops, const BlockDims& d) : ops_(ops), d_(d) {}
+
+  void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c) {
+    const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
+    c.x = x;
+    c.h1 = ops_.alloc(N * C); c.rstd1 = ops_.alloc(N);
+    ops_.rmsnorm_fwd(x, w.ln1, p(c.h1), p(c.rstd1), N, C, d_.eps);
+    c.q = ops_.alloc(N * QD); c.k = ops_.alloc(N * KD); c.v = ops_.alloc(N * KD);
+    ops_.linear_fwd(p(c.h1), w.wq, w.bq, p(c.q), N, C, QD);
+    ops_.linear_fwd(p(c.h1), w.wk, w.bk, p(c.k), N, C, KD);
+    ops_.linear_fwd(p(c.h1), w.wv, w.bv, p(c.v), N, C, KD);
+    if (d_.qk_norm) {
+      c.qpre = ops_.alloc(N * QD); c.kpre = ops_.alloc(N * KD);
+      c.rstdq = ops_.alloc(N * d_.H); c.rstdk = ops_.alloc(N * d_.Hkv);
+      ops_.copy(p(c.q), p(c.qpre), N * QD);
+      ops_.copy(p(c.k), p(c.kpre), N * KD);
+      ops_.rmsnorm_fwd(p(c.qpre), w.q_norm, p(c.q), p(c.rstdq), N * d_.H, d_.D, d_.eps);
+      ops_.rmsnorm_fwd(p(c.kpre), w.k_norm, p(c.k), p(c.rstdk), N * d_.Hkv, d_.D, d_.eps);
+    }
+    ops_.rope_fwd(p(c.q), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
+    ops_.rope_fwd(p(c.k), aux.pos, aux.cos, aux.sin, N, d_.Hkv, d_.D);
+    c.o = ops_.alloc(N * QD); c.lse = ops_.alloc(aux.B * d_.H * aux.T);
+    ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse));
+    c.x1 = ops_.alloc(N * C);
+    ops_.linear_fwd(p(c.o), w.wo, w.bo, p(c.x1), N, QD, C);
+    ops_.add(x, p(c.x1), p(c.x1), N * C);
+    c.h2 = ops_.alloc(N * C); c.rstd2 = ops_.alloc(N);
+    ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
+    c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I); c.a = ops_.alloc(N * I);
+    ops_.linear_fwd(p(c.h2), w.wg, nullptr, p(c.g), N, C, I);
+    ops_.linear_fwd(p(c.h2), w.wu, nullptr, p(c.u), N, C, I);
+    ops_.swiglu_fwd(p(c.g), p(c.u), p(c.a), N * I);
+    ops_.linear_fwd(p(c.a), w.wd, nullptr, y, N, I, C);
+    ops_.add(p(c.x1), y, y, N * C);
+  }
+
+  // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g.
+  void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
+                const BlockPtrs<T*>& g) {
+    const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
+    Buf dx1 = ops_.alloc(N * C);
+    ops_.copy(dy, p(dx1), N * C);
+    {  // MLP
+      Buf da = ops_.alloc(N * I), dg = ops_.alloc(N * I), du = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
+      ops_.linear_bwd(dy, p(c.a), w.wd, p(da), false, g.wd, nullptr, N, I, C);
+      ops_.swiglu_bwd(p(da), p(c.g), p(c.u), p(dg), p(du), N * I);
+      ops_.linear_bwd(p(dg), p(c.h2), w.wg, p(dh2), false, g.wg, nullptr, N, C, I);
+      ops_.linear_bwd(p(du), p(c.h2), w.wu, p(dh2), true, g.wu, nullptr, N, C, I);
+      ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
+    }
+    // Attention
+    Buf dob = ops_.alloc(N * QD), dq = ops_.alloc(N * QD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * KD);
+    ops_.linear_bwd(p(dx1), p(c.o), w.wo, p(dob), false, g.wo, g.bo, N, QD, C);
+    ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
+                       p(dv));
+    ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
+    ops_.rope_bwd(p(dk), aux.pos, aux.cos, aux.sin, N, d_.Hkv, d_.D);
+    if (d_.qk_norm) {  // dq/dk are w.r.t. normed q/k; map back to the projections
+      Buf dqp = ops_.alloc(N * QD), dkp = ops_.alloc(N * KD);
+      ops_.rmsnorm_bwd(p(dq), p(c.qpre), w.q_norm, p(c.rstdq), p(dqp), false, g.q_norm, N * d_.H, d_.D);
+      ops_.rmsnorm_bwd(p(dk), p(c.kpre), w.k_norm, p(c.rstdk), p(dkp), false, g.k_norm, N * d_.Hkv, d_.D);
+      ops_.copy(p(dqp), p(dq), N * QD);
+      ops_.copy(p(dkp), p(dk), N * KD);
+    }
+    Buf dh1 = ops_.alloc(N * C);
+    ops_.linear_bwd(p(dq), p(c.h1), w.wq, p(dh1), false, g.wq, g.bq, N, C, QD);
+    ops_.linear_bwd(p(dk), p(c.h1), w.wk, p(dh1), true, g.wk, g.bk, N, C, KD);
+    ops_.linear_bwd(p(dv), p(c.h1), w.wv, p(dh1), true, g.wv, g.bv, N, C, KD);
+    ops_.copy(p(dx1), dx, N * C);
+    ops_.rmsnorm_bwd(p(dh1), c.x, w.ln1, p(c.rstd1), dx, true, g.ln1, N, C);
+  }
+
+ private:
+  static T* p(Buf& b) { return Ops::ptr(b); }
+  ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }
+
+  Ops& ops_;
+  BlockDims d_;
+};
+
+}  // namespace ar

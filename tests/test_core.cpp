@@ -1,0 +1,83 @@
+// Core: dtype conversions (exhaustive for 16-bit formats), thread pool, tensors, allocator accounting.
+#include <atomic>
+#include <cstring>
+
+#include "core/context.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "test_util.h"
+
+using namespace ar;
+
+TEST(DType, Fp16RoundTripIsExactForEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) { EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f)))); continue; }
+    EXPECT_EQ(f32_to_f16(f), uint16_t(h)) << std::hex << h;
+  }
+}
+
+TEST(DType, Fp16MatchesCompilerConversion) {
+  auto v = test::randn<float>(200000, 42, 1000.0);
+  v.push_back(65519.f); v.push_back(65520.f); v.push_back(1e-8f); v.push_back(2.98023224e-8f);  // 2^-25 tie
+  v.push_back(5.96046448e-8f * 1.5f);  // 1.5 subnormal steps: tie to even
+  for (float f : v) {
+    _Float16 h = static_cast<_Float16>(f);
+    uint16_t bits;
+    std::memcpy(&bits, &h, 2);
+    EXPECT_EQ(f32_to_f16(f), bits) << f;
+    EXPECT_EQ(f16_to_f32(bits), float(h)) << f;
+  }
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = bf16_to_f32(uint16_t(h));
+    if (!std::isnan(f)) {
+      EXPECT_EQ(f32_to_bf16(f), uint16_t(h));
+    }
+  }
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // exact tie -> even (down)
+  EXPECT_EQ(f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);  // tie -> even (up)
+}
+
+TEST(ThreadPool, CoversRangeOnceAndPropagatesErrors) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) hits[i]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_THROW(pool.parallel_for(100, [&](int64_t b, int64_t) { if (b > 0) throw std::runtime_error("x"); }),
+               std::runtime_error);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(10, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 10);
+}
+
+TEST(Tensor, AllocatorTracksPeakBytes) {
+  Context ctx(Device{}, 1);
+  {
+    Tensor a = Tensor::zeros({1000}, DType::F32, ctx);
+    Tensor b = Tensor::empty({500}, DType::BF16, ctx);
+    EXPECT_GE(ctx.allocator().in_use(), 5000u);
+  }
+  EXPECT_EQ(ctx.allocator().in_use(), 0u);
+  EXPECT_GE(ctx.allocator().peak(), 5000u);
+}
+
+TEST(Tensor, ConvertsBetweenDtypes) {
+  Context ctx(Device{}, 1);
+  Tensor a = Tensor::empty({3}, DType::F32, ctx);
+  a.f32()[0] = 1.5f; a.f32()[1] = -2.f; a.f32()[2] = 3.25f;
+  Tensor h = a.to(DType::F16, ctx), b = a.to(DType::BF16, ctx).to(DType::F32, ctx);
+  EXPECT_EQ(h.to(DType::F32, ctx).f32()[2], 3.25f);
+  EXPECT_EQ(b.f32()[1], -2.f);
+  EXPECT_THROW((void)a.reshape({2}), Error);
+}
+
+TEST(Device, Parses) {
+  EXPECT_EQ(Device::parse("cpu").str(), "cpu:0");
+  EXPECT_EQ(Device::parse("cuda:1").index, 1);
+  EXPECT_THROW(Device::parse("tpu:0"), Error);
+  EXPECT_THROW(Context(Device::parse("cuda:0")), Error);
+}

@@ -1,0 +1,108 @@
+// Reference backward of every op vs central finite differences in double.
+// Loss L = <R, f(inputs)> for a fixed random R, so dL/dout = R.
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/embedding_ref.h"
+#include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/rmsnorm_ref.h"
+#include "kernels/ref/rope_ref.h"
+#include "kernels/ref/swiglu_ref.h"
+#include "kernels/ref/xent_ref.h"
+#include "test_util.h"
+
+using namespace ar;
+using namespace ar::test;
+
+TEST(RefFd, Linear) {
+  const int64_t n = 5, in = 7, out = 6;
+  auto x = randn<double>(n * in, 1), W = randn<double>(out * in, 2), b = randn<double>(out, 3),
+       R = randn<double>(n * out, 4);
+  std::vector<double> y(n * out), dx(n * in), dW(out * in, 0), db(out, 0);
+  auto loss = [&] { ref::linear_fwd(x.data(), W.data(), b.data(), y.data(), n, in, out); return dot(y, R); };
+  ref::linear_bwd(R.data(), x.data(), W.data(), dx.data(), false, dW.data(), db.data(), n, in, out);
+  expect_grad_matches_fd("dx", x, dx, loss);
+  expect_grad_matches_fd("dW", W, dW, loss);
+  expect_grad_matches_fd("db", b, db, loss);
+}
+
+TEST(RefFd, RmsNorm) {
+  const int64_t rows = 4, dim = 9;
+  auto x = randn<double>(rows * dim, 5), w = randn<double>(dim, 6), R = randn<double>(rows * dim, 7);
+  std::vector<double> y(rows * dim), rstd(rows), dx(rows * dim), dw(dim, 0);
+  auto loss = [&] { ref::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-5); return dot(y, R); };
+  loss();
+  ref::rmsnorm_bwd(R.data(), x.data(), w.data(), rstd.data(), dx.data(), false, dw.data(), rows, dim);
+  expect_grad_matches_fd("dx", x, dx, loss);
+  expect_grad_matches_fd("dw", w, dw, loss);
+}
+
+TEST(RefFd, Rope) {
+  const int64_t rows = 3, heads = 2, D = 8, maxpos = 10;
+  auto x = randn<double>(rows * heads * D, 8), R = randn<double>(rows * heads * D, 9);
+  std::vector<double> cs(maxpos * D / 2), sn(maxpos * D / 2);
+  for (int64_t p = 0; p < maxpos; ++p)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      double a = p * std::pow(10000.0, -2.0 * i / D);
+      cs[p * D / 2 + i] = std::cos(a);
+      sn[p * D / 2 + i] = std::sin(a);
+    }
+  std::vector<int32_t> pos = {0, 4, 9};
+  auto loss = [&] {
+    auto y = x;
+    ref::rope_fwd(y.data(), pos.data(), cs.data(), sn.data(), rows, heads, D);
+    return dot(y, R);
+  };
+  auto dx = R;
+  ref::rope_bwd(dx.data(), pos.data(), cs.data(), sn.data(), rows, heads, D);
+  expect_grad_matches_fd("dx", x, dx, loss);
+}
+
+TEST(RefFd, AttentionGqaWithMask) {
+  ref::AttnShape s{2, 5, 5, 4, 2, 3};
+  auto q = randn<double>(s.B * s.Tq * s.H * s.D, 10), k = randn<double>(s.B * s.Tk * s.Hkv * s.D, 11),
+       v = randn<double>(s.B * s.Tk * s.Hkv * s.D, 12), R = randn<double>(q.size(), 13);
+  std::vector<uint8_t> mask = {1, 1, 1, 1, 1, 0, 1, 1, 0, 1};  // sample 1: pads at 0 and 3
+  std::vector<double> o(q.size()), lse(s.B * s.H * s.Tq), dq(q.size()), dk(k.size()), dv(v.size());
+  auto loss = [&] { ref::attention_fwd(s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data()); return dot(o, R); };
+  loss();
+  ref::attention_bwd(s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), R.data(), dq.data(),
+                     dk.data(), dv.data());
+  expect_grad_matches_fd("dq", q, dq, loss, 1e-6, 1000);
+  expect_grad_matches_fd("dk", k, dk, loss, 1e-6, 1000);
+  expect_grad_matches_fd("dv", v, dv, loss, 1e-6, 1000);
+  // Sample 1, query 0 sees no key: output 0 and lse -inf.
+  EXPECT_EQ(lse[(1 * s.H + 0) * s.Tq + 0], -std::numeric_limits<double>::infinity());
+}
+
+TEST(RefFd, SwiGlu) {
+  const int64_t n = 11;
+  auto g = randn<double>(n, 14, 2.0), u = randn<double>(n, 15), R = randn<double>(n, 16);
+  std::vector<double> a(n), dg(n), du(n);
+  auto loss = [&] { ref::swiglu_fwd(g.data(), u.data(), a.data(), n); return dot(a, R); };
+  ref::swiglu_bwd(R.data(), g.data(), u.data(), dg.data(), du.data(), n);
+  expect_grad_matches_fd("dg", g, dg, loss);
+  expect_grad_matches_fd("du", u, du, loss);
+}
+
+TEST(RefFd, Embedding) {
+  const int64_t V = 6, dim = 4, rows = 5;
+  auto E = randn<double>(V * dim, 17), R = randn<double>(rows * dim, 18);
+  std::vector<int32_t> ids = {1, 3, 1, 5, 0};
+  std::vector<double> out(rows * dim), dE(V * dim, 0);
+  auto loss = [&] { ref::embedding_fwd(E.data(), ids.data(), out.data(), rows, dim); return dot(out, R); };
+  ref::embedding_bwd(R.data(), ids.data(), dE.data(), rows, dim);
+  expect_grad_matches_fd("dE", E, dE, loss);
+}
+
+TEST(RefFd, CrossEntropyAndLogSoftmax) {
+  const int64_t rows = 4, V = 7;
+  auto z = randn<double>(rows * V, 19, 3.0);
+  std::vector<int32_t> t = {2, -100, 6, 0};
+  std::vector<double> dz(rows * V);
+  auto loss = [&] { return ref::cross_entropy<double>(z.data(), t.data(), nullptr, 1.0, rows, V); };
+  ref::cross_entropy<double>(z.data(), t.data(), dz.data(), 1.0, rows, V);
+  expect_grad_matches_fd("dz", z, dz, loss);
+  std::vector<double> logp(rows * V);
+  ref::log_softmax(z.data(), logp.data(), rows, V);
+  double mean = -(logp[0 * V + 2] + logp[2 * V + 6] + logp[3 * V + 0]) / 3;
+  EXPECT_NEAR(loss(), mean, 1e-12);
+}
