@@ -31,12 +31,12 @@ struct BlockPtrs {
 };
 
 // Inputs shared by every block of a batch: rope tables [maxpos, D/2], positions [N], key mask [B, T].
-template <class T>
+template <class R>
 struct BlockAux {
   int64_t B = 0, T = 0;
   const int32_t* pos = nullptr;
-  const T* cos = nullptr;
-  const T* sin = nullptr;
+  const R* cos = nullptr;
+  const R* sin = nullptr;
   const uint8_t* key_mask = nullptr;  // may be null: all keys valid
 };
 

@@ -1,0 +1,122 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "eval/generate.h"
+#include "eval/perplexity.h"
+#include "io/mapped_file.h"
+#include "model/convert_llama2c.h"
+#include "model/loader.h"
+#include "model/tokenizer.h"
+
+namespace ar::cli {
+
+namespace {
+// Runners keyed by subcommand; owned here so option storage outlives parsing.
+struct Registry {
+  std::map<CLI::App*, std::function<void()>> runners;
+};
+Registry& registry() {
+  static Registry r;  // populated once at startup by main(); read-only afterwards
+  return r;
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::F32;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  if (s == "fp16" || s == "float16") return DType::F16;
+  fail(ErrorKind::InvalidInput, "unknown dtype '" + s + "' (fp32, bf16, fp16)");
+}
+}  // namespace
+
+void register_convert(CLI::App& app) {
+  auto* sub = app.add_subcommand("convert", "Convert a llama2.c checkpoint + tokenizer into an HF Llama directory");
+  auto o = std::make_shared<ConvertOptions>();
+  auto dtype = std::make_shared<std::string>("fp32");
+  sub->add_option("--llama2c", o->checkpoint, "llama2.c checkpoint (.bin)")->required();
+  sub->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (.bin)")->required();
+  sub->add_option("--out", o->out_dir, "output directory")->required();
+  sub->add_option("--dtype", *dtype, "tensor dtype: fp32 (default), bf16, fp16");
+  sub->add_flag("--overwrite", o->overwrite, "replace an existing output directory");
+  registry().runners[sub] = [o, dtype] {
+    o->dtype = parse_dtype(*dtype);
+    convert_llama2c(*o);
+    std::fprintf(stderr, "wrote %s\n", o->out_dir.c_str());
+  };
+}
+
+void register_generate(CLI::App& app) {
+  auto* sub = app.add_subcommand("generate", "Greedy text generation with an HF model directory");
+  struct Opt { std::string model, prompt; int64_t n = 256; int threads = 0; };
+  auto o = std::make_shared<Opt>();
+  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--prompt", o->prompt, "prompt text (default empty: start from BOS)");
+  sub->add_option("-n,--n_tokens", o->n, "tokens to generate after the prompt")->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  registry().runners[sub] = [o] {
+    auto model = HfModel::open(o->model);
+    auto tok = load_tokenizer(o->model);
+    Context ctx(Device{}, o->threads);
+    Transformer tf(*model, ctx, /*resident=*/true);
+    auto prompt = tok.encode(o->prompt, true, false);
+    std::fputs(tok.decode_all(prompt).c_str(), stdout);
+    generate_greedy(tf, prompt, o->n, [&](int32_t prev, int32_t next) {
+      std::fputs(tok.decode_all({prev, next}).c_str(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputs("\n", stdout);
+  };
+}
+
+void register_eval(CLI::App& app) {
+  auto* sub = app.add_subcommand("eval", "Perplexity of a model over a text file");
+  struct Opt { std::string model, text; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
+  auto o = std::make_shared<Opt>();
+  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--text", o->text, "UTF-8 text file")->required();
+  sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
+  sub->add_option("--batch", o->batch, "windows per forward pass")->check(CLI::PositiveNumber);
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  sub->add_flag("--json", o->json, "print one JSON object");
+  registry().runners[sub] = [o] {
+    auto model = HfModel::open(o->model);
+    auto tok = load_tokenizer(o->model);
+    std::string text = read_text_file(o->text);
+    if (text.empty()) fail(ErrorKind::InvalidInput, o->text + ": file is empty");
+    auto ids = tok.encode(text, true, false);
+    int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
+    Context dev(Device{}, o->threads);
+    Transformer tf(*model, dev, /*resident=*/false);
+    PplResult r = perplexity(tf, ids, ctx, tok.bos(), o->batch, !o->json);
+    if (o->json) {
+      nlohmann::ordered_json j;
+      j["ppl"] = r.ppl;
+      j["ppl_stderr"] = r.ppl_stderr;
+      j["nll_mean"] = r.nll_mean;
+      j["tokens"] = r.tokens_scored;
+      j["windows"] = r.windows;
+      j["ctx"] = r.ctx;
+      j["scoring"] = "second half of each non-overlapping window, first token BOS (llama.cpp convention)";
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("perplexity %.4f +/- %.4f over %lld tokens (%lld windows of %lld; second half of each window "
+                  "scored, llama.cpp convention)\n",
+                  r.ppl, r.ppl_stderr, (long long)r.tokens_scored, (long long)r.windows, (long long)r.ctx);
+    }
+  };
+}
+
+void run_selected(CLI::App& app) {
+  for (auto* sub : app.get_subcommands()) {
+    auto it = registry().runners.find(sub);
+    if (it != registry().runners.end()) return it->second();
+  }
+  fail(ErrorKind::InvalidInput, "no subcommand given");
+}
+
+}  // namespace ar::cli

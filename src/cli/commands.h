@@ -1,0 +1,11 @@
+// Subcommands. Each register_* adds its options to the app and stores a runner; run_selected()
+// invokes the runner of the parsed subcommand.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace ar::cli {
+void register_convert(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_eval(CLI::App& app);
+void run_selected(CLI::App& app);
+}  // namespace ar::cli

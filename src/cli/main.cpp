@@ -1,0 +1,35 @@
+// autoround CLI entry: subcommand table, error-to-exit-code mapping. The only place that exits.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs"};
+  app.require_subcommand(1);
+  ar::cli::register_convert(app);
+  ar::cli::register_generate(app);
+  ar::cli::register_eval(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    ar::cli::run_selected(app);
+  } catch (const ar::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    switch (e.kind()) {
+      case ar::ErrorKind::InvalidInput: return 1;
+      case ar::ErrorKind::Unsupported: return 1;
+      case ar::ErrorKind::Io: return 3;
+      case ar::ErrorKind::Internal: return 4;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 4;
+  }
+  return 0;
+}

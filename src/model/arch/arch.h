@@ -1,0 +1,26 @@
+// Architecture registry: one file per family in this folder, one row per family in registry.cpp.
+// Each family maps its config.json quirks onto ModelConfig (bias, q/k norm, sliding window, ...).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+
+namespace ar {
+
+struct ArchSpec {
+  const char* name;  // HF "architectures" entry
+  // Applies family-specific fields after the common Llama-style fields are parsed.
+  void (*configure)(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+};
+
+const ArchSpec* find_arch(const std::string& name);
+std::string supported_archs();
+
+// Family hooks (arch/<family>.cpp).
+void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_mistral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen2(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+
+}  // namespace ar

@@ -1,0 +1,26 @@
+#include "model/arch/arch.h"
+
+namespace ar {
+
+namespace {
+constexpr ArchSpec kArchs[] = {
+    {"LlamaForCausalLM", configure_llama},
+    {"MistralForCausalLM", configure_mistral},
+    {"Qwen2ForCausalLM", configure_qwen2},
+    {"Qwen3ForCausalLM", configure_qwen3},
+};
+}  // namespace
+
+const ArchSpec* find_arch(const std::string& name) {
+  for (const auto& a : kArchs)
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+std::string supported_archs() {
+  std::string s;
+  for (const auto& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+}  // namespace ar

@@ -1,0 +1,121 @@
+#include "model/config.h"
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "model/arch/arch.h"
+
+namespace ar {
+
+namespace {
+[[noreturn]] void bad_field(const std::string& path, const std::string& field, const std::string& msg) {
+  fail(ErrorKind::InvalidInput, path + ": field '" + field + "': " + msg);
+}
+
+int64_t req_int(const nlohmann::json& j, const std::string& path, const char* key) {
+  if (!j.contains(key)) bad_field(path, key, "missing");
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) bad_field(path, key, "must be a positive integer");
+  return j[key].get<int64_t>();
+}
+
+int64_t opt_int(const nlohmann::json& j, const std::string& path, const char* key, int64_t def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) bad_field(path, key, "must be a positive integer");
+  return j[key].get<int64_t>();
+}
+
+double opt_num(const nlohmann::json& j, const std::string& path, const char* key, double def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_number() || j[key].get<double>() <= 0) bad_field(path, key, "must be a positive number");
+  return j[key].get<double>();
+}
+
+int64_t token_id(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return -1;
+  const auto& v = j[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+  return -1;
+}
+}  // namespace
+
+BlockDims ModelConfig::block_dims() const {
+  BlockDims d;
+  d.C = hidden_size;
+  d.I = intermediate_size;
+  d.H = num_heads;
+  d.Hkv = num_kv_heads;
+  d.D = head_dim;
+  d.eps = rms_norm_eps;
+  d.qk_norm = qk_norm;
+  return d;
+}
+
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object()) fail(ErrorKind::InvalidInput, path + ": not a JSON object");
+  ModelConfig c;
+  if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string())
+    bad_field(path, "architectures", "missing (expected e.g. [\"LlamaForCausalLM\"])");
+  c.architecture = j["architectures"][0].get<std::string>();
+  const ArchSpec* spec = find_arch(c.architecture);
+  if (!spec)
+    fail(ErrorKind::Unsupported, path + ": unknown architecture '" + c.architecture + "' (supported: " +
+                                     supported_archs() + ")");
+  c.hidden_size = req_int(j, path, "hidden_size");
+  c.intermediate_size = req_int(j, path, "intermediate_size");
+  c.num_layers = req_int(j, path, "num_hidden_layers");
+  c.num_heads = req_int(j, path, "num_attention_heads");
+  c.num_kv_heads = opt_int(j, path, "num_key_value_heads", c.num_heads);
+  c.vocab_size = req_int(j, path, "vocab_size");
+  c.max_position_embeddings = opt_int(j, path, "max_position_embeddings", 2048);
+  c.rms_norm_eps = opt_num(j, path, "rms_norm_eps", 1e-6);
+  c.rope_theta = opt_num(j, path, "rope_theta", 10000.0);
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.bos_token_id = token_id(j, "bos_token_id");
+  c.eos_token_id = token_id(j, "eos_token_id");
+  if (c.num_heads % c.num_kv_heads)
+    bad_field(path, "num_key_value_heads", std::to_string(c.num_kv_heads) + " does not divide num_attention_heads " +
+                                               std::to_string(c.num_heads));
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = opt_int(j, path, "head_dim", 0);
+  } else {
+    if (c.hidden_size % c.num_heads)
+      bad_field(path, "hidden_size", std::to_string(c.hidden_size) + " not divisible by num_attention_heads " +
+                                         std::to_string(c.num_heads) + " and no head_dim given");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2) bad_field(path, "head_dim", "must be even for rotary embeddings");
+  std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu") bad_field(path, "hidden_act", "'" + act + "' is not supported (only silu)");
+  if (j.value("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
+  if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number() &&
+      j["partial_rotary_factor"].get<double>() != 1.0)
+    bad_field(path, "partial_rotary_factor", "only 1.0 is supported");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const auto& rs = j["rope_scaling"];
+    if (!rs.is_object()) bad_field(path, "rope_scaling", "must be an object or null");
+    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    if (type == "llama3") {
+      c.rope_scaling.type = type;
+      for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+        if (!rs.contains(k) || !rs[k].is_number())
+          bad_field(path, std::string("rope_scaling.") + k, "missing for rope_type llama3");
+      c.rope_scaling.factor = rs["factor"].get<double>();
+      c.rope_scaling.low_freq_factor = rs["low_freq_factor"].get<double>();
+      c.rope_scaling.high_freq_factor = rs["high_freq_factor"].get<double>();
+      c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
+      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+        bad_field(path, "rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+    } else if (type != "default") {
+      bad_field(path, "rope_scaling", "rope_type '" + type + "' is not supported (default, llama3)");
+    }
+  }
+  spec->configure(c, j, path);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& config_json_path) {
+  return parse_model_config(read_json_file(config_json_path), config_json_path);
+}
+
+}  // namespace ar

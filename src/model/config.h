@@ -1,0 +1,37 @@
+// Model configuration from an HF config.json, validated against the architecture registry.
+// Unknown architectures and unsupported fields (non-silu activations, MLP bias, unknown rope_scaling
+// types, ...) are refused with the file and field named.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/block_impl.h"
+
+namespace ar {
+
+struct RopeScaling {
+  std::string type = "default";  // "default" | "llama3"
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t vocab_size = 0, max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6, rope_theta = 10000;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false, o_bias = false, qk_norm = false;
+  int64_t sliding_window = 0;  // 0 = none; sequences longer than this are refused
+  int64_t bos_token_id = -1, eos_token_id = -1;
+
+  BlockDims block_dims() const;
+};
+
+// `path` names the file in errors.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path);
+ModelConfig load_model_config(const std::string& config_json_path);
+
+}  // namespace ar

@@ -1,0 +1,121 @@
+#include "model/loader.h"
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "io/mapped_file.h"
+
+namespace ar {
+
+BlockPtrs<const float*> BlockWeights::ptrs() const {
+  auto p = [](const Tensor& t) -> const float* { return t.defined() ? t.f32() : nullptr; };
+  BlockPtrs<const float*> r;
+  r.ln1 = p(ln1); r.wq = p(wq); r.wk = p(wk); r.wv = p(wv); r.bq = p(bq); r.bk = p(bk); r.bv = p(bv);
+  r.q_norm = p(q_norm); r.k_norm = p(k_norm); r.wo = p(wo); r.bo = p(bo); r.ln2 = p(ln2); r.wg = p(wg);
+  r.wu = p(wu); r.wd = p(wd);
+  return r;
+}
+
+size_t BlockWeights::bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&ln1, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &bo, &ln2, &wg, &wu, &wd})
+    if (t->defined()) n += t->nbytes();
+  return n;
+}
+
+std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
+  auto m = std::unique_ptr<HfModel>(new HfModel());
+  m->dir_ = dir;
+  const std::string cfg_path = dir + "/config.json";
+  if (!file_exists(cfg_path)) fail(ErrorKind::InvalidInput, dir + ": no config.json (not a Hugging Face model directory)");
+  m->cfg_ = load_model_config(cfg_path);
+  const std::string index = dir + "/model.safetensors.index.json", single = dir + "/model.safetensors";
+  std::vector<std::string> files;
+  if (file_exists(index)) {
+    auto j = read_json_file(index);
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(ErrorKind::InvalidInput, index + ": no weight_map object");
+    std::map<std::string, size_t> shard_ids;
+    std::map<std::string, std::string> want;  // tensor -> shard
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(ErrorKind::InvalidInput, index + ": weight_map['" + it.key() + "'] is not a string");
+      std::string shard = it.value().get<std::string>();
+      if (shard.find('/') != std::string::npos || shard == "..")
+        fail(ErrorKind::InvalidInput, index + ": shard name '" + shard + "' must be a plain file name");
+      if (!shard_ids.count(shard)) {
+        if (!file_exists(dir + "/" + shard))
+          fail(ErrorKind::InvalidInput, index + ": shard '" + shard + "' (holding tensor '" + it.key() + "') is missing");
+        shard_ids[shard] = files.size();
+        files.push_back(shard);
+      }
+      want[it.key()] = shard;
+    }
+    for (const auto& f : files) m->shards_.push_back(SafetensorsFile::open(dir + "/" + f));
+    for (const auto& [name, shard] : want) {
+      size_t s = shard_ids[shard];
+      if (!m->shards_[s]->find(name))
+        fail(ErrorKind::InvalidInput, index + ": tensor '" + name + "' is not in its shard '" + shard + "'");
+      m->where_[name] = s;
+    }
+  } else if (file_exists(single)) {
+    m->shards_.push_back(SafetensorsFile::open(single));
+    for (const auto& t : m->shards_[0]->header().tensors) m->where_[t.name] = 0;
+  } else {
+    fail(ErrorKind::InvalidInput, dir + ": neither model.safetensors nor model.safetensors.index.json found");
+  }
+  return m;
+}
+
+Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
+  const auto& shard = *shards_[it->second];
+  const StTensorInfo* info = shard.find(name);
+  if (!expect.empty() && info->shape != expect)
+    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + name + "' has shape " + shape_str(info->shape) +
+                                      ", config.json implies " + shape_str(expect));
+  return shard.load_f32(name, ctx);
+}
+
+BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
+  if (layer < 0 || layer >= cfg_.num_layers)
+    fail(ErrorKind::InvalidInput, "layer " + std::to_string(layer) + " out of range");
+  const std::string p = layer_prefix(layer);
+  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.num_heads * cfg_.head_dim,
+                KD = cfg_.num_kv_heads * cfg_.head_dim, D = cfg_.head_dim;
+  BlockWeights w;
+  w.ln1 = load(p + "input_layernorm.weight", {C}, ctx);
+  w.wq = load(p + "self_attn.q_proj.weight", {QD, C}, ctx);
+  w.wk = load(p + "self_attn.k_proj.weight", {KD, C}, ctx);
+  w.wv = load(p + "self_attn.v_proj.weight", {KD, C}, ctx);
+  w.wo = load(p + "self_attn.o_proj.weight", {C, QD}, ctx);
+  if (cfg_.qkv_bias) {
+    w.bq = load(p + "self_attn.q_proj.bias", {QD}, ctx);
+    w.bk = load(p + "self_attn.k_proj.bias", {KD}, ctx);
+    w.bv = load(p + "self_attn.v_proj.bias", {KD}, ctx);
+  }
+  if (cfg_.o_bias) w.bo = load(p + "self_attn.o_proj.bias", {C}, ctx);
+  if (cfg_.qk_norm) {
+    w.q_norm = load(p + "self_attn.q_norm.weight", {D}, ctx);
+    w.k_norm = load(p + "self_attn.k_norm.weight", {D}, ctx);
+  }
+  w.ln2 = load(p + "post_attention_layernorm.weight", {C}, ctx);
+  w.wg = load(p + "mlp.gate_proj.weight", {I, C}, ctx);
+  w.wu = load(p + "mlp.up_proj.weight", {I, C}, ctx);
+  w.wd = load(p + "mlp.down_proj.weight", {C, I}, ctx);
+  return w;
+}
+
+Tensor HfModel::load_embeddings(Context& ctx) const {
+  return load("model.embed_tokens.weight", {cfg_.vocab_size, cfg_.hidden_size}, ctx);
+}
+Tensor HfModel::load_final_norm(Context& ctx) const { return load("model.norm.weight", {cfg_.hidden_size}, ctx); }
+Tensor HfModel::load_lm_head(Context& ctx) const {
+  if (cfg_.tie_word_embeddings || !has("lm_head.weight")) {
+    if (!cfg_.tie_word_embeddings)
+      fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
+    return load_embeddings(ctx);
+  }
+  return load("lm_head.weight", {cfg_.vocab_size, cfg_.hidden_size}, ctx);
+}
+
+}  // namespace ar

@@ -1,0 +1,47 @@
+// Hugging Face model directory: config.json + model.safetensors or a sharded
+// model.safetensors.index.json. Shards are memory-mapped once; tensors are materialized in fp32 one
+// decoder block at a time, so resident memory is about one block plus what the caller keeps.
+// Every tensor is checked for presence and shape against the config before use.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "model/block_impl.h"
+#include "model/config.h"
+
+namespace ar {
+
+// fp32 tensors of one decoder block (HF names in block_tensor_names()).
+struct BlockWeights {
+  Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
+  BlockPtrs<const float*> ptrs() const;
+  size_t bytes() const;
+};
+
+class HfModel {
+ public:
+  static std::unique_ptr<HfModel> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return cfg_; }
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  // fp32 copy of a tensor; `expect` (if non-empty) must equal its shape.
+  Tensor load(const std::string& name, const Shape& expect, Context& ctx) const;
+  BlockWeights load_block(int64_t layer, Context& ctx) const;
+  Tensor load_embeddings(Context& ctx) const;  // [vocab, hidden]
+  Tensor load_final_norm(Context& ctx) const;  // [hidden]
+  Tensor load_lm_head(Context& ctx) const;     // [vocab, hidden]; the embeddings when tied
+  static std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+ private:
+  std::string dir_;
+  ModelConfig cfg_;
+  std::vector<std::shared_ptr<SafetensorsFile>> shards_;
+  std::map<std::string, size_t> where_;  // tensor name -> shard index
+};
+
+}  // namespace ar

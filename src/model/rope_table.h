@@ -1,0 +1,19 @@
+// Rotary tables for a config: inv_freq[i] = theta^(-2i/D) (optionally llama3-scaled, HF
+// `_compute_llama3_parameters`), cos/sin[pos, i] = cos/sin(pos * inv_freq[i]) for pos < max_pos,
+// computed in double and stored in fp32.
+#pragma once
+#include <vector>
+
+#include "model/config.h"
+
+namespace ar {
+
+std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling);
+
+struct RopeTable {
+  int64_t max_pos = 0, half = 0;
+  std::vector<float> cos, sin;  // [max_pos, half]
+};
+RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos);
+
+}  // namespace ar

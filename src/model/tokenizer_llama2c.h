@@ -1,0 +1,33 @@
+// llama2.c tokenizer (tok512.bin / tokenizer.bin): u32 max_token_length, then per id
+// {f32 score, i32 len, len bytes}. Encoding follows run.c: optional BOS, a dummy-prefix " " token
+// for non-empty text, one token per UTF-8 code point (byte fallback id = byte + 3), then repeated
+// merging of the adjacent pair whose concatenation is in the vocabulary with the highest score
+// (first such pair on ties). Decoding strips the leading space after BOS and maps "<0xHH>" to bytes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ar {
+
+class Llama2cTokenizer {
+ public:
+  static Llama2cTokenizer load(const std::string& path);
+  std::vector<int32_t> encode(const std::string& text, bool bos, bool eos) const;
+  // Text of `token` when it follows `prev` (run.c decode semantics).
+  std::string decode(int32_t prev, int32_t token) const;
+  // Concatenated text of a token sequence, as run.c prints it (non-printable single bytes dropped).
+  std::string decode_all(const std::vector<int32_t>& ids) const;
+  int32_t vocab_size() const { return int32_t(pieces_.size()); }
+  int32_t bos() const { return 1; }
+  int32_t eos() const { return 2; }
+
+ private:
+  void merge(std::vector<int32_t>& ids) const;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string, int32_t> lookup_;
+};
+
+}  // namespace ar

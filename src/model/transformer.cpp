@@ -1,0 +1,64 @@
+#include "model/transformer.h"
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace ar {
+
+Transformer::Transformer(const HfModel& model, Context& ctx, bool resident)
+    : model_(model), ctx_(ctx), resident_(resident) {
+  const auto& c = model.config();
+  embed_ = model.load_embeddings(ctx);
+  norm_ = model.load_final_norm(ctx);
+  lm_head_ = c.tie_word_embeddings ? embed_ : model.load_lm_head(ctx);
+  rope_ = make_rope_table(c, c.max_position_embeddings);
+  if (resident)
+    for (int64_t l = 0; l < c.num_layers; ++l) blocks_.push_back(model.load_block(l, ctx));
+}
+
+const BlockWeights& Transformer::block(int64_t layer, BlockWeights& scratch) {
+  if (resident_) return blocks_[size_t(layer)];
+  scratch = model_.load_block(layer, ctx_);
+  return scratch;
+}
+
+Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T) {
+  const auto& c = model_.config();
+  if (T > c.max_position_embeddings)
+    fail(ErrorKind::InvalidInput, "sequence of " + std::to_string(T) + " tokens exceeds max_position_embeddings " +
+                                      std::to_string(c.max_position_embeddings));
+  if (c.sliding_window > 0 && T > c.sliding_window)
+    fail(ErrorKind::Unsupported, "sequence of " + std::to_string(T) + " tokens exceeds sliding_window " +
+                                     std::to_string(c.sliding_window));
+  const int64_t N = B * T, C = c.hidden_size;
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab_size)
+      fail(ErrorKind::InvalidInput, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                                        " is outside the vocabulary of " + std::to_string(c.vocab_size));
+  Tensor x = Tensor::empty({N, C}, DType::F32, ctx_), y = Tensor::empty({N, C}, DType::F32, ctx_);
+  cpu::embedding_fwd(ctx_, embed_.f32(), ids, x.f32(), N, C);
+  std::vector<int32_t> pos(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % T);
+  BlockAux<float> aux{B, T, pos.data(), rope_.cos.data(), rope_.sin.data(), key_mask};
+  cpu::CpuOps ops{ctx_};
+  BlockRunner<cpu::CpuOps> runner(ops, c.block_dims());
+  BlockWeights scratch;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const BlockWeights& w = block(l, scratch);
+    BlockRunner<cpu::CpuOps>::Cache cache;
+    runner.forward(w.ptrs(), aux, x.f32(), y.f32(), cache);
+    std::swap(x, y);
+  }
+  cpu::rmsnorm_fwd(ctx_, x.f32(), norm_.f32(), y.f32(), nullptr, N, C, c.rms_norm_eps);
+  return y;
+}
+
+Tensor Transformer::forward_logits(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T) {
+  const auto& c = model_.config();
+  Tensor h = forward_hidden(ids, key_mask, B, T);
+  Tensor logits = Tensor::empty({B * T, c.vocab_size}, DType::F32, ctx_);
+  cpu::linear_fwd(ctx_, h.f32(), lm_head_.f32(), nullptr, logits.f32(), B * T, c.hidden_size, c.vocab_size);
+  return logits;
+}
+
+}  // namespace ar

@@ -1,0 +1,34 @@
+// Whole-model forward (inference): embedding -> decoder blocks -> final norm -> lm_head logits.
+// Blocks are materialized one at a time from the memory-mapped checkpoint (streaming mode), or kept
+// resident when `resident` is set (generation, which runs the model many times).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/loader.h"
+#include "model/rope_table.h"
+
+namespace ar {
+
+class Transformer {
+ public:
+  Transformer(const HfModel& model, Context& ctx, bool resident);
+  // ids and key_mask (nullable, 1 = real token) are [B, T]. Returns fp32 logits [B*T, vocab].
+  Tensor forward_logits(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T);
+  // Hidden states after the final norm, [B*T, hidden] (exposed for tests and for eval on slices).
+  Tensor forward_hidden(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T);
+  const ModelConfig& config() const { return model_.config(); }
+
+ private:
+  const BlockWeights& block(int64_t layer, BlockWeights& scratch);
+
+  const HfModel& model_;
+  Context& ctx_;
+  bool resident_;
+  std::vector<BlockWeights> blocks_;  // resident mode only
+  Tensor embed_, norm_, lm_head_;
+  RopeTable rope_;
+};
+
+}  // namespace ar
