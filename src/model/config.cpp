@@ -50,7 +50,7 @@ BlockDims ModelConfig::block_dims() const {
   return d;
 }
 
-ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path) {
+static ModelConfig parse_checked(const nlohmann::json& j, const std::string& path) {
   if (!j.is_object()) fail(ErrorKind::InvalidInput, path + ": not a JSON object");
   ModelConfig c;
   if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
@@ -112,6 +112,14 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path)
   }
   spec->configure(c, j, path);
   return c;
+}
+
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path) {
+  try {
+    return parse_checked(j, path);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
+    fail(ErrorKind::InvalidInput, path + ": " + e.what());
+  }
 }
 
 ModelConfig load_model_config(const std::string& config_json_path) {

@@ -1,0 +1,93 @@
+#include "model/synthetic.h"
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+
+namespace ar {
+
+nlohmann::json tiny_llama_config(int64_t layers) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", 64},
+          {"intermediate_size", 128},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"vocab_size", 300},
+          {"max_position_embeddings", 256},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2}};
+}
+
+void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed, DType dtype,
+                           int shards) {
+  ModelConfig c = parse_model_config(config, dir + "/config.json");
+  Context ctx(Device{}, 1);
+  std::mt19937_64 rng(seed);
+  std::vector<StEntry> all;
+  auto make = [&](const std::string& name, Shape shape, bool norm) {
+    Tensor t = Tensor::empty(shape, DType::F32, ctx);
+    double sd = norm ? 0.1 : 1.0 / std::sqrt(double(shape.back()));
+    std::normal_distribution<double> nd(0.0, sd);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float((norm ? 1.0 : 0.0) + nd(rng));
+    all.push_back({name, dtype == DType::F32 ? t : t.to(dtype, ctx)});
+  };
+  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
+                KD = c.num_kv_heads * c.head_dim, V = c.vocab_size;
+  make("model.embed_tokens.weight", {V, C}, false);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    make(p + "input_layernorm.weight", {C}, true);
+    make(p + "self_attn.q_proj.weight", {QD, C}, false);
+    make(p + "self_attn.k_proj.weight", {KD, C}, false);
+    make(p + "self_attn.v_proj.weight", {KD, C}, false);
+    make(p + "self_attn.o_proj.weight", {C, QD}, false);
+    if (c.qkv_bias) {
+      make(p + "self_attn.q_proj.bias", {QD}, false);
+      make(p + "self_attn.k_proj.bias", {KD}, false);
+      make(p + "self_attn.v_proj.bias", {KD}, false);
+    }
+    if (c.o_bias) make(p + "self_attn.o_proj.bias", {C}, false);
+    if (c.qk_norm) {
+      make(p + "self_attn.q_norm.weight", {c.head_dim}, true);
+      make(p + "self_attn.k_norm.weight", {c.head_dim}, true);
+    }
+    make(p + "post_attention_layernorm.weight", {C}, true);
+    make(p + "mlp.gate_proj.weight", {I, C}, false);
+    make(p + "mlp.up_proj.weight", {I, C}, false);
+    make(p + "mlp.down_proj.weight", {C, I}, false);
+  }
+  make("model.norm.weight", {C}, true);
+  if (!c.tie_word_embeddings) make("lm_head.weight", {V, C}, false);
+
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+  if (shards <= 1) {
+    write_safetensors(dir + "/model.safetensors", all);
+    return;
+  }
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  for (int s = 0; s < shards; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
+    std::vector<StEntry> part;
+    for (size_t i = size_t(s); i < all.size(); i += size_t(shards)) {
+      part.push_back(all[i]);
+      index["weight_map"][all[i].name] = name;
+    }
+    write_safetensors(dir + "/" + name, part);
+  }
+  write_file_atomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+}  // namespace ar

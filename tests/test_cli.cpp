@@ -1,0 +1,94 @@
+// CLI contract: bad input gives one "error: ..." line naming the problem and a non-zero exit code;
+// the convert -> eval -> generate path works end to end on a synthetic model.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "io/mapped_file.h"
+#include "model/synthetic.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct CliResult {
+  int code;
+  std::string out;
+};
+CliResult run(const std::string& args) {
+  std::string cmd = std::string(AR_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+std::string tmpdir(const std::string& n) {
+  std::string d = (fs::temp_directory_path() / ("ar_test_cli_" + n + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(d);
+  return d;
+}
+}  // namespace
+
+TEST(Cli, BadInputsGiveOneErrorLineAndNonZeroExit) {
+  std::string d = tmpdir("bad");
+  fs::create_directories(d);
+  CliResult r = run("eval --model " + d + " --text /dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "error: " + d + ": no config.json (not a Hugging Face model directory)\n");
+  { std::ofstream(d + "/config.json") << R"({"architectures":["BertModel"]})"; }
+  r = run("eval --model " + d + " --text /dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown architecture 'BertModel'"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1);
+  { std::ofstream(d + "/bad.bin") << "xx"; }
+  r = run("convert --llama2c " + d + "/bad.bin --tokenizer " + d + "/bad.bin --out " + d + "/o");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("bad.bin: truncated llama2.c checkpoint"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "/o"));
+  r = run("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  fs::remove_all(d);
+}
+
+TEST(Cli, EvalRefusesEmptyAndTooShortText) {
+  std::string d = tmpdir("short");
+  ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
+  // A synthetic model has no tokenizer: the error says so.
+  CliResult r = run("eval --model " + d + " --text /dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no tokenizer.bin"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(Cli, ConvertGenerateEvalOnFixture) {
+  AR_REQUIRE_FIXTURES(fx);
+  std::string d = tmpdir("s260");
+  std::string s = fx + "/stories260K/";
+  CliResult r = run("convert --llama2c " + s + "stories260K.bin --tokenizer " + s + "tok512.bin --out " + d);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("convert --llama2c " + s + "stories260K.bin --tokenizer " + s + "tok512.bin --out " + d);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("exists"), std::string::npos);
+  r = run("generate --model " + d + " --prompt 'Once upon a time' -n 60");
+  EXPECT_EQ(r.code, 0);
+  std::string expect = ar::read_text_file(s + "expected/prompt_once_upon_a_time_64steps.txt");
+  EXPECT_EQ(r.out, expect + "\n");
+  std::string text = d + "/short.txt";
+  { std::ofstream(text) << "Once upon a time there was a cat."; }
+  r = run("eval --model " + d + " --text " + text + " --json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("fewer than one window"), std::string::npos) << r.out;
+  { std::ofstream(text) << ""; }
+  r = run("eval --model " + d + " --text " + text);
+  EXPECT_NE(r.out.find("file is empty"), std::string::npos) << r.out;
+  r = run("eval --model " + d + " --text " + fx + "/text/tinystories/tinystories_sample.txt --ctx 128 --json");
+  // (full file; 128-token windows keep it quick)
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"ppl\":"), std::string::npos);
+  fs::remove_all(d);
+}
