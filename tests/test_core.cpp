@@ -63,6 +63,12 @@ TEST(Tensor, AllocatorTracksPeakBytes) {
   }
   EXPECT_EQ(ctx.allocator().in_use(), 0u);
   EXPECT_GE(ctx.allocator().peak(), 5000u);
+  EXPECT_GE(ctx.allocator().cached(), 5000u);
+  const void* first = Tensor::empty({1000}, DType::F32, ctx).raw();  // freed at end of statement
+  Tensor again = Tensor::empty({1000}, DType::F32, ctx);
+  EXPECT_EQ(again.raw(), first);  // exact-size reuse from the cache
+  ctx.allocator().trim();
+  EXPECT_EQ(ctx.allocator().cached(), 0u);
 }
 
 TEST(Tensor, ConvertsBetweenDtypes) {

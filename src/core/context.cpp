@@ -3,7 +3,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <cstdlib>
 #include <new>
 #include <thread>
@@ -35,20 +38,66 @@ Device Device::parse(const std::string& s) {
   return d;
 }
 
-std::shared_ptr<void> Allocator::allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) fail(ErrorKind::Io, "out of memory allocating " + std::to_string(bytes) + " bytes");
-  auto stats = stats_;
-  size_t now = stats->in_use.fetch_add(rounded) + rounded;
-  size_t prev = stats->peak.load();
-  while (now > prev && !stats->peak.compare_exchange_weak(prev, now)) {
+struct Allocator::Pool {
+  std::mutex mu;
+  std::multimap<size_t, void*> free_blocks;
+  size_t cache_limit = 0, cached = 0, in_use = 0, peak = 0;
+  ~Pool() {
+    for (auto& [n, p] : free_blocks) std::free(p);
   }
-  return std::shared_ptr<void>(p, [stats, rounded](void* q) {
-    stats->in_use.fetch_sub(rounded);
-    std::free(q);
+};
+
+Allocator::Allocator(size_t cache_limit) : pool_(std::make_shared<Pool>()) { pool_->cache_limit = cache_limit; }
+
+std::shared_ptr<void> Allocator::allocate(size_t bytes) {
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(pool_->mu);
+    if (auto it = pool_->free_blocks.find(rounded); it != pool_->free_blocks.end()) {
+      p = it->second;
+      pool_->free_blocks.erase(it);
+      pool_->cached -= rounded;
+    }
+    pool_->in_use += rounded;
+    pool_->peak = std::max(pool_->peak, pool_->in_use);
+  }
+  if (!p) p = std::aligned_alloc(64, rounded);
+  if (!p) {
+    std::lock_guard<std::mutex> lk(pool_->mu);
+    pool_->in_use -= rounded;
+    fail(ErrorKind::Io, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  auto pool = pool_;
+  return std::shared_ptr<void>(p, [pool, rounded](void* q) {
+    std::lock_guard<std::mutex> lk(pool->mu);
+    pool->in_use -= rounded;
+    if (pool->cached + rounded <= pool->cache_limit) {
+      pool->free_blocks.emplace(rounded, q);
+      pool->cached += rounded;
+    } else {
+      std::free(q);
+    }
   });
+}
+
+size_t Allocator::in_use() const {
+  std::lock_guard<std::mutex> lk(pool_->mu);
+  return pool_->in_use;
+}
+size_t Allocator::peak() const {
+  std::lock_guard<std::mutex> lk(pool_->mu);
+  return pool_->peak;
+}
+size_t Allocator::cached() const {
+  std::lock_guard<std::mutex> lk(pool_->mu);
+  return pool_->cached;
+}
+void Allocator::trim() {
+  std::lock_guard<std::mutex> lk(pool_->mu);
+  for (auto& [n, p] : pool_->free_blocks) std::free(p);
+  pool_->free_blocks.clear();
+  pool_->cached = 0;
 }
 
 Context::Context(Device device, int threads) : device_(device) {

@@ -3,7 +3,6 @@
 // BLAS calls never nest, so threads in flight never exceed the cores given to the context.
 // The CUDA backend adds a stream and cuBLAS handle behind the same Context (device kind CUDA).
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -22,22 +21,23 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
-// Byte accounting for one device: current and peak bytes of live tensors.
-struct AllocStats {
-  std::atomic<size_t> in_use{0};
-  std::atomic<size_t> peak{0};
-};
-
+// Caching allocator for one device. Freed blocks are kept (up to `cache_limit` bytes) and reused
+// for requests of exactly the same rounded size, which is what block-by-block work produces: every
+// layer and every tuning iteration asks for the same buffer sizes, so after the first pass no
+// memory is mapped or faulted in. in_use/peak count live tensor bytes; cached() the idle ones.
 class Allocator {
  public:
-  Allocator() : stats_(std::make_shared<AllocStats>()) {}
-  // 64-byte aligned, owned by the returned pointer (frees and updates stats on release).
+  explicit Allocator(size_t cache_limit = size_t(1) << 30);
+  // 64-byte aligned, owned by the returned pointer (returned to the cache or freed on release).
   std::shared_ptr<void> allocate(size_t bytes);
-  size_t in_use() const { return stats_->in_use.load(); }
-  size_t peak() const { return stats_->peak.load(); }
+  size_t in_use() const;
+  size_t peak() const;
+  size_t cached() const;
+  void trim();  // frees every cached block
 
  private:
-  std::shared_ptr<AllocStats> stats_;
+  struct Pool;
+  std::shared_ptr<Pool> pool_;  // shared with live blocks' deleters, so it outlives the Context if needed
 };
 
 class Context {
