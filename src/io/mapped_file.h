@@ -16,6 +16,9 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages wholly inside [p, p+n) (they are re-read from the file if touched
+  // again). Called after a tensor is materialized so RSS holds the copy, not the mapping too.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   MappedFile() = default;

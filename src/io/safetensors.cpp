@@ -112,6 +112,7 @@ Tensor SafetensorsFile::load_f32(const std::string& name, Context& ctx) const {
                                      "; weights must be F32, BF16 or F16");
   Tensor out = Tensor::empty(t->shape, DType::F32, ctx);
   convert_to_f32(bytes(*t), t->dtype, out.f32(), size_t(out.numel()));
+  file_->release(bytes(*t), t->end - t->begin);
   return out;
 }
 
