@@ -58,8 +58,18 @@ TEST(Cli, BadInputsGiveOneErrorLineAndNonZeroExit) {
 TEST(Cli, EvalRefusesEmptyAndTooShortText) {
   std::string d = tmpdir("short");
   ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
-  // A synthetic model has no tokenizer: the error says so.
   CliResult r = run("eval --model " + d + " --text /dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("file is empty"), std::string::npos) << r.out;
+  { std::ofstream(d + "/t.txt") << "a short text"; }
+  r = run("eval --model " + d + " --text " + d + "/t.txt --ctx 64");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("fewer than one window of 64"), std::string::npos) << r.out;
+  { std::ofstream(d + "/t.txt") << std::string(3000, 'x') << "\xff\xfe"; }
+  r = run("eval --model " + d + " --text " + d + "/t.txt --ctx 64 --json");
+  EXPECT_EQ(r.code, 0) << r.out;  // invalid UTF-8 bytes fall back to byte tokens here
+  fs::remove(d + "/tokenizer.bin");
+  r = run("eval --model " + d + " --text " + d + "/t.txt");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("no tokenizer.bin"), std::string::npos) << r.out;
   fs::remove_all(d);

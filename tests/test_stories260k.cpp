@@ -93,7 +93,7 @@ TEST(Stories260K, TokenIdsMatchDerivedFixture) {
 TEST(Stories260K, ConvertedLogitsEqualLlama2cReferenceForward) {
   AR_REQUIRE_FIXTURES(fx);
   Llama2cCheckpoint ck = read_llama2c(fx + "/stories260K/stories260K.bin");
-  const int64_t T = 24, C = ck.dim, hs = C / ck.n_heads, kv = hs * ck.n_kv_heads, Hd = ck.hidden_dim, V = ck.vocab_size;
+  const int64_t T = 500, C = ck.dim, hs = C / ck.n_heads, kv = hs * ck.n_kv_heads, Hd = ck.hidden_dim, V = ck.vocab_size;
   std::vector<int32_t> ids(T);
   for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = int32_t(i == 0 ? 1 : (i * 37 + 11) % V);
   auto d = [](const std::vector<float>& v, size_t off, size_t n) {

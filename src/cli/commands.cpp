@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -92,7 +94,7 @@ void register_eval(CLI::App& app) {
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);
     Transformer tf(*model, dev, /*resident=*/false);
-    PplResult r = perplexity(tf, ids, ctx, tok.bos(), o->batch, !o->json);
+    PplResult r = perplexity(tf, ids, ctx, tok.bos(), o->batch, !o->json && isatty(STDERR_FILENO));
     if (o->json) {
       nlohmann::ordered_json j;
       j["ppl"] = r.ppl;

@@ -37,7 +37,7 @@ Llama2cCheckpoint read_llama2c(const std::string& path) {
   std::vector<float>* dst[] = {&c.token_embedding, &c.rms_att, &c.wq, &c.wk, &c.wv, &c.wo, &c.rms_ffn,
                                &c.w1, &c.w2, &c.w3, &c.rms_final, nullptr, nullptr, &c.wcls};
   for (size_t i = 0; i < 14; ++i) {
-    if (dst[i]) {
+    if (dst[i] && sizes[i] > 0) {
       dst[i]->resize(sizes[i]);
       std::memcpy(dst[i]->data(), p, sizes[i] * 4);
     }

@@ -1,6 +1,7 @@
 #include "model/synthetic.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -11,6 +12,33 @@
 #include "model/config.h"
 
 namespace ar {
+
+void write_byte_tokenizer(const std::string& path, int64_t vocab_size) {
+  if (vocab_size < 259) fail(ErrorKind::InvalidInput, "byte tokenizer needs vocab_size >= 259");
+  std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    pieces.push_back(buf);
+  }
+  const char* letters = " etaoinshrdlucmfwypvbgkjqxz";
+  for (size_t i = 0; letters[i] && int64_t(pieces.size()) < vocab_size; ++i)  // single characters first
+    pieces.push_back(std::string(1, letters[i]));
+  for (size_t i = 0; letters[i] && int64_t(pieces.size()) < vocab_size; ++i)
+    for (size_t j = 1; letters[j] && int64_t(pieces.size()) < vocab_size; ++j)
+      pieces.push_back(std::string(1, letters[i]) + letters[j]);
+  std::string out(4, '\0');
+  uint32_t max_len = 6;
+  std::memcpy(out.data(), &max_len, 4);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    float score = i < 259 ? 0.f : -float(i);
+    int32_t len = int32_t(pieces[i].size());
+    out.append(reinterpret_cast<const char*>(&score), 4);
+    out.append(reinterpret_cast<const char*>(&len), 4);
+    out += pieces[i];
+  }
+  write_file_atomic(path, out);
+}
 
 nlohmann::json tiny_llama_config(int64_t layers) {
   return {{"architectures", {"LlamaForCausalLM"}},
@@ -72,6 +100,7 @@ void write_synthetic_model(const std::string& dir, const nlohmann::json& config,
 
   std::filesystem::create_directories(dir);
   write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+  write_byte_tokenizer(dir + "/tokenizer.bin", c.vocab_size);
   if (shards <= 1) {
     write_safetensors(dir + "/model.safetensors", all);
     return;

@@ -13,6 +13,10 @@ namespace ar {
 void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed,
                            DType dtype = DType::F32, int shards = 1);
 
+// Writes a llama2.c-format tokenizer.bin: <unk>, BOS, EOS, the 256 byte tokens, then common
+// English pairs with descending scores up to vocab_size (at least 259).
+void write_byte_tokenizer(const std::string& path, int64_t vocab_size);
+
 // A small Llama-style config (hidden 64, 2 layers, GQA) for tests and demos.
 nlohmann::json tiny_llama_config(int64_t layers = 2);
 

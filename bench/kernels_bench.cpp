@@ -1,0 +1,68 @@
+// Per-kernel microbenchmarks (Google Benchmark) on Llama-3-8B-like shapes, 512 tokens.
+// Counters: GFLOP/s for GEMM-based ops, GB/s for the bandwidth-bound elementwise ops.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "core/context.h"
+#include "kernels/cpu/ops.h"
+
+using namespace ar;
+
+namespace {
+Context& ctx() {
+  static Context c;  // benchmark fixture: one context for the process
+  return c;
+}
+std::vector<float> filled(size_t n, float v) { return std::vector<float>(n, v); }
+
+void BM_Linear(benchmark::State& st) {
+  const int64_t n = 512, in = st.range(0), out = st.range(1);
+  auto x = filled(size_t(n * in), 0.5f), w = filled(size_t(out * in), 0.01f), y = filled(size_t(n * out), 0.f);
+  for (auto _ : st) cpu::linear_fwd(ctx(), x.data(), w.data(), nullptr, y.data(), n, in, out);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * in * out, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Linear)->Args({4096, 4096})->Args({4096, 14336})->Args({14336, 4096})->Unit(benchmark::kMillisecond);
+
+void BM_RmsNormFwdBwd(benchmark::State& st) {
+  const int64_t rows = 512, dim = 4096;
+  auto x = filled(size_t(rows * dim), 0.3f), w = filled(size_t(dim), 1.f), y = x, dx = x, dw = w;
+  std::vector<float> rstd(static_cast<size_t>(rows));
+  for (auto _ : st) {
+    cpu::rmsnorm_fwd(ctx(), x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-5);
+    cpu::rmsnorm_bwd(ctx(), y.data(), x.data(), w.data(), rstd.data(), dx.data(), false, dw.data(), rows, dim);
+  }
+  st.counters["GB/s"] = benchmark::Counter(4.0 * 6 * rows * dim, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RmsNormFwdBwd)->Unit(benchmark::kMillisecond);
+
+void BM_SwiGluFwdBwd(benchmark::State& st) {
+  const int64_t n = 512 * 14336;
+  auto g = filled(size_t(n), 0.2f), u = g, a = g, dg = g, du = g;
+  for (auto _ : st) {
+    cpu::swiglu_fwd(ctx(), g.data(), u.data(), a.data(), n);
+    cpu::swiglu_bwd(ctx(), a.data(), g.data(), u.data(), dg.data(), du.data(), n);
+  }
+  st.counters["GB/s"] = benchmark::Counter(4.0 * 8 * n, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SwiGluFwdBwd)->Unit(benchmark::kMillisecond);
+
+void BM_AttentionFwdBwd(benchmark::State& st) {
+  ref::AttnShape s{1, 512, 512, 32, 8, 128};
+  const size_t qn = size_t(s.Tq * s.H * s.D), kn = size_t(s.Tk * s.Hkv * s.D);
+  auto q = filled(qn, 0.01f), k = filled(kn, 0.02f), v = filled(kn, 0.3f), o = q, dq = q, dk = k, dv = v;
+  std::vector<float> lse(size_t(s.H * s.Tq));
+  for (auto _ : st) {
+    cpu::attention_fwd(ctx(), s, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data());
+    cpu::attention_bwd(ctx(), s, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(), o.data(), dq.data(),
+                       dk.data(), dv.data());
+  }
+  // Executed GEMM FLOPs: 2 forward + 5 backward T x T x D products per head (full T x T, no causal skip).
+  st.counters["GFLOP/s"] = benchmark::Counter(7.0 * 2 * s.H * s.Tq * s.Tk * s.D,
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionFwdBwd)->Unit(benchmark::kMillisecond);
+}  // namespace
+
+BENCHMARK_MAIN();
