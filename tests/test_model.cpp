@@ -228,3 +228,26 @@ TEST(Transformer, RejectsOutOfVocabularyIdsAndTooLongSequences) {
   EXPECT_THROW(t.forward_logits(longer.data(), nullptr, 1, 257), Error);
   fs::remove_all(d);
 }
+
+TEST(Transformer, KvCacheDecodeEqualsFullForward) {
+  for (const char* arch : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen2ForCausalLM"}) {
+    std::string d = tmpdir(std::string("kv") + arch);
+    json cfg = tiny_llama_config(2);
+    cfg["architectures"] = {arch};
+    write_synthetic_model(d, cfg, 11);
+    Context ctx(Device{}, 2);
+    auto m = HfModel::open(d);
+    Transformer t(*m, ctx, true);
+    std::vector<int32_t> ids = {1, 17, 250, 3, 99, 42, 7, 7, 123};
+    const int64_t T = int64_t(ids.size()), V = 300;
+    Tensor full = t.forward_logits(ids.data(), nullptr, 1, T);
+    t.reset_decode();
+    std::vector<float> last = t.decode(ids.data(), 4);  // a 4-token prompt, then one at a time
+    for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(last[size_t(v)], full.f32()[3 * V + v], 1e-4) << arch;
+    for (int64_t i = 4; i < T; ++i) {
+      last = t.decode(&ids[size_t(i)], 1);
+      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(last[size_t(v)], full.f32()[i * V + v], 1e-4) << arch << " pos " << i;
+    }
+    fs::remove_all(d);
+  }
+}

@@ -8,10 +8,11 @@ std::vector<int32_t> generate_greedy(Transformer& model, std::vector<int32_t> id
                                      const std::function<void(int32_t, int32_t)>& on_token) {
   if (ids.empty()) fail(ErrorKind::InvalidInput, "generation needs at least one prompt token");
   const auto& c = model.config();
+  model.reset_decode();
+  std::vector<float> logits = model.decode(ids.data(), int64_t(ids.size()));  // prompt in one pass
   for (int64_t step = 0; step < n_new && int64_t(ids.size()) < c.max_position_embeddings; ++step) {
-    const int64_t T = int64_t(ids.size());
-    Tensor logits = model.forward_logits(ids.data(), nullptr, 1, T);
-    const float* last = logits.f32() + (T - 1) * c.vocab_size;
+    if (step > 0) logits = model.decode(&ids.back(), 1);
+    const float* last = logits.data();
     int32_t best = 0;
     for (int32_t v = 1; v < c.vocab_size; ++v)
       if (last[v] > last[best]) best = v;

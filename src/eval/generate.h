@@ -1,6 +1,6 @@
-// Greedy generation: repeatedly runs the model over the whole sequence and appends the argmax of
-// the last position (ties -> lowest id). Stops after n_new tokens, at EOS or BOS, or at the
-// model's max_position_embeddings. (No KV cache yet: cost is quadratic in the length.)
+// Greedy generation with a KV cache: the prompt runs in one pass, then one token per step; each
+// step appends the argmax of the last position (ties -> lowest id). Stops after n_new tokens, at
+// EOS or BOS, or at the model's max_position_embeddings. The Transformer must be resident.
 #pragma once
 #include <cstdint>
 #include <functional>

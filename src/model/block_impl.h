@@ -52,9 +52,21 @@ class BlockRunner {
     Buf h1, rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, h2, rstd2, g, u, a;
   };
 
+  // Keys/values of earlier positions for incremental decoding (batch 1): [capacity, Hkv*D] each.
+  struct KvCache {
+    Buf k, v;
+    int64_t len = 0, capacity = 0;
+  };
+  KvCache make_kv_cache(int64_t capacity) {
+    return {ops_.alloc(capacity * d_.Hkv * d_.D), ops_.alloc(capacity * d_.Hkv * d_.D), 0, capacity};
+  }
+
   BlockRunner(Ops& ops, const BlockDims& d) : ops_(ops), d_(d) {}
 
-  void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c) {
+  // With `kv` (batch 1, no key mask): the T new tokens sit at positions kv->len.. (aux.pos must say
+  // so), attend to the cached keys too, and are appended to the cache. Backward needs kv == null.
+  void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c,
+               KvCache* kv = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     c.x = x;
     c.h1 = ops_.alloc(N * C); c.rstd1 = ops_.alloc(N);
@@ -74,7 +86,15 @@ class BlockRunner {
     ops_.rope_fwd(p(c.q), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
     ops_.rope_fwd(p(c.k), aux.pos, aux.cos, aux.sin, N, d_.Hkv, d_.D);
     c.o = ops_.alloc(N * QD); c.lse = ops_.alloc(aux.B * d_.H * aux.T);
-    ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse));
+    if (kv) {
+      ops_.copy(p(c.k), p(kv->k) + kv->len * KD, N * KD);
+      ops_.copy(p(c.v), p(kv->v) + kv->len * KD, N * KD);
+      kv->len += N;
+      ops_.attention_fwd({1, N, kv->len, d_.H, d_.Hkv, d_.D}, p(c.q), p(kv->k), p(kv->v), nullptr, p(c.o),
+                         p(c.lse));
+    } else {
+      ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse));
+    }
     c.x1 = ops_.alloc(N * C);
     ops_.linear_fwd(p(c.o), w.wo, w.bo, p(c.x1), N, QD, C);
     ops_.add(x, p(c.x1), p(c.x1), N * C);

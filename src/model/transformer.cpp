@@ -22,6 +22,56 @@ const BlockWeights& Transformer::block(int64_t layer, BlockWeights& scratch) {
   return scratch;
 }
 
+struct Transformer::DecodeState {
+  std::vector<BlockRunner<cpu::CpuOps>::KvCache> kv;
+  int64_t pos = 0;
+};
+
+void Transformer::reset_decode() { decode_.reset(); }
+
+std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
+  const auto& c = model_.config();
+  if (!resident_) fail(ErrorKind::Internal, "decode() needs a resident Transformer");
+  cpu::CpuOps ops{ctx_};
+  BlockRunner<cpu::CpuOps> runner(ops, c.block_dims());
+  if (!decode_) {
+    decode_ = std::make_shared<DecodeState>();
+    for (int64_t l = 0; l < c.num_layers; ++l) decode_->kv.push_back(runner.make_kv_cache(c.max_position_embeddings));
+  }
+  if (decode_->pos + n > c.max_position_embeddings)
+    fail(ErrorKind::InvalidInput, "sequence of " + std::to_string(decode_->pos + n) +
+                                      " tokens exceeds max_position_embeddings " +
+                                      std::to_string(c.max_position_embeddings));
+  if (c.sliding_window > 0 && decode_->pos + n > c.sliding_window)
+    fail(ErrorKind::Unsupported, "sequence exceeds sliding_window " + std::to_string(c.sliding_window));
+  const int64_t C = c.hidden_size;
+  Tensor x = embed_tokens(ids, n), y = Tensor::empty({n, C}, DType::F32, ctx_);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(decode_->pos + i);
+  BlockAux<float> aux{1, n, pos.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    BlockRunner<cpu::CpuOps>::Cache cache;
+    runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)]);
+    std::swap(x, y);
+  }
+  decode_->pos += n;
+  std::vector<float> h(static_cast<size_t>(C)), logits(static_cast<size_t>(c.vocab_size));
+  cpu::rmsnorm_fwd(ctx_, x.f32() + (n - 1) * C, norm_.f32(), h.data(), nullptr, 1, C, c.rms_norm_eps);
+  cpu::linear_fwd(ctx_, h.data(), lm_head_.f32(), nullptr, logits.data(), 1, C, c.vocab_size);
+  return logits;
+}
+
+Tensor Transformer::embed_tokens(const int32_t* ids, int64_t n) {
+  const auto& c = model_.config();
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab_size)
+      fail(ErrorKind::InvalidInput, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                                        " is outside the vocabulary of " + std::to_string(c.vocab_size));
+  Tensor x = Tensor::empty({n, c.hidden_size}, DType::F32, ctx_);
+  cpu::embedding_fwd(ctx_, embed_.f32(), ids, x.f32(), n, c.hidden_size);
+  return x;
+}
+
 Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T) {
   const auto& c = model_.config();
   if (T > c.max_position_embeddings)
@@ -31,12 +81,7 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
     fail(ErrorKind::Unsupported, "sequence of " + std::to_string(T) + " tokens exceeds sliding_window " +
                                      std::to_string(c.sliding_window));
   const int64_t N = B * T, C = c.hidden_size;
-  for (int64_t i = 0; i < N; ++i)
-    if (ids[i] < 0 || ids[i] >= c.vocab_size)
-      fail(ErrorKind::InvalidInput, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                        " is outside the vocabulary of " + std::to_string(c.vocab_size));
-  Tensor x = Tensor::empty({N, C}, DType::F32, ctx_), y = Tensor::empty({N, C}, DType::F32, ctx_);
-  cpu::embedding_fwd(ctx_, embed_.f32(), ids, x.f32(), N, C);
+  Tensor x = embed_tokens(ids, N), y = Tensor::empty({N, C}, DType::F32, ctx_);
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % T);
   BlockAux<float> aux{B, T, pos.data(), rope_.cos.data(), rope_.sin.data(), key_mask};

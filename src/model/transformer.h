@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <vector>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/loader.h"
@@ -20,6 +21,11 @@ class Transformer {
   Tensor forward_hidden(const int32_t* ids, const uint8_t* key_mask, int64_t B, int64_t T);
   const ModelConfig& config() const { return model_.config(); }
 
+  // Incremental decoding (batch 1, resident mode): feeds `n` new tokens after everything fed since
+  // the last reset_decode(), reusing cached keys/values; returns logits of the last new token [vocab].
+  std::vector<float> decode(const int32_t* ids, int64_t n);
+  void reset_decode();
+
  private:
   const BlockWeights& block(int64_t layer, BlockWeights& scratch);
 
@@ -29,6 +35,9 @@ class Transformer {
   std::vector<BlockWeights> blocks_;  // resident mode only
   Tensor embed_, norm_, lm_head_;
   RopeTable rope_;
+  struct DecodeState;
+  std::shared_ptr<DecodeState> decode_;  // per-layer KV caches, created on first decode()
+  Tensor embed_tokens(const int32_t* ids, int64_t n);
 };
 
 }  // namespace ar
