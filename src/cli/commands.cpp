@@ -14,7 +14,7 @@
 #include "io/mapped_file.h"
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace ar::cli {
 
@@ -65,10 +65,19 @@ void register_generate(CLI::App& app) {
     auto tok = load_tokenizer(o->model);
     Context ctx(Device{}, o->threads);
     Transformer tf(*model, ctx, /*resident=*/true);
-    auto prompt = tok.encode(o->prompt, true, false);
-    std::fputs(tok.decode_all(prompt).c_str(), stdout);
-    generate_greedy(tf, prompt, o->n, [&](int32_t prev, int32_t next) {
-      std::fputs(tok.decode_all({prev, next}).c_str(), stdout);
+    std::vector<int32_t> ids = tok->encode(o->prompt);
+    if (ids.empty()) {
+      if (tok->bos() < 0) fail(ErrorKind::InvalidInput, "empty prompt and the tokenizer has no BOS token");
+      ids.push_back(tok->bos());
+    }
+    std::string shown = tok->decode(ids);
+    std::fputs(shown.c_str(), stdout);
+    generate_greedy(tf, ids, o->n, [&](int32_t, int32_t next) {  // print what the new token adds
+      ids.push_back(next);
+      std::string text = tok->decode(ids);
+      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0)
+        std::fputs(text.c_str() + shown.size(), stdout);
+      shown = text;
       std::fflush(stdout);
     });
     std::fputs("\n", stdout);
@@ -90,11 +99,11 @@ void register_eval(CLI::App& app) {
     auto tok = load_tokenizer(o->model);
     std::string text = read_text_file(o->text);
     if (text.empty()) fail(ErrorKind::InvalidInput, o->text + ": file is empty");
-    auto ids = tok.encode(text, true, false);
+    auto ids = tok->encode(text);
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);
     Transformer tf(*model, dev, /*resident=*/false);
-    PplResult r = perplexity(tf, ids, ctx, tok.bos(), o->batch, !o->json && isatty(STDERR_FILENO));
+    PplResult r = perplexity(tf, ids, ctx, tok->bos(), o->batch, !o->json && isatty(STDERR_FILENO));
     if (o->json) {
       nlohmann::ordered_json j;
       j["ppl"] = r.ppl;

@@ -107,7 +107,11 @@ Context::Context(Device device, int threads) : device_(device) {
   if (hw <= 0) hw = 1;
   int n = threads > 0 ? threads : hw;
   pool_ = std::make_unique<ThreadPool>(n);
+#ifdef AR_BLAS_SINGLE_THREAD
+  blas_threads_ = 1;
+#else
   blas_threads_ = n;
+#endif
 }
 
 double peak_rss_mb() {

@@ -131,4 +131,17 @@ std::string Llama2cTokenizer::decode_all(const std::vector<int32_t>& ids) const 
   return out;
 }
 
+std::string Llama2cTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  std::string out;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    if (!(skip_special && (id == bos() || id == eos()))) {
+      std::string p = decode(prev, id);
+      if (!(p.size() == 1 && !std::isprint(uint8_t(p[0])) && !std::isspace(uint8_t(p[0])))) out += p;
+    }
+    prev = id;
+  }
+  return out;
+}
+
 }  // namespace ar

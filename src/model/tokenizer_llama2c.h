@@ -9,19 +9,29 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tokenizer/tokenizer.h"
+
 namespace ar {
 
-class Llama2cTokenizer {
+class Llama2cTokenizer : public Tokenizer {
  public:
   static Llama2cTokenizer load(const std::string& path);
   std::vector<int32_t> encode(const std::string& text, bool bos, bool eos) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override {
+    return encode(std::string(text), add_special, false);
+  }
+  // run.c printing: BOS/EOS skipped, the space after BOS stripped, non-printable bytes dropped.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const override;
+  std::string describe() const override {
+    return "llama2.c BPE (tokenizer.bin), " + std::to_string(pieces_.size()) + " tokens";
+  }
   // Text of `token` when it follows `prev` (run.c decode semantics).
   std::string decode(int32_t prev, int32_t token) const;
   // Concatenated text of a token sequence, as run.c prints it (non-printable single bytes dropped).
   std::string decode_all(const std::vector<int32_t>& ids) const;
-  int32_t vocab_size() const { return int32_t(pieces_.size()); }
-  int32_t bos() const { return 1; }
-  int32_t eos() const { return 2; }
+  int32_t vocab_size() const override { return int32_t(pieces_.size()); }
+  int32_t bos() const override { return 1; }
+  int32_t eos() const override { return 2; }
 
  private:
   void merge(std::vector<int32_t>& ids) const;

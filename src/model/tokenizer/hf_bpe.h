@@ -1,0 +1,65 @@
+// Hugging Face-compatible BPE tokenizers.
+//  - byte-level (GPT-2, Llama-3, Qwen2/2.5/3, SmolLM, DeepSeek): optional NFC, regex pre-tokenizer
+//    (the pattern the files declare), optional individual digits, GPT-2 byte->unicode map, BPE;
+//  - SentencePiece-style BPE (Llama-2, TinyLlama, Mistral, Phi-3): "▁" prefix + spaces -> "▁",
+//    BPE over the whole segment, byte fallback <0xXX>.
+// Added/special tokens are matched literally (longest first) before anything else.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/tokenizer/bpe.h"
+#include "model/tokenizer/regex_split.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unicode.h"
+
+namespace ar {
+
+class HfBpeTokenizer : public Tokenizer {
+ public:
+  enum class Kind { ByteLevel, SentencePiece };
+  struct Added {
+    std::string content;
+    int32_t id;
+    bool special;
+  };
+  struct Spec {
+    Kind kind = Kind::ByteLevel;
+    bool nfc = false;
+    bool individual_digits = false;
+    std::string pattern;  // byte-level pre-tokenizer regex (empty: none)
+    std::vector<std::string> pieces;  // id -> token string (in the model's alphabet)
+    std::vector<std::pair<std::string, std::string>> merges;
+    tok::BpeOptions bpe;
+    std::vector<Added> added;
+    int32_t bos = -1, eos = -1;
+    bool add_bos = false;
+    std::string source;  // for describe() and errors
+  };
+
+  explicit HfBpeTokenizer(Spec spec);
+  static std::unique_ptr<HfBpeTokenizer> from_tokenizer_json(const std::string& path, const nlohmann::json& config);
+  static std::unique_ptr<HfBpeTokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt,
+                                                           const nlohmann::json& config);
+  static std::unique_ptr<HfBpeTokenizer> from_tiktoken(const std::string& path, const nlohmann::json& config);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const override;
+  int32_t bos() const override { return spec_.bos; }
+  int32_t eos() const override { return spec_.eos; }
+  int32_t vocab_size() const override { return model_->size(); }
+  std::string describe() const override;
+
+ private:
+  void encode_segment(std::string_view text, bool first, std::vector<int32_t>* out) const;
+
+  Spec spec_;
+  std::unique_ptr<tok::BpeModel> model_;
+  std::unique_ptr<tok::RegexSplitter> splitter_;
+  tok::ByteLevelMap bytes_;
+  std::vector<bool> is_special_;
+};
+
+}  // namespace ar
