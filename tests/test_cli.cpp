@@ -71,7 +71,7 @@ TEST(Cli, EvalRefusesEmptyAndTooShortText) {
   fs::remove(d + "/tokenizer.bin");
   r = run("eval --model " + d + " --text " + d + "/t.txt");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("no tokenizer.bin"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no tokenizer found"), std::string::npos) << r.out;
   fs::remove_all(d);
 }
 

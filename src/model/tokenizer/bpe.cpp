@@ -71,7 +71,7 @@ void BpeModel::merge(std::vector<int32_t>& sym, std::vector<std::string_view>& t
     Cand c = heap.top();
     heap.pop();
     size_t l = size_t(c.left), r = size_t(c.right);
-    if (next[l] != c.right || ver[l] != c.vl || ver[r] != c.vr || sym[r] == -2) continue;
+    if (sym[l] == -2 || sym[r] == -2 || next[l] != c.right || ver[l] != c.vl || ver[r] != c.vr) continue;
     sym[l] = c.id;
     text[l] = std::string_view(text[l].data(), text[l].size() + text[r].size());  // adjacent in the word
     ++ver[l];
