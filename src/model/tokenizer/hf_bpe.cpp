@@ -103,8 +103,19 @@ HfBpeTokenizer::HfBpeTokenizer(Spec spec) : spec_(std::move(spec)) {
     if (a.special) is_special_[size_t(a.id)] = true;
   std::sort(spec_.added.begin(), spec_.added.end(),
             [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  for (const auto& a : spec_.added)
+    if (!a.content.empty()) added_by_byte_[uint8_t(a.content[0])].push_back(&a);
   tok::BpeOptions o = spec_.bpe;
-  o.cache = spec_.kind == Kind::ByteLevel;
+  if (spec_.kind == Kind::SentencePiece) {
+    // If no vocabulary piece holds "▁" right after a non-"▁" character, no merge can join across the
+    // start of a "▁" run, so the text can be cut before each such run and the words encoded (and
+    // cached) separately with identical results. Checked on the vocabulary, not assumed.
+    spm_split_words_ = true;
+    for (const auto& p : spec_.pieces)
+      for (size_t i = 1; i + 3 <= p.size(); ++i)
+        if (p.compare(i, 3, kSpace) == 0 && !(i >= 3 && p.compare(i - 3, 3, kSpace) == 0)) spm_split_words_ = false;
+  }
+  o.cache = spec_.kind == Kind::ByteLevel || spm_split_words_;
   model_ = std::make_unique<tok::BpeModel>(spec_.pieces, spec_.merges, o);
   spec_.merges.clear();
   spec_.merges.shrink_to_fit();
@@ -126,7 +137,17 @@ void HfBpeTokenizer::encode_segment(std::string_view text, bool first, std::vect
       if (c == ' ') s += kSpace;
       else s.push_back(c);
     }
-    model_->encode_word(s, out);
+    if (!spm_split_words_) {
+      model_->encode_word(s, out);
+      return;
+    }
+    size_t start = 0;  // cut before every "▁" run that follows another character
+    for (size_t i = 1; i + 3 <= s.size(); ++i)
+      if (s.compare(i, 3, kSpace) == 0 && !(i >= 3 && s.compare(i - 3, 3, kSpace) == 0)) {
+        model_->encode_word(std::string_view(s).substr(start, i - start), out);
+        start = i;
+      }
+    model_->encode_word(std::string_view(s).substr(start), out);
     return;
   }
   std::string normalized;
@@ -165,8 +186,8 @@ std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text, bool add_spec
   bool first = true;
   for (size_t i = 0; i < text.size();) {
     const Added* hit = nullptr;
-    for (const auto& a : spec_.added)
-      if (text.compare(i, a.content.size(), a.content) == 0) { hit = &a; break; }
+    for (const Added* a : added_by_byte_[uint8_t(text[i])])
+      if (text.compare(i, a->content.size(), a->content) == 0) { hit = a; break; }
     if (!hit) { ++i; continue; }
     encode_segment(text.substr(seg, i - seg), first, &ids);
     ids.push_back(hit->id);

@@ -60,6 +60,8 @@ class HfBpeTokenizer : public Tokenizer {
   std::unique_ptr<tok::RegexSplitter> splitter_;
   tok::ByteLevelMap bytes_;
   std::vector<bool> is_special_;
+  std::vector<const Added*> added_by_byte_[256];  // added tokens by first byte, longest first
+  bool spm_split_words_ = false;  // no token has "▁" after another character: words can be encoded apart
 };
 
 }  // namespace ar
