@@ -86,10 +86,11 @@ void register_generate(CLI::App& app) {
 
 void register_eval(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Perplexity of a model over a text file");
-  struct Opt { std::string model, text; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
+  struct Opt { std::string model, text, ref; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
   auto o = std::make_shared<Opt>();
   sub->add_option("--model", o->model, "model directory")->required();
   sub->add_option("--text", o->text, "UTF-8 text file")->required();
+  sub->add_option("--ref-model", o->ref, "reference (unquantized) model: adds KL divergence, top-1 agreement, delta ppl");
   sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
   sub->add_option("--batch", o->batch, "windows per forward pass")->check(CLI::PositiveNumber);
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
@@ -103,7 +104,39 @@ void register_eval(CLI::App& app) {
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);
     Transformer tf(*model, dev, /*resident=*/false);
-    PplResult r = perplexity(tf, ids, ctx, tok->bos(), o->batch, !o->json && isatty(STDERR_FILENO));
+    const bool progress = !o->json && isatty(STDERR_FILENO);
+    const char* conv = "second half of each non-overlapping window scored, first token BOS (llama.cpp convention)";
+    if (!o->ref.empty()) {
+      auto ref = HfModel::open(o->ref);
+      Transformer rt(*ref, dev, /*resident=*/false);
+      CompareResult c = compare_models(tf, rt, ids, ctx, tok->bos(), o->batch, progress);
+      if (o->json) {
+        nlohmann::ordered_json j;
+        j["ppl"] = c.model.ppl;
+        j["ppl_stderr"] = c.model.ppl_stderr;
+        j["tokens"] = c.model.tokens_scored;
+        j["ref_ppl"] = c.ref.ppl;
+        j["ref_ppl_stderr"] = c.ref.ppl_stderr;
+        j["delta_ppl"] = c.delta_ppl;
+        j["delta_ppl_stderr"] = c.delta_ppl_stderr;
+        j["kl_mean"] = c.kl_mean;
+        j["kl_median"] = c.kl_median;
+        j["kl_p99"] = c.kl_p99;
+        j["kl_max"] = c.kl_max;
+        j["top1_agreement"] = c.top1_agreement;
+        j["ctx"] = ctx;
+        j["scoring"] = conv;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("perplexity %.4f +/- %.4f (reference %.4f +/- %.4f), delta %.4f +/- %.4f over %lld tokens\n"
+                    "KL divergence: mean %.6f, median %.6f, p99 %.6f, max %.6f; top-1 agreement %.2f%%\n(%s)\n",
+                    c.model.ppl, c.model.ppl_stderr, c.ref.ppl, c.ref.ppl_stderr, c.delta_ppl, c.delta_ppl_stderr,
+                    (long long)c.model.tokens_scored, c.kl_mean, c.kl_median, c.kl_p99, c.kl_max,
+                    100 * c.top1_agreement, conv);
+      }
+      return;
+    }
+    PplResult r = perplexity(tf, ids, ctx, tok->bos(), o->batch, progress);
     if (o->json) {
       nlohmann::ordered_json j;
       j["ppl"] = r.ppl;
@@ -112,12 +145,11 @@ void register_eval(CLI::App& app) {
       j["tokens"] = r.tokens_scored;
       j["windows"] = r.windows;
       j["ctx"] = r.ctx;
-      j["scoring"] = "second half of each non-overlapping window, first token BOS (llama.cpp convention)";
+      j["scoring"] = conv;
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("perplexity %.4f +/- %.4f over %lld tokens (%lld windows of %lld; second half of each window "
-                  "scored, llama.cpp convention)\n",
-                  r.ppl, r.ppl_stderr, (long long)r.tokens_scored, (long long)r.windows, (long long)r.ctx);
+      std::printf("perplexity %.4f +/- %.4f over %lld tokens (%lld windows of %lld; %s)\n", r.ppl, r.ppl_stderr,
+                  (long long)r.tokens_scored, (long long)r.windows, (long long)r.ctx, conv);
     }
   };
 }
