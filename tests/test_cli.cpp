@@ -67,7 +67,8 @@ TEST(Cli, EvalRefusesEmptyAndTooShortText) {
   EXPECT_NE(r.out.find("fewer than one window of 64"), std::string::npos) << r.out;
   { std::ofstream(d + "/t.txt") << std::string(3000, 'x') << "\xff\xfe"; }
   r = run("eval --model " + d + " --text " + d + "/t.txt --ctx 64 --json");
-  EXPECT_EQ(r.code, 0) << r.out;  // invalid UTF-8 bytes fall back to byte tokens here
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("t.txt: invalid UTF-8 at byte 3000"), std::string::npos) << r.out;
   fs::remove(d + "/tokenizer.bin");
   r = run("eval --model " + d + " --text " + d + "/t.txt");
   EXPECT_EQ(r.code, 1);

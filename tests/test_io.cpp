@@ -1,6 +1,7 @@
 // safetensors: round trip, every malformed-header case with its message, and a bounded seeded
 // mutation fuzz of the parser (only ar::Error may escape). Atomic outputs leave nothing on failure.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -8,6 +9,7 @@
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "io/text_source.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -155,4 +157,67 @@ TEST(AtomicDir, FailureLeavesNothingAndExistingIsRefused) {
 
 TEST(AtomicFile, UnwritableLocationIsAnIoError) {
   EXPECT_THROW(write_file_atomic("/nonexistent_dir_ar/x", "a"), Error);
+}
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+std::vector<std::string> all_docs(const std::string& path, const std::string& field = "text", size_t chunk = 1 << 20) {
+  auto s = TextSource::open(path, field, chunk);
+  std::vector<std::string> docs;
+  std::string d;
+  while (s->next(&d)) docs.push_back(d);
+  return docs;
+}
+}  // namespace
+
+TEST(TextSource, PlainJsonlAndDirectory) {
+  std::string d = tmpdir("ts");
+  { std::ofstream(d + "/a.txt") << "first line\nsecond line\n"; }
+  { std::ofstream(d + "/b.jsonl") << "{\"text\": \"doc one\", \"id\": 1}\n\n{\"text\": \"caf\u00e9\", \"body\": \"x\"}\n"; }
+  EXPECT_EQ(all_docs(d + "/a.txt"), (std::vector<std::string>{"first line\nsecond line\n"}));
+  EXPECT_EQ(all_docs(d + "/b.jsonl"), (std::vector<std::string>{"doc one", "caf\xC3\xA9"}));
+  EXPECT_EQ(all_docs(d), (std::vector<std::string>{"first line\nsecond line\n", "doc one", "caf\xC3\xA9"}));
+  EXPECT_NE(error_of([&] { all_docs(d + "/b.jsonl", "body"); }).find("b.jsonl:1: no string field 'body'"), std::string::npos);
+  EXPECT_EQ(read_all_text(d + "/b.jsonl"), "doc one\n\ncaf\xC3\xA9");
+  fs::remove_all(d);
+}
+
+TEST(TextSource, StreamsInChunksWithoutSplittingCodePoints) {
+  std::string d = tmpdir("chunk");
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "line " + std::to_string(i) + " \xE2\x96\x81\xF0\x9F\xA6\x99\n";
+  text += std::string(300, 'z') + "\xC3\xA9" + std::string(300, 'y');  // a long line with no newline
+  { std::ofstream(d + "/big.txt", std::ios::binary) << text; }
+  auto docs = all_docs(d + "/big.txt", "text", 64);
+  EXPECT_GT(docs.size(), 50u);
+  std::string joined;
+  for (const auto& doc : docs) {
+    EXPECT_LE(doc.size(), 64u);
+    joined += doc;
+  }
+  EXPECT_EQ(joined, text);
+  fs::remove_all(d);
+}
+
+TEST(TextSource, BadInputsNameFileAndOffset) {
+  std::string d = tmpdir("bad");
+  { std::ofstream(d + "/u.txt", std::ios::binary) << "good text\n" << std::string(100, 'a') << "\xC3\x28 tail"; }
+  EXPECT_NE(error_of([&] { all_docs(d + "/u.txt"); }).find("u.txt: invalid UTF-8 at byte 110"), std::string::npos);
+  { std::ofstream(d + "/u.jsonl", std::ios::binary) << "{\"text\":\"ok\"}\n{\"text\":\"\xED\xA0\x80\"}\n"; }
+  EXPECT_NE(error_of([&] { all_docs(d + "/u.jsonl"); }).find("u.jsonl: invalid UTF-8 at byte 23 (line 2)"), std::string::npos);
+  { std::ofstream(d + "/e.txt"); }
+  EXPECT_NE(error_of([&] { all_docs(d + "/e.txt"); }).find("e.txt: file is empty"), std::string::npos);
+  { std::ofstream(d + "/j.jsonl") << "[1,2]\n"; }
+  EXPECT_NE(error_of([&] { all_docs(d + "/j.jsonl"); }).find("j.jsonl:1: not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { all_docs(d + "/missing.txt"); }).find("no such file"), std::string::npos);
+  fs::create_directories(d + "/empty");
+  EXPECT_NE(error_of([&] { all_docs(d + "/empty"); }).find("holds no"), std::string::npos);
+  fs::remove_all(d);
 }

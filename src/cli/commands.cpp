@@ -12,6 +12,7 @@
 #include "eval/generate.h"
 #include "eval/perplexity.h"
 #include "io/mapped_file.h"
+#include "io/text_source.h"
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
 #include "model/tokenizer/tokenizer.h"
@@ -86,10 +87,11 @@ void register_generate(CLI::App& app) {
 
 void register_eval(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Perplexity of a model over a text file");
-  struct Opt { std::string model, text, ref; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
+  struct Opt { std::string model, text, ref, field = "text"; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
   auto o = std::make_shared<Opt>();
   sub->add_option("--model", o->model, "model directory")->required();
-  sub->add_option("--text", o->text, "UTF-8 text file")->required();
+  sub->add_option("--text", o->text, "text: plain file, JSONL, or a directory of them")->required();
+  sub->add_option("--text-field", o->field, "JSONL field holding the text (default: text)");
   sub->add_option("--ref-model", o->ref, "reference (unquantized) model: adds KL divergence, top-1 agreement, delta ppl");
   sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
   sub->add_option("--batch", o->batch, "windows per forward pass")->check(CLI::PositiveNumber);
@@ -98,8 +100,7 @@ void register_eval(CLI::App& app) {
   registry().runners[sub] = [o] {
     auto model = HfModel::open(o->model);
     auto tok = load_tokenizer(o->model);
-    std::string text = read_text_file(o->text);
-    if (text.empty()) fail(ErrorKind::InvalidInput, o->text + ": file is empty");
+    std::string text = read_all_text(o->text, o->field);
     auto ids = tok->encode(text);
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);

@@ -1,0 +1,154 @@
+#include "io/text_source.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ar {
+
+namespace {
+bool is_jsonl(const std::string& p) {
+  auto e = fs::path(p).extension().string();
+  return e == ".jsonl" || e == ".json";
+}
+bool is_text(const std::string& p) {
+  auto e = fs::path(p).extension().string();
+  return e == ".txt" || e == ".text" || e == ".md" || e == ".raw";
+}
+
+// Offset of the first invalid UTF-8 sequence in s, or npos. Incomplete trailing sequences are
+// reported as invalid only when `final` (otherwise the caller carries them over).
+size_t invalid_utf8(const std::string& s, bool final, size_t* complete_end) {
+  size_t i = 0;
+  while (i < s.size()) {
+    uint8_t c = uint8_t(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0) return i;
+    if (i + n > s.size()) {
+      if (final) return i;
+      break;
+    }
+    for (size_t k = 1; k < n; ++k)
+      if ((uint8_t(s[i + k]) & 0xC0) != 0x80) return i;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (uint8_t(s[i + k]) & 0x3Fu);
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;  // overlong, out of range or surrogate
+    i += n;
+  }
+  if (complete_end) *complete_end = i;
+  return std::string::npos;
+}
+}  // namespace
+
+std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std::string& field, size_t chunk_bytes) {
+  auto s = std::unique_ptr<TextSource>(new TextSource());
+  s->field_ = field;
+  s->chunk_bytes_ = std::max<size_t>(chunk_bytes, 64);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (auto it = fs::recursive_directory_iterator(path, ec); it != fs::recursive_directory_iterator(); ++it)
+      if (it->is_regular_file() && (is_jsonl(it->path().string()) || is_text(it->path().string())))
+        s->files_.push_back(it->path().string());
+    std::sort(s->files_.begin(), s->files_.end());
+    if (s->files_.empty()) fail(ErrorKind::InvalidInput, path + ": directory holds no .txt/.jsonl/.json files");
+  } else if (fs::exists(path, ec)) {
+    s->files_.push_back(path);
+  } else {
+    fail(ErrorKind::Io, path + ": no such file or directory");
+  }
+  return s;
+}
+
+bool TextSource::open_next_file() {
+  if (in_.is_open()) in_.close();
+  if (file_index_ >= files_.size()) return false;
+  const std::string& p = files_[file_index_++];
+  in_.open(p, std::ios::binary);
+  if (!in_) fail(ErrorKind::Io, p + ": cannot open");
+  jsonl_ = is_jsonl(p);
+  offset_ = line_ = 0;
+  carry_.clear();
+  file_had_data_ = false;
+  return true;
+}
+
+bool TextSource::next(std::string* doc) {
+  for (;;) {
+    if (!in_.is_open() && !open_next_file()) return false;
+    const std::string& path = files_[file_index_ - 1];
+    if (jsonl_) {
+      std::string line;
+      if (!std::getline(in_, line)) {
+        if (!file_had_data_) fail(ErrorKind::InvalidInput, path + ": file is empty");
+        in_.close();
+        continue;
+      }
+      ++line_;
+      uint64_t line_start = offset_;
+      offset_ += line.size() + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      file_had_data_ = true;
+      if (size_t bad = invalid_utf8(line, true, nullptr); bad != std::string::npos)
+        fail(ErrorKind::InvalidInput, path + ": invalid UTF-8 at byte " + std::to_string(line_start + bad) +
+                                          " (line " + std::to_string(line_) + ")");
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        fail(ErrorKind::InvalidInput, path + ":" + std::to_string(line_) + ": not a JSON object");
+      if (!j.contains(field_) || !j[field_].is_string())
+        fail(ErrorKind::InvalidInput, path + ":" + std::to_string(line_) + ": no string field '" + field_ + "'");
+      *doc = j[field_].get<std::string>();
+      return true;
+    }
+    // Plain text: read up to chunk_bytes, cut at the last newline, validate, carry the rest.
+    std::string buf = std::move(carry_);
+    carry_.clear();
+    size_t want = chunk_bytes_ > buf.size() ? chunk_bytes_ - buf.size() : 0;
+    std::string more(want, '\0');
+    in_.read(more.data(), std::streamsize(want));
+    more.resize(size_t(in_.gcount()));
+    const bool eof = more.size() < want;
+    buf += more;
+    if (buf.empty()) {
+      if (!file_had_data_) fail(ErrorKind::InvalidInput, path + ": file is empty");
+      in_.close();
+      continue;
+    }
+    file_had_data_ = true;
+    size_t cut = buf.size();
+    if (!eof) {
+      size_t nl = buf.rfind('\n');
+      cut = nl != std::string::npos ? nl + 1 : buf.size();
+    }
+    size_t complete = cut;
+    if (size_t bad = invalid_utf8(buf.substr(0, cut), eof, &complete); bad != std::string::npos)
+      fail(ErrorKind::InvalidInput, path + ": invalid UTF-8 at byte " + std::to_string(offset_ + bad));
+    if (!eof && complete < cut) cut = complete;  // no newline in the chunk: never split a code point
+    carry_ = buf.substr(cut);
+    buf.resize(cut);
+    offset_ += cut;
+    if (eof && carry_.empty()) in_.close();
+    *doc = std::move(buf);
+    return true;
+  }
+}
+
+std::string read_all_text(const std::string& path, const std::string& field) {
+  auto src = TextSource::open(path, field);
+  std::string all, doc;
+  bool first = true;
+  bool plain = !is_jsonl(path) && !fs::is_directory(path);
+  while (src->next(&doc)) {
+    if (!first && !plain) all += "\n\n";
+    all += doc;
+    first = false;
+  }
+  return all;
+}
+
+}  // namespace ar
