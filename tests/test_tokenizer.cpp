@@ -6,6 +6,8 @@
 // Goldens that cannot run, and why, are listed in docs/tokenizers.md.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "core/error.h"
 #include "io/json_file.h"
@@ -156,4 +158,86 @@ TEST(Tokenizer, BadInputsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("not valid UTF-8 at byte 3"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_tokenizer(fx + "/tokenizers/qwen3"), Error);  // config only: no vocabulary
+}
+
+namespace {
+// A directory holding only one tokenizer file of a fixture (so load_tokenizer takes that path).
+std::string only_file(const std::string& src, const std::string& name) {
+  std::string d = (std::filesystem::temp_directory_path() / ("ar_tok_" + std::to_string(::getpid()) + "_" +
+                                                             std::filesystem::path(src).parent_path().filename().string())).string();
+  std::filesystem::create_directories(d);
+  std::filesystem::copy_file(src, d + "/" + name, std::filesystem::copy_options::overwrite_existing);
+  return d;
+}
+}  // namespace
+
+TEST(SentencePieceModel, Llama2TokenizerModelMatchesHfGoldens) {
+  AR_REQUIRE_FIXTURES(fx);
+  auto t = load_tokenizer(only_file(tok_dir(fx, "llama2-spm") + "/tokenizer.model", "tokenizer.model"));
+  EXPECT_NE(t->describe().find("SentencePiece tokenizer.model"), std::string::npos);
+  json j = read_json_file(fx + "/tokenizers/hf-golden/tokenizer_tests.json");
+  for (const auto& c : j.at("coreml-projects/Llama-2-7b-chat-coreml"))
+    EXPECT_EQ(show(t->encode(c["input"].get<std::string>(), true)), show(c["encoded"]["input_ids"].get<std::vector<int32_t>>()))
+        << c["input"];
+  const std::string g = fx + "/tokenizers/hf-golden/multilingual/";
+  json inputs = read_json_file(g + "inputs.json"), base = read_json_file(g + "tinyllama_multilingual.json");
+  std::map<std::string, std::string> text;
+  for (const auto& e : inputs) text[e["id"].get<std::string>()] = e["text"].get<std::string>();
+  for (const auto& e : base["entries"])
+    EXPECT_EQ(show(t->encode(text.at(e["id"].get<std::string>()), true)), show(e["input_ids"].get<std::vector<int32_t>>()))
+        << e["id"];
+}
+
+TEST(SentencePieceModel, MistralChatGolden118Tokens) {
+  AR_REQUIRE_FIXTURES(fx);
+  const std::string m = tok_dir(fx, "mistral-7b-v0.1");
+  auto t = load_tokenizer(only_file(m + "/tokenizer.model", "tokenizer.model"));
+  json sample = read_json_file(m + "/golden_no_tools_sample.json");
+  std::vector<int32_t> ids = {t->bos()};
+  for (const auto& msg : sample["messages"]) {
+    std::string role = msg["role"], content = msg["content"];
+    auto seg = t->encode(role == "user" ? "[INST] " + content + " [/INST]" : content, false);
+    ids.insert(ids.end(), seg.begin(), seg.end());
+    if (role == "assistant") ids.push_back(t->eos());
+  }
+  EXPECT_EQ(show(ids), show(read_json_file(m + "/golden_no_tools_tokens_v1.json")["tokens"].get<std::vector<int32_t>>()));
+}
+
+TEST(Tokenizer, UnsupportedTypesAreNamed) {
+  AR_REQUIRE_FIXTURES(fx);
+  std::string d = (std::filesystem::temp_directory_path() / ("ar_tok_bad_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(d);
+  auto expect_error = [&](const json& tj, const std::string& what) {
+    { std::ofstream(d + "/tokenizer.json") << tj.dump(); }
+    try {
+      load_tokenizer(d);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  json base = read_json_file(tok_dir(fx, "gpt2") + "/tokenizer.json");
+  json u = base;
+  u["model"]["type"] = "Unigram";
+  expect_error(u, "model type 'Unigram' is not supported");
+  u = base;
+  u["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+  expect_error(u, "pre-tokenizer 'Metaspace' is not supported");
+  u = base;
+  u["normalizer"] = {{"type", "Lowercase"}};
+  expect_error(u, "normalizer 'Lowercase' is not supported");
+  u = base;
+  u["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  expect_error(u, "does not compile");
+  std::filesystem::remove(d + "/tokenizer.json");
+  { std::ofstream(d + "/tokenizer.model") << std::string("\x0a\x05\x0a\x03" "abc", 7); }  // one piece, no trainer spec
+  try {
+    load_tokenizer(d);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("UNIGRAM is not supported"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(d + "/tokenizer.model");
+  EXPECT_THROW(load_tokenizer(d), Error);  // nothing at all
+  std::filesystem::remove_all(d);
 }

@@ -59,7 +59,8 @@ void BpeModel::merge(std::vector<int32_t>& sym, std::vector<std::string_view>& t
     if (a < 0 || b < 0) return;
     if (opt_.rank_by_merged_id) {  // symbols are adjacent in the word: their concatenation is a view
       int32_t m = find(std::string_view(text[size_t(l)].data(), text[size_t(l)].size() + text[size_t(r)].size()));
-      if (m >= 0) heap.push({m, l, r, m, ver[size_t(l)], ver[size_t(r)]});
+      int32_t rank = m < 0 ? kNoMerge : opt_.merged_rank.empty() ? m : opt_.merged_rank[size_t(m)];
+      if (rank != kNoMerge) heap.push({rank, l, r, m, ver[size_t(l)], ver[size_t(r)]});
     } else if (auto it = merges_.find(key(a, b)); it != merges_.end()) {
       heap.push({it->second.first, l, r, it->second.second, ver[size_t(l)], ver[size_t(r)]});
     }

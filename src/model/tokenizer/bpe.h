@@ -20,10 +20,15 @@ struct SvHash {
 };
 using PieceMap = std::unordered_map<std::string, int32_t, SvHash, std::equal_to<>>;
 
+constexpr int32_t kNoMerge = 0x7fffffff;
+
 struct BpeOptions {
   bool byte_fallback = false;
   bool ignore_merges = false;  // a word that is itself in the vocabulary is emitted whole (Llama-3)
   bool rank_by_merged_id = false;  // tiktoken: rank of a pair = id of the concatenation
+  // With rank_by_merged_id: optional rank per merged id (SentencePiece: by descending score);
+  // kNoMerge marks pieces that may not be produced by a merge (control, unused, byte).
+  std::vector<int32_t> merged_rank;
   int32_t unk_id = -1;
   bool fuse_unk = false;
   bool cache = true;  // memoize words (byte-level tokenizers see the same words again and again)

@@ -44,6 +44,8 @@ class HfBpeTokenizer : public Tokenizer {
   static std::unique_ptr<HfBpeTokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt,
                                                            const nlohmann::json& config);
   static std::unique_ptr<HfBpeTokenizer> from_tiktoken(const std::string& path, const nlohmann::json& config);
+  // SentencePiece ModelProto (tokenizer.model of Llama-2, Mistral, TinyLlama): BPE models only.
+  static std::unique_ptr<HfBpeTokenizer> from_sentencepiece(const std::string& path, const nlohmann::json& config);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const override;

@@ -8,6 +8,8 @@
 namespace ar {
 
 namespace {
+// Order: tokenizer.json, vocab.json + merges.txt, tokenizer.bin (llama2.c), tokenizer.model (tiktoken text
+// or SentencePiece protobuf).
 // tiktoken rank files are text lines "base64 rank"; SentencePiece models are binary protobuf.
 bool looks_like_tiktoken(const std::string& path) {
   std::string head = read_text_file(path).substr(0, 256);
@@ -28,15 +30,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   if (file_exists(dir + "/tokenizer.json")) return HfBpeTokenizer::from_tokenizer_json(dir + "/tokenizer.json", cfg);
   if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
     return HfBpeTokenizer::from_vocab_merges(dir + "/vocab.json", dir + "/merges.txt", cfg);
+  if (file_exists(dir + "/tokenizer.bin"))  // written by `autoround convert`: the model's own tokenizer
+    return std::make_unique<Llama2cTokenizer>(Llama2cTokenizer::load(dir + "/tokenizer.bin"));
   if (file_exists(dir + "/tokenizer.model")) {
     if (looks_like_tiktoken(dir + "/tokenizer.model"))
       return HfBpeTokenizer::from_tiktoken(dir + "/tokenizer.model", cfg);
-    if (!file_exists(dir + "/tokenizer.bin"))
-      fail(ErrorKind::Unsupported, dir + "/tokenizer.model: SentencePiece protobuf models are not supported yet; "
-                                         "provide tokenizer.json");
+    return HfBpeTokenizer::from_sentencepiece(dir + "/tokenizer.model", cfg);
   }
-  if (file_exists(dir + "/tokenizer.bin"))
-    return std::make_unique<Llama2cTokenizer>(Llama2cTokenizer::load(dir + "/tokenizer.bin"));
   fail(ErrorKind::InvalidInput, dir + ": no tokenizer found (tokenizer.json, vocab.json + merges.txt, "
                                       "tokenizer.model or tokenizer.bin)");
 }

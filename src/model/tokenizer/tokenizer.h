@@ -23,8 +23,8 @@ class Tokenizer {
   virtual std::string describe() const = 0;  // e.g. "byte-level BPE (tokenizer.json), 50257 tokens"
 };
 
-// Reads the tokenizer of a model directory: tokenizer.json, else vocab.json + merges.txt, else a
-// tiktoken tokenizer.model, else the llama2.c tokenizer.bin. Unsupported types are named.
+// Reads the tokenizer of a model directory: tokenizer.json, else vocab.json + merges.txt, else the
+// llama2.c tokenizer.bin, else tokenizer.model (tiktoken or SentencePiece). Unsupported types are named.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
 
 }  // namespace ar
