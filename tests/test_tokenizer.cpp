@@ -42,7 +42,10 @@ std::string cleanup(std::string s) {
 
 std::string show(const std::vector<int32_t>& v) {
   std::string s;
-  for (auto x : v) s += " " + std::to_string(x);
+  for (auto x : v) {
+    s += ' ';
+    s += std::to_string(x);
+  }
   return s;
 }
 }  // namespace
