@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
+#include "model/tokenizer/hf_bpe.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode.h"
 #include "test_util.h"
@@ -242,5 +243,59 @@ TEST(Tokenizer, UnsupportedTypesAreNamed) {
   }
   std::filesystem::remove(d + "/tokenizer.model");
   EXPECT_THROW(load_tokenizer(d), Error);  // nothing at all
+  std::filesystem::remove_all(d);
+}
+
+// The same .inp/.out goldens through llama.cpp's vocab-only GGUF files. bert-bge (WordPiece) is the
+// one vocabulary with goldens that is not a BPE tokenizer; see docs/tokenizers.md.
+class GgufVocab : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufVocab, MatchesInpOut) {
+  AR_REQUIRE_FIXTURES(fx);
+  const std::string vocab = GetParam();
+  const std::string base = fx + "/tokenizers/llama.cpp-vocab/ggml-vocab-" + vocab + ".gguf";
+  std::string inp = read_text_file(base + ".inp"), out = read_text_file(base + ".out");
+  const std::string marker = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases, lines;
+  for (size_t p = 0, q; (q = inp.find(marker, p)) != std::string::npos; p = q + marker.size()) cases.push_back(inp.substr(p, q - p));
+  for (size_t p = 0, q; (q = out.find('\n', p)) != std::string::npos; p = q + 1) lines.push_back(out.substr(p, q - p));
+  ASSERT_EQ(cases.size(), lines.size());
+  auto t = HfBpeTokenizer::from_gguf(base);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::string want = lines[i];
+    while (!want.empty() && want.back() == ' ') want.pop_back();
+    EXPECT_EQ(show(t->encode(cases[i], false)), want) << vocab << " case " << i << ": '" << cases[i] << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, GgufVocab,
+                         ::testing::Values("gpt-2", "llama-spm", "phi-3", "deepseek-coder", "deepseek-llm", "falcon",
+                                           "mpt", "refact", "starcoder"),
+                         [](const auto& p) {
+                           std::string s = p.param;
+                           for (auto& c : s) if (c == '-') c = '_';
+                           return s;
+                         });
+
+TEST(GgufVocabErrors, WordPieceAndBadFilesAreRefused) {
+  AR_REQUIRE_FIXTURES(fx);
+  try {
+    HfBpeTokenizer::from_gguf(fx + "/tokenizers/llama.cpp-vocab/ggml-vocab-bert-bge.gguf");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos) << e.what();
+  }
+  std::string d = (std::filesystem::temp_directory_path() / ("ar_gguf_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(d);
+  std::string good = read_text_file(fx + "/tokenizers/llama.cpp-vocab/ggml-vocab-gpt-2.gguf");
+  for (size_t cut : {size_t(3), size_t(20), size_t(1000), good.size() / 2}) {
+    { std::ofstream(d + "/t.gguf", std::ios::binary) << good.substr(0, cut); }
+    try {
+      HfBpeTokenizer::from_gguf(d + "/t.gguf");
+      ADD_FAILURE() << "no error at cut " << cut;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("t.gguf"), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove_all(d);
 }

@@ -43,7 +43,7 @@ void apply_config(HfBpeTokenizer::Spec& s, const nlohmann::json& cfg) {
   if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) s.add_bos = cfg["add_bos_token"].get<bool>();
   if (cfg.value("tokenizer_class", std::string()).rfind("Qwen2Tokenizer", 0) == 0) {
     s.nfc = true;
-    s.pattern = tok::kQwen2Pattern;
+    s.splits = {tok::kQwen2Pattern};
   }
 }
 
@@ -79,17 +79,17 @@ void read_pretokenizer(HfBpeTokenizer::Spec& s, const nlohmann::json& p, const s
     for (const auto& q : p["pretokenizers"]) read_pretokenizer(s, q, path);
   } else if (type == "ByteLevel") {
     if (p.value("add_prefix_space", false)) unsupported(path, "ByteLevel add_prefix_space=true");
-    if (p.value("use_regex", true) && s.pattern.empty()) s.pattern = tok::kGpt2Pattern;
+    if (p.value("use_regex", true)) s.splits.push_back(tok::kGpt2Pattern);
   } else if (type == "Split") {
     const auto& pat = p["pattern"];
     if (!pat.contains("Regex")) unsupported(path, "Split with a string pattern");
     std::string behavior = p.value("behavior", std::string("Isolated"));
     if (behavior != "Isolated") unsupported(path, "Split behavior '" + behavior + "'");
     if (p.value("invert", false)) unsupported(path, "Split invert=true");
-    s.pattern = pat["Regex"].get<std::string>();
+    s.splits.push_back(pat["Regex"].get<std::string>());
   } else if (type == "Digits") {
-    s.individual_digits = p.value("individual_digits", false);
-    if (!s.individual_digits) unsupported(path, "Digits individual_digits=false");
+    if (!p.value("individual_digits", false)) unsupported(path, "Digits individual_digits=false");
+    s.splits.push_back("\\p{N}");
   } else {
     unsupported(path, "pre-tokenizer '" + type + "'");
   }
@@ -119,7 +119,8 @@ HfBpeTokenizer::HfBpeTokenizer(Spec spec) : spec_(std::move(spec)) {
   model_ = std::make_unique<tok::BpeModel>(spec_.pieces, spec_.merges, o);
   spec_.merges.clear();
   spec_.merges.shrink_to_fit();
-  if (spec_.kind == Kind::ByteLevel && !spec_.pattern.empty()) splitter_ = std::make_unique<tok::RegexSplitter>(spec_.pattern);
+  if (spec_.kind == Kind::ByteLevel)
+    for (const auto& p : spec_.splits) splitters_.push_back(std::make_unique<tok::RegexSplitter>(p));
 }
 
 std::string HfBpeTokenizer::describe() const {
@@ -155,24 +156,11 @@ void HfBpeTokenizer::encode_segment(std::string_view text, bool first, std::vect
     normalized = tok::nfc(text);
     text = normalized;
   }
-  std::vector<std::string_view> words;
-  if (spec_.individual_digits) {  // digits become their own pieces before the regex
-    std::vector<std::string_view> parts;
-    size_t start = 0;
-    for (size_t i = 0; i <= text.size(); ++i)
-      if (i == text.size() || (text[i] >= '0' && text[i] <= '9')) {
-        if (i > start) parts.push_back(text.substr(start, i - start));
-        if (i < text.size()) parts.push_back(text.substr(i, 1));
-        start = i + 1;
-      }
-    for (auto p : parts) {
-      if (splitter_ && !(p.size() == 1 && p[0] >= '0' && p[0] <= '9')) splitter_->split(p, &words);
-      else words.push_back(p);
-    }
-  } else if (splitter_) {
-    splitter_->split(text, &words);
-  } else {
-    words.push_back(text);
+  std::vector<std::string_view> words = {text}, next;
+  for (const auto& sp : splitters_) {
+    next.clear();
+    for (auto w : words) sp->split(w, &next);
+    words.swap(next);
   }
   for (auto w : words) model_->encode_word(bytes_.encode(w), out);
 }
@@ -281,7 +269,7 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tokenizer_json(const std::s
     bool add_bos = s.add_bos;
     apply_config(s, config);
     if (!config.contains("add_bos_token")) s.add_bos = add_bos || s.add_bos;
-    if (spm && s.pattern == tok::kQwen2Pattern) s.pattern.clear();
+    if (spm) s.splits.clear();
     return std::make_unique<HfBpeTokenizer>(std::move(s));
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::InvalidInput, path + ": " + e.what());
@@ -293,7 +281,7 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_vocab_merges(const std::str
                                                                   const nlohmann::json& config) {
   Spec s;
   s.source = "vocab.json + merges.txt";
-  s.pattern = tok::kGpt2Pattern;
+  s.splits = {tok::kGpt2Pattern};
   nlohmann::json v = read_json_file(vocab_json);
   if (!v.is_object()) fail(ErrorKind::InvalidInput, vocab_json + ": not a JSON object");
   for (auto it = v.begin(); it != v.end(); ++it) {
@@ -343,7 +331,7 @@ std::string base64_decode(const std::string& in, const std::string& what) {
 std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tiktoken(const std::string& path, const nlohmann::json& config) {
   Spec s;
   s.source = "tiktoken tokenizer.model";
-  s.pattern = tok::kLlama3Pattern;
+  s.splits = {tok::kLlama3Pattern};
   s.bpe.rank_by_merged_id = true;
   s.bpe.ignore_merges = true;
   tok::ByteLevelMap bl;

@@ -28,8 +28,9 @@ class HfBpeTokenizer : public Tokenizer {
   struct Spec {
     Kind kind = Kind::ByteLevel;
     bool nfc = false;
-    bool individual_digits = false;
-    std::string pattern;  // byte-level pre-tokenizer regex (empty: none)
+    // Byte-level pre-tokenizer: regex splits applied one after the other, each cutting every piece
+    // into matches and gaps (HF Sequence of Split/Digits/ByteLevel, llama.cpp regex lists).
+    std::vector<std::string> splits;
     std::vector<std::string> pieces;  // id -> token string (in the model's alphabet)
     std::vector<std::pair<std::string, std::string>> merges;
     tok::BpeOptions bpe;
@@ -44,6 +45,13 @@ class HfBpeTokenizer : public Tokenizer {
   static std::unique_ptr<HfBpeTokenizer> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt,
                                                            const nlohmann::json& config);
   static std::unique_ptr<HfBpeTokenizer> from_tiktoken(const std::string& path, const nlohmann::json& config);
+  // llama.cpp GGUF vocabulary (tokenizer.ggml.*): "gpt2" BPE with a known pre-tokenizer, "llama" SPM.
+  static std::unique_ptr<HfBpeTokenizer> from_gguf(const std::string& path);
+  // SentencePiece-style BPE from pieces with scores and types (1 normal, 2 unknown, 3 control,
+  // 4 user-defined, 5 unused, 6 byte): merges by descending score of the merged piece.
+  static std::unique_ptr<HfBpeTokenizer> from_scored_pieces(Spec s, const std::vector<float>& scores,
+                                                            const std::vector<int>& types, int32_t unk, int32_t bos,
+                                                            int32_t eos, bool byte_fallback);
   // SentencePiece ModelProto (tokenizer.model of Llama-2, Mistral, TinyLlama): BPE models only.
   static std::unique_ptr<HfBpeTokenizer> from_sentencepiece(const std::string& path, const nlohmann::json& config);
 
@@ -59,7 +67,7 @@ class HfBpeTokenizer : public Tokenizer {
 
   Spec spec_;
   std::unique_ptr<tok::BpeModel> model_;
-  std::unique_ptr<tok::RegexSplitter> splitter_;
+  std::vector<std::unique_ptr<tok::RegexSplitter>> splitters_;
   tok::ByteLevelMap bytes_;
   std::vector<bool> is_special_;
   std::vector<const Added*> added_by_byte_[256];  // added tokens by first byte, longest first

@@ -117,6 +117,14 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_sentencepiece(const std::st
                                      " is not supported (BPE only)");
   if (!dummy_prefix || remove_ws)
     fail(ErrorKind::Unsupported, path + ": normalizer without dummy prefix or with remove_extra_whitespaces");
+  (void)config;
+  return from_scored_pieces(std::move(s), scores, types, int32_t(unk), int32_t(bos), int32_t(eos), byte_fallback);
+}
+
+std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_scored_pieces(Spec s, const std::vector<float>& scores,
+                                                                   const std::vector<int>& types, int32_t unk,
+                                                                   int32_t bos, int32_t eos, bool byte_fallback) {
+  s.kind = Kind::SentencePiece;
   // Merge ranks: normal and user-defined pieces by descending score (ties: lower id first).
   std::vector<int32_t> order(s.pieces.size());
   std::iota(order.begin(), order.end(), 0);
@@ -126,23 +134,20 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_sentencepiece(const std::st
     if (types[size_t(order[k])] == 1 || types[size_t(order[k])] == 4) s.bpe.merged_rank[size_t(order[k])] = int32_t(k);
   s.bpe.rank_by_merged_id = true;
   s.bpe.byte_fallback = byte_fallback;
-  s.bpe.unk_id = int32_t(unk);
+  s.bpe.unk_id = unk;
   s.bpe.fuse_unk = true;
-  for (size_t i = 0; i < types.size(); ++i)
-    if (types[i] == 3 || types[i] == 2) s.added.push_back({s.pieces[i], int32_t(i), true});
+  // User-defined pieces are matched in text; control/unknown pieces only decode (and are skipped).
+  std::vector<int32_t> controls;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == 3 || types[i] == 2) controls.push_back(int32_t(i));
     else if (types[i] == 4) s.added.push_back({s.pieces[i], int32_t(i), false});
-  s.bos = int32_t(bos);
-  s.eos = int32_t(eos);
+  }
+  s.bos = bos;
+  s.eos = eos;
   s.add_bos = bos >= 0;
-  nlohmann::json cfg = config;
-  if (cfg.is_object()) cfg.erase("added_tokens_decoder");
-  // Control tokens are not matched in raw text by SentencePiece; keep them for decoding only.
-  std::vector<Added> controls;
-  for (const auto& a : s.added) controls.push_back(a);
-  s.added.erase(std::remove_if(s.added.begin(), s.added.end(), [](const Added& a) { return a.special; }), s.added.end());
   auto t = std::make_unique<HfBpeTokenizer>(std::move(s));
-  for (const auto& c : controls)
-    if (c.special && size_t(c.id) < t->is_special_.size()) t->is_special_[size_t(c.id)] = true;
+  for (int32_t c : controls)
+    if (size_t(c) < t->is_special_.size()) t->is_special_[size_t(c)] = true;
   return t;
 }
 

@@ -1,0 +1,47 @@
+// GGUF (v2/v3) metadata reader: header, typed key/value pairs (scalars, strings, arrays), tensor
+// infos. Every length and count is checked against the file size before it is used, so a truncated
+// or lying file gives an error naming the file and key, never an out-of-bounds read.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/mapped_file.h"
+
+namespace ar {
+
+enum class GgufType : uint32_t { U8 = 0, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64 };
+
+struct GgufValue {
+  GgufType type = GgufType::U8;
+  GgufType elem = GgufType::U8;  // for arrays
+  double num = 0;                // numeric scalars and bools
+  std::string str;               // strings
+  std::vector<double> nums;      // numeric arrays
+  std::vector<std::string> strs; // string arrays
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<uint64_t> dims;
+  uint32_t type = 0;
+  uint64_t offset = 0;
+};
+
+class GgufFile {
+ public:
+  static GgufFile open(const std::string& path);
+  uint32_t version = 0;
+  std::map<std::string, GgufValue> kv;
+  std::vector<GgufTensorInfo> tensors;
+  const GgufValue* find(const std::string& key) const;
+  // Typed accessors that name the file and key when absent or of the wrong type.
+  const std::vector<std::string>& strings(const std::string& key) const;
+  std::string string(const std::string& key, const std::string& def) const;
+  double number(const std::string& key, double def) const;
+  std::string path;
+};
+
+}  // namespace ar
