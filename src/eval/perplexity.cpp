@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
@@ -30,6 +31,24 @@ PplResult finish(double mean, double var_mean, int64_t count, int64_t windows, i
   r.ppl_stderr = r.ppl * std::sqrt(std::max(0.0, var_mean));
   return r;
 }
+// Cuts tokens into windows of ctx (first token -> BOS) and calls fn(ids, B, done) per batch of B
+// windows; returns the number of windows.
+int64_t for_each_window_batch(const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos, int64_t batch,
+                              const std::function<void(const std::vector<int32_t>&, int64_t, int64_t)>& fn) {
+  if (ctx < 4) fail(ErrorKind::InvalidInput, "--ctx must be at least 4 (got " + std::to_string(ctx) + ")");
+  const int64_t windows = int64_t(tokens.size()) / ctx;
+  if (windows == 0)
+    fail(ErrorKind::InvalidInput, "text has " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +
+                                      std::to_string(ctx));
+  for (int64_t w0 = 0; w0 < windows; w0 += batch) {
+    const int64_t B = std::min(batch, windows - w0);
+    std::vector<int32_t> ids(tokens.begin() + w0 * ctx, tokens.begin() + (w0 + B) * ctx);
+    if (bos >= 0)
+      for (int64_t b = 0; b < B; ++b) ids[size_t(b * ctx)] = bos;
+    fn(ids, B, w0 + B);
+  }
+  return windows;
+}
 }  // namespace
 
 CompareResult compare_models(Transformer& model, Transformer& ref, const std::vector<int32_t>& tokens, int64_t ctx,
@@ -38,22 +57,14 @@ CompareResult compare_models(Transformer& model, Transformer& ref, const std::ve
     fail(ErrorKind::InvalidInput, "reference model has a vocabulary of " + std::to_string(ref.config().vocab_size) +
                                       " tokens, the model " + std::to_string(model.config().vocab_size) +
                                       ": KL divergence needs the same vocabulary");
-  if (ctx < 4) fail(ErrorKind::InvalidInput, "--ctx must be at least 4 (got " + std::to_string(ctx) + ")");
-  const int64_t windows = int64_t(tokens.size()) / ctx;
-  if (windows == 0)
-    fail(ErrorKind::InvalidInput, "text has " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +
-                                      std::to_string(ctx));
   const int64_t V = model.config().vocab_size, first = ctx / 2;
   Context lctx(Device{}, 1);
   Moments m;
   std::vector<double> kls;
   int64_t agree = 0;
   std::vector<float> lp(static_cast<size_t>(V)), lq(static_cast<size_t>(V));
-  for (int64_t w0 = 0; w0 < windows; w0 += batch) {
-    const int64_t B = std::min(batch, windows - w0);
-    std::vector<int32_t> ids(tokens.begin() + w0 * ctx, tokens.begin() + (w0 + B) * ctx);
-    if (bos >= 0)
-      for (int64_t b = 0; b < B; ++b) ids[size_t(b * ctx)] = bos;
+  const int64_t windows = for_each_window_batch(tokens, ctx, bos, batch, [&](const std::vector<int32_t>& ids,
+                                                                            int64_t B, int64_t done) {
     Tensor zq = model.forward_logits(ids.data(), nullptr, B, ctx);
     Tensor zp = ref.forward_logits(ids.data(), nullptr, B, ctx);
     for (int64_t b = 0; b < B; ++b)
@@ -73,8 +84,8 @@ CompareResult compare_models(Transformer& model, Transformer& ref, const std::ve
         const int32_t next = ids[size_t(row + 1)];
         m.add(-double(lq[size_t(next)]), -double(lp[size_t(next)]));
       }
-    if (progress) std::fprintf(stderr, "\rcompare: %lld/%lld windows", (long long)(w0 + B), (long long)windows);
-  }
+    if (progress) std::fprintf(stderr, "\rcompare: %lld windows", (long long)done);
+  });
   if (progress) std::fprintf(stderr, "\n");
   CompareResult r;
   const int64_t n = int64_t(kls.size());
@@ -98,20 +109,12 @@ CompareResult compare_models(Transformer& model, Transformer& ref, const std::ve
 
 PplResult perplexity(Transformer& model, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos, int64_t batch,
                      bool progress) {
-  if (ctx < 4) fail(ErrorKind::InvalidInput, "--ctx must be at least 4 (got " + std::to_string(ctx) + ")");
-  const int64_t windows = int64_t(tokens.size()) / ctx;
-  if (windows == 0)
-    fail(ErrorKind::InvalidInput, "text has " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +
-                                      std::to_string(ctx));
   const int64_t V = model.config().vocab_size, first = ctx / 2;
   Context lctx(Device{}, 1);
   double sum = 0, sum2 = 0;
   int64_t count = 0;
-  for (int64_t w0 = 0; w0 < windows; w0 += batch) {
-    const int64_t B = std::min(batch, windows - w0);
-    std::vector<int32_t> ids(tokens.begin() + w0 * ctx, tokens.begin() + (w0 + B) * ctx);
-    if (bos >= 0)
-      for (int64_t b = 0; b < B; ++b) ids[size_t(b * ctx)] = bos;
+  const int64_t windows = for_each_window_batch(tokens, ctx, bos, batch, [&](const std::vector<int32_t>& ids,
+                                                                            int64_t B, int64_t done) {
     Tensor logits = model.forward_logits(ids.data(), nullptr, B, ctx);
     std::vector<float> logp(static_cast<size_t>(V));
     for (int64_t b = 0; b < B; ++b)
@@ -122,9 +125,9 @@ PplResult perplexity(Transformer& model, const std::vector<int32_t>& tokens, int
         sum2 += nll * nll;
         ++count;
       }
-    if (progress) std::fprintf(stderr, "\rperplexity: %lld/%lld windows, running ppl %.4f", (long long)(w0 + B),
-                               (long long)windows, std::exp(sum / double(count)));
-  }
+    if (progress)
+      std::fprintf(stderr, "\rperplexity: %lld windows, running ppl %.4f", (long long)done, std::exp(sum / double(count)));
+  });
   if (progress) std::fprintf(stderr, "\n");
   PplResult r;
   r.ctx = ctx;

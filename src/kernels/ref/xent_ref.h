@@ -10,15 +10,19 @@
 namespace ar::ref {
 
 template <class T>
+T logsumexp(const T* z, int64_t V) {
+  T mx = z[0];
+  for (int64_t v = 1; v < V; ++v) mx = z[v] > mx ? z[v] : mx;
+  T s = 0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(z[v] - mx);
+  return mx + std::log(s);
+}
+
+template <class T>
 void log_softmax(const T* z, T* logp, int64_t rows, int64_t V) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T* zr = z + r * V;
-    T mx = zr[0];
-    for (int64_t v = 1; v < V; ++v) mx = zr[v] > mx ? zr[v] : mx;
-    T s = 0;
-    for (int64_t v = 0; v < V; ++v) s += std::exp(zr[v] - mx);
-    T lse = mx + std::log(s);
-    for (int64_t v = 0; v < V; ++v) logp[r * V + v] = zr[v] - lse;
+    T lse = logsumexp(z + r * V, V);
+    for (int64_t v = 0; v < V; ++v) logp[r * V + v] = z[r * V + v] - lse;
   }
 }
 
@@ -30,11 +34,7 @@ T cross_entropy(const T* z, const int32_t* targets, T* dz, T dloss, int64_t rows
   T total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const T* zr = z + r * V;
-    T mx = zr[0];
-    for (int64_t v = 1; v < V; ++v) mx = zr[v] > mx ? zr[v] : mx;
-    T s = 0;
-    for (int64_t v = 0; v < V; ++v) s += std::exp(zr[v] - mx);
-    T lse = mx + std::log(s);
+    T lse = logsumexp(zr, V);
     if (targets[r] >= 0) total += lse - zr[targets[r]];
     if (dz)
       for (int64_t v = 0; v < V; ++v)
