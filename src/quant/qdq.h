@@ -1,0 +1,18 @@
+// fp32 fake quantization of a Linear weight on the CPU: the formulas of qdq_ref.h run over row
+// ranges on the context's thread pool (rows are independent, so results equal the serial order).
+#pragma once
+#include "core/context.h"
+#include "quant/qdq_ref.h"
+
+namespace ar::quant {
+
+// Checks bits (2, 3, 4, 8) and group size (-1 or > 0) and returns the effective shape.
+QdqShape make_qdq_shape(int64_t out, int64_t in, int bits, int64_t group_size, bool sym);
+
+void qdq_minmax(Context& ctx, const QdqShape& sh, const float* W, float* wmin0, float* wmax0);
+void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+             const float* wmin0, const float* wmax0, float* What, float* scale, float* zero);
+void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+             const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta);
+
+}  // namespace ar::quant
