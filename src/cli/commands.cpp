@@ -16,6 +16,8 @@
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
 #include "model/tokenizer/tokenizer.h"
+#include "pipeline/quantize.h"
+#include <sstream>
 
 namespace ar::cli {
 
@@ -152,6 +154,61 @@ void register_eval(CLI::App& app) {
       std::printf("perplexity %.4f +/- %.4f over %lld tokens (%lld windows of %lld; %s)\n", r.ppl, r.ppl_stderr,
                   (long long)r.tokens_scored, (long long)r.windows, (long long)r.ctx, conv);
     }
+  };
+}
+
+void register_quantize(CLI::App& app) {
+  auto* sub = app.add_subcommand("quantize", "Quantize an HF model with SignRound (AutoRound's flags; also `autoround --model ...`)");
+  struct Opt {
+    QuantizeOptions q;
+    bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
+    bool disable_opt_rtn = false, quant_lm_head = false;
+    std::string fp_layers, device = "cpu", recipe;
+  };
+  auto o = std::make_shared<Opt>();
+  auto& q = o->q;
+  sub->add_option("--model,--model_name", q.model_dir, "HF model directory")->required();
+  sub->add_option("--output_dir", q.output_dir, "output directory (default ./tmp_autoround)");
+  sub->add_option("--bits", q.fmt.bits, "weight bits: 2, 3, 4, 8");
+  sub->add_option("--group_size", q.fmt.group_size, "group size (-1: per channel)");
+  sub->add_flag("--asym", o->asym, "asymmetric quantization (default: full-range symmetric)");
+  sub->add_option("--iters", q.tune.iters, "SignRound iterations (0: RTN)");
+  sub->add_option("--nsamples", q.calib.nsamples, "calibration samples");
+  sub->add_option("--seqlen", q.calib.seqlen, "tokens per calibration sample");
+  sub->add_option("--batch_size,--bs", q.tune.batch_size, "samples per micro-batch");
+  sub->add_option("--gradient_accumulate_steps", q.tune.gradient_accumulate_steps, "micro-batches per step");
+  sub->add_option("--lr", q.tune.lr, "learning rate of V (default 1/iters)");
+  sub->add_option("--minmax_lr", q.tune.minmax_lr, "learning rate of alpha/beta (default lr)");
+  sub->add_option("--seed", q.tune.seed, "seed for sampling");
+  sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
+  sub->add_option("--format", q.format, "auto_round (default) or fake");
+  sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
+  sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
+  sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");
+  sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
+  sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (the only RTN implemented so far)");
+  sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head (not supported yet)");
+  sub->add_option("--device,--device_map", o->device, "cpu");
+  sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
+  sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
+  sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
+  registry().runners[sub] = [o] {
+    auto& qo = o->q;
+    if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
+    if (o->quant_lm_head) fail(ErrorKind::Unsupported, "--quant_lm_head is not supported yet");
+    if (Device::parse(o->device).kind != DeviceKind::CPU)
+      fail(ErrorKind::Unsupported, "--device " + o->device + ": this build has the CPU backend only");
+    qo.fmt.sym = !o->asym;
+    qo.tune.use_best_mse = !o->not_use_best;
+    qo.tune.enable_minmax_tuning = !o->disable_minmax;
+    qo.quanted_input = !o->disable_quanted_input;
+    qo.calib.seed = qo.tune.seed;
+    std::stringstream ss(o->fp_layers);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) qo.fp_layers.push_back(item);
+    QuantizeReport r = quantize_model(qo);
+    std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
+                 r.peak_rss_mb, qo.output_dir.c_str());
   };
 }
 

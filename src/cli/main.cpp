@@ -1,6 +1,9 @@
 // autoround CLI entry: subcommand table, error-to-exit-code mapping. The only place that exits.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -12,8 +15,13 @@ int main(int argc, char** argv) {
   ar::cli::register_convert(app);
   ar::cli::register_generate(app);
   ar::cli::register_eval(app);
+  ar::cli::register_quantize(app);
+  // auto-round style: `autoround --model DIR ...` (no subcommand) means `autoround quantize ...`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0].rfind("--", 0) == 0 && args[0] != "--help") args.insert(args.begin(), "quantize");
+  std::reverse(args.begin(), args.end());
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -16,6 +16,16 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// quantization_config of a directory written by a quantizer (ours or AutoRound/GPTQ); the loader
+// dequantizes such weights to fp32 on load.
+struct QuantConfig {
+  bool present = false;
+  int bits = 16;
+  int64_t group_size = -1;
+  bool sym = true;
+  bool zero_minus_one = true;  // auto_round:auto_gptq and gptq store zp - 1; "auto_round" stores zp
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
@@ -26,6 +36,7 @@ struct ModelConfig {
   bool qkv_bias = false, o_bias = false, qk_norm = false;
   int64_t sliding_window = 0;  // 0 = none; sequences longer than this are refused
   int64_t bos_token_id = -1, eos_token_id = -1;
+  QuantConfig quant;
 
   BlockDims block_dims() const;
 };

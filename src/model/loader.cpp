@@ -2,7 +2,10 @@
 
 #include "core/error.h"
 #include "io/json_file.h"
+#include "io/gptq_pack.h"
 #include "io/mapped_file.h"
+
+#include <cstring>
 
 namespace ar {
 
@@ -65,7 +68,56 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   return m;
 }
 
+// Packed GPTQ-layout Linear (qweight/qzeros/scales) -> fp32 [out, in].
+static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
+  const QuantConfig& q = m.config().quant;
+  const int64_t out = expect[0], in = expect[1], bits = q.bits, per = 32 / bits;
+  const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
+  Tensor qw = m.load_raw(prefix + ".qweight", {in / per, out}, DType::I32, ctx);
+  Tensor qz = m.load_raw(prefix + ".qzeros", {groups, (out + per - 1) / per}, DType::I32, ctx);
+  Tensor sc = m.load(prefix + ".scales", {groups, out}, ctx);
+  Tensor w = Tensor::empty({out, in}, DType::F32, ctx);
+  const int32_t* qwp = qw.data<int32_t>();
+  const int32_t* qzp = qz.data<int32_t>();
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t gi = i / g;
+      const float z = float(gptq_zero(qzp, out, int(bits), gi, o)) + (q.zero_minus_one ? 1.f : 0.f);
+      w.f32()[o * in + i] = sc.f32()[gi * out + o] * (float(gptq_code(qwp, out, int(bits), i, o)) - z);
+    }
+  return w;
+}
+
+const StTensorInfo& HfModel::raw_info(const std::string& name, const uint8_t** bytes) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
+  const auto& shard = *shards_[it->second];
+  const StTensorInfo* info = shard.find(name);
+  *bytes = shard.bytes(*info);
+  return *info;
+}
+
+Tensor HfModel::load_raw(const std::string& name, const Shape& expect, DType dtype, Context& ctx) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
+  const auto& shard = *shards_[it->second];
+  const StTensorInfo* info = shard.find(name);
+  if (info->shape != expect || info->dtype != dtype)
+    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + name + "' is " + dtype_safetensors_name(info->dtype) +
+                                      " " + shape_str(info->shape) + ", expected " + dtype_safetensors_name(dtype) + " " +
+                                      shape_str(expect));
+  Tensor t = Tensor::empty(expect, dtype, ctx);
+  std::memcpy(t.raw(), shard.bytes(*info), t.nbytes());
+  return t;
+}
+
 Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx) const {
+  const std::string suffix = ".weight";
+  if (cfg_.quant.present && expect.size() == 2 && !has(name) && name.size() > suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string prefix = name.substr(0, name.size() - suffix.size());
+    if (has(prefix + ".qweight")) return dequantize_gptq(*this, prefix, expect, ctx);
+  }
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
   const auto& shard = *shards_[it->second];

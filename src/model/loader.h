@@ -30,7 +30,13 @@ class HfModel {
   const ModelConfig& config() const { return cfg_; }
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   // fp32 copy of a tensor; `expect` (if non-empty) must equal its shape.
+  // Packed Linears (quantization_config present, "<prefix>.qweight" instead of ".weight") are
+  // dequantized to fp32 here, so everything above the loader sees plain weights.
   Tensor load(const std::string& name, const Shape& expect, Context& ctx) const;
+  // The stored bytes of a tensor (any dtype), for copying it unchanged into an output.
+  const StTensorInfo& raw_info(const std::string& name, const uint8_t** bytes) const;
+  // A tensor copied as is (dtype and shape must match).
+  Tensor load_raw(const std::string& name, const Shape& expect, DType dtype, Context& ctx) const;
   BlockWeights load_block(int64_t layer, Context& ctx) const;
   Tensor load_embeddings(Context& ctx) const;  // [vocab, hidden]
   Tensor load_final_norm(Context& ctx) const;  // [hidden]

@@ -60,7 +60,7 @@ void sign_step(Context& ctx, Tensor& p, const Tensor& g, float lr) {
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                     TuneHooks* hooks) {
+                                     TuneHooks* hooks, const std::function<bool(const std::string&)>& quantize_layer) {
   const int64_t n = x_in.dim(0), T = aux.T, C = dims.C;
   if (x_in.numel() != n * T * C || y_fp.numel() != x_in.numel() || int64_t(loss_mask.size()) != n * T)
     fail(ErrorKind::Internal, "signround_tune_block: inconsistent input shapes");
@@ -71,7 +71,18 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   const double minmax_lr = opt.minmax_lr > 0 ? opt.minmax_lr : lr;
 
   BlockTuneResult res;
+  BlockPtrs<const float*> wp = w.ptrs();
+  const float** all_slots[] = {&wp.wq, &wp.wk, &wp.wv, &wp.wo, &wp.wg, &wp.wu, &wp.wd};
+  std::vector<const float**> slots;
+  BlockPtrs<float*> gp;
+  float** all_gslots[] = {&gp.wq, &gp.wk, &gp.wv, &gp.wo, &gp.wg, &gp.wu, &gp.wd};
+  std::vector<float**> gslots;
+  size_t li = 0;
   for (auto& [name, t] : block_linears(w)) {
+    const size_t slot = li++;
+    if (quantize_layer && !quantize_layer(name)) continue;
+    slots.push_back(all_slots[slot]);
+    gslots.push_back(all_gslots[slot]);
     TunedLinear L;
     L.name = name;
     L.weight = t;
@@ -108,12 +119,8 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
               What[l].f32(), L.scale.f32(), L.zero.f32());
     }
   };
-  // Block pointers using the QDQ weights; gradients land in dWhat.
-  BlockPtrs<const float*> wp = w.ptrs();
-  const float** slots[] = {&wp.wq, &wp.wk, &wp.wv, &wp.wo, &wp.wg, &wp.wu, &wp.wd};
+  // Block pointers using the QDQ weights; gradients land in dWhat (FP layers get no gradient).
   for (size_t l = 0; l < nl; ++l) *slots[l] = What[l].f32();
-  BlockPtrs<float*> gp;
-  float** gslots[] = {&gp.wq, &gp.wk, &gp.wv, &gp.wo, &gp.wg, &gp.wu, &gp.wd};
   for (size_t l = 0; l < nl; ++l) *gslots[l] = dWhat[l].f32();
 
   cpu::CpuOps ops{ctx};

@@ -12,6 +12,7 @@
 // teardown); the serial run uses no-ops.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,11 +63,14 @@ struct BlockTuneResult {
 };
 
 // x_in, y_fp: [n, T, C] fp32; loss_mask: [n * T] (1 = token counts in the loss).
+// quantize_layer(short name) selects the Linears to quantize (default: all seven); the others keep
+// their FP weights and take part in the block forward unchanged.
 // aux.B/aux.T describe one sample (B is overwritten per micro-batch); positions/rope cover T.
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                     TuneHooks* hooks = nullptr);
+                                     TuneHooks* hooks = nullptr,
+                                     const std::function<bool(const std::string&)>& quantize_layer = {});
 
 // The Linears of a block that AutoRound quantizes, with their HF short names.
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w);

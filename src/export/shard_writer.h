@@ -1,0 +1,43 @@
+// Streams tensors into safetensors shards of at most `max_shard_bytes`, holding no tensor data in
+// memory: data goes to a temporary file as it arrives; closing a shard writes header + data into the
+// final file. The index (model.safetensors.index.json) is written when there is more than one shard.
+#pragma once
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ar {
+
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, uint64_t max_shard_bytes);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+  void add(const std::string& name, const Tensor& t);
+  void add_raw(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t bytes);
+  // Closes the last shard, renames shards to model-0000i-of-0000n.safetensors (or model.safetensors)
+  // and writes the index. Returns the total bytes of tensor data.
+  uint64_t finish();
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin, end;
+  };
+  void close_shard();
+  std::string dir_;
+  uint64_t max_bytes_, total_ = 0;
+  std::FILE* data_ = nullptr;
+  std::string data_path_;
+  std::vector<Entry> entries_;
+  uint64_t offset_ = 0;
+  std::vector<std::vector<Entry>> closed_;  // entries per finished shard (temporary names shard_i)
+};
+
+}  // namespace ar

@@ -1,0 +1,22 @@
+// GPTQ-layout packing of integer codes (autoround-spec.md §8), used by auto_round and auto_gptq:
+//   qweight int32 [in*b/32, out]: word r of column o holds input rows r*(32/b) .. +32/b-1, row k at
+//           bit offset b*k, LSB first (b in {2, 4, 8});
+//   qzeros  int32 [groups, out*b/32]: zero points packed along out, LSB first (auto_round:auto_gptq
+//           stores zp - 1);
+//   scales  fp16 [groups, out].
+// Codes u are unsigned: u = q + 2^(b-1) for symmetric, q for asymmetric.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace ar {
+
+// codes [out, in] (row-major, one code per weight) -> qweight [in*b/32, out].
+std::vector<int32_t> gptq_pack_qweight(const std::vector<uint8_t>& codes, int64_t out, int64_t in, int bits);
+// zeros [groups, out] -> qzeros [groups, out*b/32].
+std::vector<int32_t> gptq_pack_qzeros(const std::vector<int32_t>& zeros, int64_t groups, int64_t out, int bits);
+// Inverses (the loader dequantizes with these).
+uint32_t gptq_code(const int32_t* qweight, int64_t out, int bits, int64_t i, int64_t o);
+uint32_t gptq_zero(const int32_t* qzeros, int64_t out, int bits, int64_t g, int64_t o);
+
+}  // namespace ar

@@ -1,0 +1,235 @@
+#include "pipeline/quantize.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "export/shard_writer.h"
+#include "io/atomic_file.h"
+#include "io/gptq_pack.h"
+#include "io/json_file.h"
+#include "io/mapped_file.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/loader.h"
+#include "model/rope_table.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace ar {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
+
+void copy_raw(const HfModel& m, ShardWriter& w, const std::string& name) {
+  const uint8_t* bytes = nullptr;
+  const StTensorInfo& info = m.raw_info(name, &bytes);
+  w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
+}
+
+// Runs the block over all n samples in micro-batches (activations bounded by the batch).
+void block_forward_all(Context& ctx, const BlockDims& dims, const BlockPtrs<const float*>& w, BlockAux<float> aux,
+                       const Tensor& x, Tensor& y, int64_t n, int64_t bs) {
+  cpu::CpuOps ops{ctx};
+  BlockRunner<cpu::CpuOps> run(ops, dims);
+  const int64_t per = aux.T * dims.C;
+  for (int64_t s0 = 0; s0 < n; s0 += bs) {
+    aux.B = std::min(bs, n - s0);
+    BlockRunner<cpu::CpuOps>::Cache c;
+    run.forward(w, aux, x.f32() + s0 * per, y.f32() + s0 * per, c);
+  }
+}
+
+void check_finite(const Tensor& t, const std::string& what) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t.f32()[i])) fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
+}
+
+// Packs one tuned Linear in the GPTQ layout: qweight, qzeros, scales (fp16, [groups, out]).
+void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym) {
+  const auto& sh = L.shape;
+  const int64_t out = sh.out, in = sh.in, ng = sh.groups(), bits = sh.bits;
+  if (bits == 3) fail(ErrorKind::Unsupported, prefix + ": 3-bit packing is not implemented yet; use --format fake");
+  const int m = 1 << (bits - 1);
+  std::vector<uint8_t> codes(size_t(out * in));
+  std::vector<int32_t> zeros(size_t(ng * out));
+  Tensor scales = Tensor::empty({ng, out}, DType::F16, ctx);
+  const float* W = L.weight->f32();  // the QDQ weight: exactly scale * (code - zero)
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t g = 0; g < ng; ++g) {
+      const float s = L.scale.f32()[o * ng + g];
+      const int32_t z = sym ? m : int32_t(L.zero.f32()[o * ng + g]);
+      zeros[size_t(g * out + o)] = sym ? m - 1 : z;  // auto_round:auto_gptq stores zp - 1
+      scales.data<uint16_t>()[g * out + o] = f32_to_f16(s);
+      for (int64_t i = g * sh.group; i < std::min(in, (g + 1) * sh.group); ++i) {
+        const int32_t u = int32_t(std::lrint(W[o * in + i] / s)) + z;
+        if (u < 0 || u >= (1 << bits)) fail(ErrorKind::Internal, prefix + ": code out of range");
+        codes[size_t(o * in + i)] = uint8_t(u);
+      }
+    }
+  auto qw = gptq_pack_qweight(codes, out, in, int(bits));
+  auto qz = gptq_pack_qzeros(zeros, ng, out, int(bits));
+  const int64_t per = 32 / bits;
+  w.add_raw(prefix + ".qweight", DType::I32, {in / per, out}, qw.data(), qw.size() * 4);
+  w.add_raw(prefix + ".qzeros", DType::I32, {ng, (out + per - 1) / per}, qz.data(), qz.size() * 4);
+  w.add(prefix + ".scales", scales);
+}
+}  // namespace
+
+QuantizeReport quantize_model(const QuantizeOptions& opt) {
+  const auto t_start = Clock::now();
+  if (opt.format != "auto_round" && opt.format != "fake")
+    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, fake)");
+  quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
+  auto model = HfModel::open(opt.model_dir);
+  const ModelConfig& cfg = model->config();
+  if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
+  auto tok = load_tokenizer(opt.model_dir);
+  QuantizeReport rep;
+  quant::CalibData calib = quant::build_calibration(*tok, opt.calib);
+  for (const auto& n : calib.notes) {
+    log_info(n);
+    rep.notes.push_back(n);
+  }
+  rep.nsamples = calib.n;
+  rep.seqlen = calib.seqlen;
+  const int64_t n = calib.n, T = calib.seqlen, C = cfg.hidden_size;
+  if (T > cfg.max_position_embeddings)
+    fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
+                                      std::to_string(cfg.max_position_embeddings));
+  Context ctx(Device{}, opt.threads);
+  AtomicDir out(opt.output_dir, opt.overwrite);
+  ShardWriter writer(out.tmp(), kShardBytes);
+
+  Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
+  Tensor x_q, tmp;
+  {
+    Tensor emb = model->load_embeddings(ctx);
+    cpu::embedding_fwd(ctx, emb.f32(), calib.ids.data(), x_fp.f32(), n * T, C);
+  }
+  copy_raw(*model, writer, "model.embed_tokens.weight");
+  RopeTable rope = make_rope_table(cfg, T);
+  std::vector<int32_t> pos(static_cast<size_t>(n * T));
+  for (int64_t i = 0; i < n * T; ++i) pos[size_t(i)] = int32_t(i % T);
+  BlockAux<float> aux{1, T, pos.data(), rope.cos.data(), rope.sin.data(), nullptr};
+  std::vector<uint8_t> loss_mask(size_t(n * T), 1);
+  for (int64_t s = 0; s < n; ++s) loss_mask[size_t(s * T + T - 1)] = 0;  // the last position never counts
+  const BlockDims dims = cfg.block_dims();
+  const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+
+  for (int64_t b = 0; b < cfg.num_layers; ++b) {
+    const auto t0 = Clock::now();
+    const std::string prefix = HfModel::layer_prefix(b);
+    BlockWeights w = model->load_block(b, ctx);
+    block_forward_all(ctx, dims, w.ptrs(), aux, x_fp, y_fp, n, bs);
+    check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
+    BlockReport br;
+    br.index = b;
+    auto quantize_layer = [&](const std::string& short_name) {
+      const std::string full = prefix + short_name;
+      for (auto& [nm, t] : quant::block_linears(w))
+        if (nm == short_name && (t->dim(0) % 32 || t->dim(1) % 32)) {
+          br.kept_fp.push_back(full + " (shape " + shape_str(t->shape()) + " not a multiple of 32)");
+          return false;
+        }
+      for (const auto& f : opt.fp_layers)
+        if (!f.empty() && full.find(f) != std::string::npos) {
+          br.kept_fp.push_back(full + " (--fp_layers " + f + ")");
+          return false;
+        }
+      br.quantized.push_back(full);
+      return true;
+    };
+    const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
+    quant::BlockTuneResult tr = quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask,
+                                                            opt.tune, nullptr, quantize_layer);
+    br.loss_first = tr.loss_first;
+    br.loss_best = tr.loss_best;
+    br.best_iter = tr.best_iter;
+    if (opt.quanted_input) {
+      if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
+      tmp = x_in.clone(ctx);
+      block_forward_all(ctx, dims, w.ptrs(), aux, tmp, x_q, n, bs);
+      check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
+    }
+    std::swap(x_fp, y_fp);
+    // Stream the block: packed (or fake-QDQ) tuned Linears, everything else unchanged.
+    std::set<std::string> done;
+    for (const auto& L : tr.layers) {
+      const std::string p = prefix + L.name;
+      done.insert(p + ".weight");
+      if (opt.format == "fake") {
+        writer.add(p + ".weight", L.weight->to(DType::F16, ctx));
+      } else {
+        pack_linear(ctx, writer, p, L, opt.fmt.sym);
+      }
+    }
+    for (const auto& k : br.kept_fp) {
+      std::string name = k.substr(0, k.find(' '));
+      extra[name] = {{"bits", 16}, {"data_type", "float"}};
+    }
+    for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+                          "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                          "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
+                          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+      const std::string name = prefix + t;
+      if (!done.count(name) && model->has(name)) copy_raw(*model, writer, name);
+    }
+    br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    br.peak_rss_mb = peak_rss_mb();
+    char line[256];
+    std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
+                  (long long)(b + 1), (long long)cfg.num_layers, br.loss_first, br.loss_best, br.best_iter,
+                  br.seconds, br.peak_rss_mb);
+    log_info(line);
+    rep.blocks.push_back(std::move(br));
+  }
+  copy_raw(*model, writer, "model.norm.weight");
+  if (model->has("lm_head.weight")) copy_raw(*model, writer, "lm_head.weight");
+  writer.finish();
+
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
+  nlohmann::ordered_json q;
+  q["quant_method"] = "auto-round";
+  q["packing_format"] = opt.format == "fake" ? "auto_round:fake" : opt.fmt.sym ? "auto_round:auto_gptq" : "auto_round";
+  q["bits"] = opt.fmt.bits;
+  q["group_size"] = opt.fmt.group_size;
+  q["sym"] = opt.fmt.sym;
+  q["data_type"] = "int";
+  q["autoround_version"] = "autoround.cpp-0.1.0";
+  q["block_name_to_quantize"] = "model.layers";
+  if (opt.tune.iters != 200) q["iters"] = opt.tune.iters;
+  if (opt.calib.nsamples != 128) q["nsamples"] = opt.calib.nsamples;
+  if (opt.calib.seqlen != 2048) q["seqlen"] = opt.calib.seqlen;
+  if (!extra.empty()) q["extra_config"] = extra;
+  config["quantization_config"] = q;
+  write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
+  write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
+    if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
+  out.commit();
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  rep.peak_rss_mb = peak_rss_mb();
+  if (!opt.report_path.empty()) {
+    nlohmann::ordered_json r;
+    r["nsamples"] = rep.nsamples;
+    r["seqlen"] = rep.seqlen;
+    r["seconds"] = rep.seconds;
+    r["peak_rss_mb"] = rep.peak_rss_mb;
+    r["notes"] = rep.notes;
+    for (const auto& b : rep.blocks)
+      r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
+                             {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"peak_rss_mb", b.peak_rss_mb},
+                             {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
+    write_file_atomic(opt.report_path, r.dump(2) + "\n");
+  }
+  return rep;
+}
+
+}  // namespace ar

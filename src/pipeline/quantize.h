@@ -1,0 +1,46 @@
+// The quantization run, block by block (autoround-spec.md §1.5):
+//   calibration tokens -> embeddings = x_fp for block 0 (cached once)
+//   for each block: load (mmap -> fp32) ; y_fp = Block_fp(x_fp) ; tune on x_in = x_q (or x_fp) ;
+//                   x_q = Block_q(x_in) ; x_fp = y_fp ; pack and stream the block to the output
+//   non-block tensors copied unchanged; config.json + quantization_config; tokenizer files copied;
+//   the output directory appears atomically when everything is written.
+// Layer rules (AutoRound's): Linears whose out or in is not a multiple of 32 stay in 16 bit (listed
+// in extra_config); --fp_layers substrings stay in 16 bit; lm_head is not quantized.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "quant/calib.h"
+#include "quant/signround.h"
+
+namespace ar {
+
+struct QuantizeOptions {
+  std::string model_dir, output_dir, format = "auto_round";  // auto_round | fake
+  quant::QuantFormat fmt;
+  quant::SignRoundOptions tune;
+  quant::CalibOptions calib;
+  bool quanted_input = true;
+  std::vector<std::string> fp_layers;
+  bool overwrite = false;
+  int threads = 0;
+  std::string report_path;  // optional JSON report
+};
+
+struct BlockReport {
+  int64_t index = 0;
+  double loss_first = 0, loss_best = 0, seconds = 0, peak_rss_mb = 0;
+  int best_iter = -1;
+  std::vector<std::string> quantized, kept_fp;
+};
+
+struct QuantizeReport {
+  std::vector<BlockReport> blocks;
+  std::vector<std::string> notes;
+  int64_t nsamples = 0, seqlen = 0;
+  double seconds = 0, peak_rss_mb = 0;
+};
+
+QuantizeReport quantize_model(const QuantizeOptions& opt);
+
+}  // namespace ar

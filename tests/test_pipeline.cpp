@@ -1,0 +1,130 @@
+// End-to-end quantization: synthetic model -> auto_round export -> loader dequantizes exactly to the
+// QDQ weights; runs are byte-identical for the same seed; bad options leave no output behind; on the
+// real stories260K, SignRound beats RTN on KL divergence against the FP model.
+#include <filesystem>
+
+#include "core/error.h"
+#include "eval/perplexity.h"
+#include "io/mapped_file.h"
+#include "model/convert_llama2c.h"
+#include "model/loader.h"
+#include "model/synthetic.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/transformer.h"
+#include "pipeline/quantize.h"
+#include "quant/qdq.h"
+#include "test_util.h"
+
+using namespace ar;
+namespace fs = std::filesystem;
+
+namespace {
+std::string tmpdir(const std::string& n) {
+  std::string d = (fs::temp_directory_path() / ("ar_test_pipe_" + n + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(d);
+  return d;
+}
+QuantizeOptions small_opts(const std::string& model, const std::string& out, int iters) {
+  QuantizeOptions o;
+  o.model_dir = model;
+  o.output_dir = out;
+  o.fmt = {4, 32, true};
+  o.tune.iters = iters;
+  o.calib.nsamples = 8;
+  o.calib.seqlen = 64;
+  o.threads = 2;
+  return o;
+}
+}  // namespace
+
+TEST(Pipeline, RtnExportDequantizesExactlyToQdqWeights) {
+  std::string m = tmpdir("m"), q = tmpdir("q");
+  write_synthetic_model(m, tiny_llama_config(2), 3);
+  quantize_model(small_opts(m, q, 0));
+  EXPECT_TRUE(file_exists(q + "/tokenizer.bin"));
+  auto src = HfModel::open(m), dst = HfModel::open(q);
+  EXPECT_TRUE(dst->config().quant.present);
+  Context ctx(Device{}, 2);
+  for (int64_t l = 0; l < 2; ++l) {
+    BlockWeights a = src->load_block(l, ctx), b = dst->load_block(l, ctx);
+    for (auto [wa, wb] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wd, &b.wd}, std::pair{&a.wg, &b.wg}}) {
+      auto sh = quant::make_qdq_shape(wa->dim(0), wa->dim(1), 4, 32, true);
+      std::vector<float> lo(size_t(sh.out * sh.groups())), hi(lo.size()), ref(size_t(wa->numel()));
+      quant::qdq_minmax(ctx, sh, wa->f32(), lo.data(), hi.data());
+      quant::qdq_fwd(ctx, sh, wa->f32(), nullptr, nullptr, nullptr, lo.data(), hi.data(), ref.data(), nullptr, nullptr);
+      for (int64_t i = 0; i < wa->numel(); ++i) ASSERT_EQ(wb->f32()[i], ref[size_t(i)]) << "layer " << l << " i " << i;
+    }
+    for (int64_t i = 0; i < a.ln1.numel(); ++i) ASSERT_EQ(a.ln1.f32()[i], b.ln1.f32()[i]);
+  }
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
+TEST(Pipeline, SameSeedGivesByteIdenticalOutput) {
+  std::string m = tmpdir("dm"), a = tmpdir("da"), b = tmpdir("db");
+  write_synthetic_model(m, tiny_llama_config(2), 4);
+  quantize_model(small_opts(m, a, 5));
+  quantize_model(small_opts(m, b, 5));
+  EXPECT_EQ(read_text_file(a + "/model.safetensors"), read_text_file(b + "/model.safetensors"));
+  EXPECT_EQ(read_text_file(a + "/config.json"), read_text_file(b + "/config.json"));
+  fs::remove_all(m);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(Pipeline, BadOptionsLeaveNoOutput) {
+  std::string m = tmpdir("bm"), q = tmpdir("bq");
+  write_synthetic_model(m, tiny_llama_config(1), 5);
+  auto o = small_opts(m, q, 0);
+  o.fmt.bits = 5;
+  EXPECT_THROW(quantize_model(o), Error);
+  o.fmt.bits = 3;  // tuned fine, but 3-bit GPTQ packing is not implemented: fails before commit
+  EXPECT_THROW(quantize_model(o), Error);
+  EXPECT_FALSE(fs::exists(q));
+  o = small_opts(m, q, 0);
+  o.calib.seqlen = 100000;  // longer than the built-in corpus / max positions
+  EXPECT_THROW(quantize_model(o), Error);
+  o = small_opts(m, q, 0);
+  quantize_model(o);
+  EXPECT_THROW(quantize_model(o), Error);  // exists, no --overwrite
+  o.overwrite = true;
+  quantize_model(o);
+  for (const auto& e : fs::directory_iterator(fs::path(q).parent_path()))
+    EXPECT_EQ(e.path().string().find(q + ".tmp"), std::string::npos) << "leftover " << e.path();
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
+TEST(Pipeline, Stories260kSignRoundBeatsRtnOnKl) {
+  AR_REQUIRE_FIXTURES(fx);
+  std::string conv = tmpdir("s260"), rtn = tmpdir("rtn"), sr = tmpdir("sr");
+  ConvertOptions c;
+  c.checkpoint = fx + "/stories260K/stories260K.bin";
+  c.tokenizer = fx + "/stories260K/tok512.bin";
+  c.out_dir = conv;
+  convert_llama2c(c);
+  auto o = small_opts(conv, rtn, 0);
+  o.calib.nsamples = 16;
+  o.calib.seqlen = 128;
+  quantize_model(o);
+  o.output_dir = sr;
+  o.tune.iters = 50;
+  QuantizeReport r = quantize_model(o);
+  ASSERT_EQ(r.blocks.size(), 5u);
+  // AutoRound's shape rule: gate/up (172 x 64) and down (64 x 172) are not multiples of 32.
+  EXPECT_EQ(r.blocks[0].quantized.size(), 4u);
+  EXPECT_EQ(r.blocks[0].kept_fp.size(), 3u);
+  auto tok = load_tokenizer(conv);
+  std::string text = read_text_file(fx + "/text/tinystories/tinystories_sample.txt").substr(300000, 60000);
+  auto ids = tok->encode(text);
+  auto fp = HfModel::open(conv), mr = HfModel::open(rtn), ms = HfModel::open(sr);
+  Context ctx(Device{}, 2);
+  Transformer tf(*fp, ctx, true), tr(*mr, ctx, true), ts(*ms, ctx, true);
+  CompareResult kr = compare_models(tr, tf, ids, 256, tok->bos()), ks = compare_models(ts, tf, ids, 256, tok->bos());
+  std::printf("stories260K W4G32: KL RTN %.5f, SignRound %.5f; top-1 %.4f vs %.4f\n", kr.kl_mean, ks.kl_mean,
+              kr.top1_agreement, ks.top1_agreement);
+  EXPECT_LT(ks.kl_mean, kr.kl_mean);
+  fs::remove_all(conv);
+  fs::remove_all(rtn);
+  fs::remove_all(sr);
+}
