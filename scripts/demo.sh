@@ -18,6 +18,14 @@ if [[ -f "$FX/stories260K/stories260K.bin" ]]; then
   echo "== perplexity on the first 200 kB of TinyStories"
   head -c 200000 "$FX/text/tinystories/tinystories_sample.txt" > "$OUT/tinystories_200k.txt"
   "$AR" eval --model "$OUT/stories260K" --text "$OUT/tinystories_200k.txt" --ctx 256
+  echo "== quantize W4G32 with RTN and with SignRound (built-in calibration corpus), KL vs the FP model"
+  for iters in 0 100; do
+    "$AR" --model "$OUT/stories260K" --bits 4 --group_size 32 --iters $iters --nsamples 16 --seqlen 128 \
+      --output_dir "$OUT/w4g32_iters$iters" --overwrite 2>/dev/null
+    if [[ $iters == 0 ]]; then echo "-- RTN:"; else echo "-- SignRound, $iters iterations:"; fi
+    "$AR" eval --model "$OUT/w4g32_iters$iters" --ref-model "$OUT/stories260K" --text "$OUT/tinystories_200k.txt" \
+      --ctx 256
+  done
 else
   echo "fixtures not found at $FX: using a random-weight model (output text is noise by construction)"
   "$ROOT/$BUILD/bench/stream_bench" --write "$OUT/random" --layers 2 --hidden 256 --inter 512 --vocab 300 >/dev/null
