@@ -6,6 +6,9 @@
 #include "core/error.h"
 #include "eval/perplexity.h"
 #include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include <cmath>
+#include <cstdio>
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
@@ -70,6 +73,32 @@ TEST(Pipeline, SameSeedGivesByteIdenticalOutput) {
   fs::remove_all(m);
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+TEST(Pipeline, NonFiniteWeightIsNamed) {
+  std::string m = tmpdir("nan"), q = tmpdir("nanq");
+  write_synthetic_model(m, tiny_llama_config(2), 6);
+  {  // poison one weight of block 1 in place
+    std::string path = m + "/model.safetensors";
+    auto f = SafetensorsFile::open(path);
+    const StTensorInfo* t = f->find("model.layers.1.mlp.up_proj.weight");
+    ASSERT_NE(t, nullptr);
+    size_t off = f->header().data_start + t->begin + 40;
+    f.reset();
+    std::FILE* fp = std::fopen(path.c_str(), "r+b");
+    std::fseek(fp, long(off), SEEK_SET);
+    float nan = std::nanf("");
+    std::fwrite(&nan, 4, 1, fp);
+    std::fclose(fp);
+  }
+  try {
+    quantize_model(small_opts(m, q, 0));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.up_proj.weight: non-finite value"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(q));
+  fs::remove_all(m);
 }
 
 TEST(Pipeline, BadOptionsLeaveNoOutput) {

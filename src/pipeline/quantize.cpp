@@ -43,6 +43,7 @@ void block_forward_all(Context& ctx, const BlockDims& dims, const BlockPtrs<cons
   }
 }
 
+// NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
 void check_finite(const Tensor& t, const std::string& what) {
   for (int64_t i = 0; i < t.numel(); ++i)
     if (!std::isfinite(t.f32()[i])) fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
@@ -125,6 +126,10 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     const auto t0 = Clock::now();
     const std::string prefix = HfModel::layer_prefix(b);
     BlockWeights w = model->load_block(b, ctx);
+    for (auto& [nm, t] : quant::block_linears(w)) check_finite(*t, prefix + nm + ".weight");
+    check_finite(w.ln1, prefix + "input_layernorm.weight");
+    check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
+    const auto t_fp = Clock::now();
     block_forward_all(ctx, dims, w.ptrs(), aux, x_fp, y_fp, n, bs);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
@@ -145,8 +150,12 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       return true;
     };
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
+    const auto t_tune = Clock::now();
+    br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::BlockTuneResult tr = quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask,
                                                             opt.tune, nullptr, quantize_layer);
+    const auto t_q = Clock::now();
+    br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
     br.loss_first = tr.loss_first;
     br.loss_best = tr.loss_best;
     br.best_iter = tr.best_iter;
@@ -157,6 +166,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
     }
     std::swap(x_fp, y_fp);
+    const auto t_pack = Clock::now();
+    br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
     // Stream the block: packed (or fake-QDQ) tuned Linears, everything else unchanged.
     std::set<std::string> done;
     for (const auto& L : tr.layers) {
@@ -180,6 +191,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       const std::string name = prefix + t;
       if (!done.count(name) && model->has(name)) copy_raw(*model, writer, name);
     }
+    br.phase_seconds["pack_write"] = std::chrono::duration<double>(Clock::now() - t_pack).count();
     br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     br.peak_rss_mb = peak_rss_mb();
     char line[256];
@@ -225,7 +237,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     r["notes"] = rep.notes;
     for (const auto& b : rep.blocks)
       r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
-                             {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"peak_rss_mb", b.peak_rss_mb},
+                             {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"phase_seconds", b.phase_seconds},
+                             {"peak_rss_mb", b.peak_rss_mb},
                              {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
     write_file_atomic(opt.report_path, r.dump(2) + "\n");
   }

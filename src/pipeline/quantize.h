@@ -7,6 +7,7 @@
 // Layer rules (AutoRound's): Linears whose out or in is not a multiple of 32 stay in 16 bit (listed
 // in extra_config); --fp_layers substrings stay in 16 bit; lm_head is not quantized.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct BlockReport {
   double loss_first = 0, loss_best = 0, seconds = 0, peak_rss_mb = 0;
   int best_iter = -1;
   std::vector<std::string> quantized, kept_fp;
+  std::map<std::string, double> phase_seconds;  // fp_forward, tune, q_forward, pack_write
 };
 
 struct QuantizeReport {
