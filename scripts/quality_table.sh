@@ -17,9 +17,13 @@ echo "| format | method | KL mean | KL p99 | top-1 | ppl (fp $FP_PPL) |"
 echo "|---|---|---|---|---|---|"
 for bits in 4 3 2; do
   fmt=auto_round; [[ $bits == 3 ]] && fmt=fake
-  for iters in 0 $ITERS; do
-    name="W${bits}G32 $([[ $iters == 0 ]] && echo RTN || echo "SignRound ($iters iters)")"
-    "$AR" --model "$W/fp" --bits $bits --group_size 32 --iters $iters --nsamples 64 --seqlen 256 \
+  for method in rtn opt-rtn signround; do
+    case $method in
+      rtn) iters=0; extra=--disable_opt_rtn; name="W${bits}G32 RTN" ;;
+      opt-rtn) iters=0; extra=; name="W${bits}G32 opt-RTN" ;;
+      signround) iters=$ITERS; extra=; name="W${bits}G32 SignRound ($ITERS iters)" ;;
+    esac
+    "$AR" --model "$W/fp" --bits $bits --group_size 32 --iters $iters --nsamples 64 --seqlen 256 $extra \
       --dataset "$W/calib.txt:concat=true" --format $fmt --output_dir "$W/q" --overwrite 2>/dev/null
     "$AR" eval --model "$W/q" --ref-model "$W/fp" --text "$W/eval.txt" --ctx 256 --json |
       python3 -c "import json,sys; r=json.load(sys.stdin); print('| $fmt | $name | %.5f | %.5f | %.4f | %.4f |' % (r['kl_mean'], r['kl_p99'], r['top1_agreement'], r['ppl']))"

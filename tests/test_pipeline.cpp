@@ -43,7 +43,9 @@ QuantizeOptions small_opts(const std::string& model, const std::string& out, int
 TEST(Pipeline, RtnExportDequantizesExactlyToQdqWeights) {
   std::string m = tmpdir("m"), q = tmpdir("q");
   write_synthetic_model(m, tiny_llama_config(2), 3);
-  quantize_model(small_opts(m, q, 0));
+  auto o = small_opts(m, q, 0);
+  o.disable_opt_rtn = true;  // plain RTN: comparable with qdq_fwd below
+  quantize_model(o);
   EXPECT_TRUE(file_exists(q + "/tokenizer.bin"));
   auto src = HfModel::open(m), dst = HfModel::open(q);
   EXPECT_TRUE(dst->config().quant.present);
@@ -132,9 +134,14 @@ TEST(Pipeline, Stories260kSignRoundBeatsRtnOnKl) {
   c.tokenizer = fx + "/stories260K/tok512.bin";
   c.out_dir = conv;
   convert_llama2c(c);
+  std::string optr = tmpdir("optrtn");
   auto o = small_opts(conv, rtn, 0);
   o.calib.nsamples = 16;
   o.calib.seqlen = 128;
+  o.disable_opt_rtn = true;
+  quantize_model(o);
+  o.disable_opt_rtn = false;
+  o.output_dir = optr;
   quantize_model(o);
   o.output_dir = sr;
   o.tune.iters = 50;
@@ -146,13 +153,16 @@ TEST(Pipeline, Stories260kSignRoundBeatsRtnOnKl) {
   auto tok = load_tokenizer(conv);
   std::string text = read_text_file(fx + "/text/tinystories/tinystories_sample.txt").substr(300000, 60000);
   auto ids = tok->encode(text);
-  auto fp = HfModel::open(conv), mr = HfModel::open(rtn), ms = HfModel::open(sr);
+  auto fp = HfModel::open(conv), mr = HfModel::open(rtn), mo = HfModel::open(optr), ms = HfModel::open(sr);
   Context ctx(Device{}, 2);
-  Transformer tf(*fp, ctx, true), tr(*mr, ctx, true), ts(*ms, ctx, true);
-  CompareResult kr = compare_models(tr, tf, ids, 256, tok->bos()), ks = compare_models(ts, tf, ids, 256, tok->bos());
-  std::printf("stories260K W4G32: KL RTN %.5f, SignRound %.5f; top-1 %.4f vs %.4f\n", kr.kl_mean, ks.kl_mean,
-              kr.top1_agreement, ks.top1_agreement);
+  Transformer tf(*fp, ctx, true), tr(*mr, ctx, true), to(*mo, ctx, true), ts(*ms, ctx, true);
+  CompareResult kr = compare_models(tr, tf, ids, 256, tok->bos()), ko = compare_models(to, tf, ids, 256, tok->bos()),
+                ks = compare_models(ts, tf, ids, 256, tok->bos());
+  std::printf("stories260K W4G32: KL RTN %.5f, opt-RTN %.5f, SignRound %.5f; top-1 %.4f / %.4f / %.4f\n", kr.kl_mean,
+              ko.kl_mean, ks.kl_mean, kr.top1_agreement, ko.top1_agreement, ks.top1_agreement);
   EXPECT_LT(ks.kl_mean, kr.kl_mean);
+  EXPECT_LT(ko.kl_mean, kr.kl_mean);
+  fs::remove_all(optr);
   fs::remove_all(conv);
   fs::remove_all(rtn);
   fs::remove_all(sr);

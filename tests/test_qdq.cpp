@@ -3,6 +3,7 @@
 // function with its rounding offsets and clamp decisions frozen at the evaluation point, and the
 // threaded fp32 path against the reference.
 #include "core/error.h"
+#include "quant/opt_rtn.h"
 #include "quant/qdq.h"
 #include "test_util.h"
 
@@ -197,4 +198,42 @@ TEST(Qdq, RejectsUnsupportedBitsAndGroups) {
   EXPECT_THROW(make_qdq_shape(4, 64, 4, 0, true), Error);
   EXPECT_THROW(make_qdq_shape(4, 64, 4, -2, true), Error);
   EXPECT_EQ(make_qdq_shape(4, 20, 4, 32, true).group, 20);  // a row shorter than g is one group
+}
+
+TEST(OptRtn, NeverWorseThanRtnAndBetterOnAverage) {
+  Context ctx(Device{}, 2);
+  for (int bits : {2, 3, 4}) {
+    const int64_t out = 32, in = 128;
+    QdqShape sh = make_qdq_shape(out, in, bits, 32, true);
+    auto W = test::cast<float>(test::randn<double>(size_t(out * in), uint32_t(40 + bits), 0.05));
+    auto imat = test::cast<float>(test::randn<double>(size_t(in), 77, 1.0));
+    for (auto& v : imat) v = v * v + 0.01f;  // sums of squares: positive
+    const size_t ng = size_t(out * sh.groups());
+    std::vector<float> lo(ng), hi(ng), rtn(W.size()), opt(W.size()), s(ng);
+    qdq_minmax(ctx, sh, W.data(), lo.data(), hi.data());
+    qdq_fwd(ctx, sh, W.data(), nullptr, nullptr, nullptr, lo.data(), hi.data(), rtn.data(), nullptr, nullptr);
+    opt_rtn_sym(ctx, sh, W.data(), imat.data(), opt.data(), s.data());
+    // Per group the search includes the RTN scale, so the weighted error can only go down.
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t g = 0; g < sh.groups(); ++g) {
+        double er = 0, eo = 0;
+        for (int64_t c = g * 32; c < (g + 1) * 32; ++c) {
+          const size_t i = size_t(r * in + c);
+          er += imat[size_t(c)] * std::pow(double(rtn[i]) - W[i], 2);
+          eo += imat[size_t(c)] * std::pow(double(opt[i]) - W[i], 2);
+        }
+        ASSERT_LE(eo, er * (1 + 1e-12)) << "bits " << bits << " row " << r << " group " << g;
+      }
+    const double e_rtn = weighted_error(sh, W.data(), rtn.data(), imat.data()),
+                 e_opt = weighted_error(sh, W.data(), opt.data(), imat.data());
+    EXPECT_LT(e_opt, 0.95 * e_rtn) << "bits " << bits;
+    // Codes stay in range and What = scale * code exactly.
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t c = 0; c < in; ++c) {
+        const float sc = s[size_t(r * sh.groups() + c / 32)], q = opt[size_t(r * in + c)] / sc;
+        ASSERT_EQ(q, std::nearbyint(q));
+        ASSERT_GE(q, -(1 << (bits - 1)));
+        ASSERT_LE(q, (1 << (bits - 1)) - 1);
+      }
+  }
 }

@@ -186,7 +186,7 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");
   sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
-  sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (the only RTN implemented so far)");
+  sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (default: imatrix-weighted optimized RTN)");
   sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head (not supported yet)");
   sub->add_option("--device,--device_map", o->device, "cpu");
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
@@ -202,6 +202,7 @@ void register_quantize(CLI::App& app) {
     qo.tune.use_best_mse = !o->not_use_best;
     qo.tune.enable_minmax_tuning = !o->disable_minmax;
     qo.quanted_input = !o->disable_quanted_input;
+    qo.disable_opt_rtn = o->disable_opt_rtn;
     qo.calib.seed = qo.tune.seed;
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)

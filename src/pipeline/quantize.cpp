@@ -17,6 +17,9 @@
 #include "model/loader.h"
 #include "model/rope_table.h"
 #include "model/tokenizer/tokenizer.h"
+#include "quant/opt_rtn.h"
+#include <functional>
+#include <map>
 
 namespace ar {
 
@@ -30,9 +33,20 @@ void copy_raw(const HfModel& m, ShardWriter& w, const std::string& name) {
   w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
 }
 
-// Runs the block over all n samples in micro-batches (activations bounded by the batch).
+// imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed
+// by the Linear's short name (q/k/v share the attention input, gate/up the MLP input).
+using Imatrix = std::map<std::string, std::vector<float>>;
+
+void accumulate_sq(const float* x, int64_t rows, int64_t cols, std::vector<float>& acc) {
+  if (acc.empty()) acc.assign(size_t(cols), 0.f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) acc[size_t(c)] += x[r * cols + c] * x[r * cols + c];
+}
+
+// Runs the block over all n samples in micro-batches (activations bounded by the batch); with
+// `imat`, also sums the squared inputs of every Linear.
 void block_forward_all(Context& ctx, const BlockDims& dims, const BlockPtrs<const float*>& w, BlockAux<float> aux,
-                       const Tensor& x, Tensor& y, int64_t n, int64_t bs) {
+                       const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat = nullptr) {
   cpu::CpuOps ops{ctx};
   BlockRunner<cpu::CpuOps> run(ops, dims);
   const int64_t per = aux.T * dims.C;
@@ -40,7 +54,41 @@ void block_forward_all(Context& ctx, const BlockDims& dims, const BlockPtrs<cons
     aux.B = std::min(bs, n - s0);
     BlockRunner<cpu::CpuOps>::Cache c;
     run.forward(w, aux, x.f32() + s0 * per, y.f32() + s0 * per, c);
+    if (!imat) continue;
+    const int64_t rows = aux.B * aux.T;
+    accumulate_sq(c.h1.f32(), rows, dims.C, (*imat)["attn_in"]);
+    accumulate_sq(c.o.f32(), rows, dims.H * dims.D, (*imat)["o_in"]);
+    accumulate_sq(c.h2.f32(), rows, dims.C, (*imat)["mlp_in"]);
+    accumulate_sq(c.a.f32(), rows, dims.I, (*imat)["down_in"]);
   }
+}
+
+const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
+  if (linear == "self_attn.o_proj") return im.at("o_in");
+  if (linear == "mlp.down_proj") return im.at("down_in");
+  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
+  return im.at("attn_in");
+}
+
+// Optimized RTN of the selected Linears (weights replaced by their QDQ values).
+quant::BlockTuneResult opt_rtn_block(Context& ctx, BlockWeights& w, const quant::QuantFormat& fmt, const Imatrix& im,
+                                     const std::function<bool(const std::string&)>& quantize_layer) {
+  quant::BlockTuneResult r;
+  for (auto& [name, t] : quant::block_linears(w)) {
+    if (!quantize_layer(name)) continue;
+    quant::TunedLinear L;
+    L.name = name;
+    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, true);
+    const int64_t ng = L.shape.out * L.shape.groups();
+    L.scale = Tensor::empty({ng}, DType::F32, ctx);
+    L.zero = Tensor::zeros({ng}, DType::F32, ctx);
+    Tensor q = Tensor::empty(t->shape(), DType::F32, ctx);
+    quant::opt_rtn_sym(ctx, L.shape, t->f32(), imatrix_for(im, name).data(), q.f32(), L.scale.f32());
+    *t = q;
+    L.weight = t;
+    r.layers.push_back(std::move(L));
+  }
+  return r;
 }
 
 // NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
@@ -130,7 +178,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     check_finite(w.ln1, prefix + "input_layernorm.weight");
     check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
     const auto t_fp = Clock::now();
-    block_forward_all(ctx, dims, w.ptrs(), aux, x_fp, y_fp, n, bs);
+    const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
+    Imatrix imat;
+    block_forward_all(ctx, dims, w.ptrs(), aux, x_fp, y_fp, n, bs, opt_rtn ? &imat : nullptr);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
@@ -152,14 +202,16 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
     const auto t_tune = Clock::now();
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
-    quant::BlockTuneResult tr = quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask,
-                                                            opt.tune, nullptr, quantize_layer);
+    quant::BlockTuneResult tr =
+        opt_rtn ? opt_rtn_block(ctx, w, opt.fmt, imat, quantize_layer)
+                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, opt.tune, nullptr,
+                                              quantize_layer);
     const auto t_q = Clock::now();
     br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
     br.loss_first = tr.loss_first;
     br.loss_best = tr.loss_best;
     br.best_iter = tr.best_iter;
-    if (opt.quanted_input) {
+    if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
       if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
       tmp = x_in.clone(ctx);
       block_forward_all(ctx, dims, w.ptrs(), aux, tmp, x_q, n, bs);

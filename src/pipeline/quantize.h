@@ -22,6 +22,7 @@ struct QuantizeOptions {
   quant::SignRoundOptions tune;
   quant::CalibOptions calib;
   bool quanted_input = true;
+  bool disable_opt_rtn = false;  // --iters 0: plain RTN instead of the imatrix-weighted scale search
   std::vector<std::string> fp_layers;
   bool overwrite = false;
   int threads = 0;
