@@ -65,6 +65,33 @@ TEST(Pipeline, RtnExportDequantizesExactlyToQdqWeights) {
   fs::remove_all(q);
 }
 
+TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
+  std::string m = tmpdir("fm");
+  auto cfg = tiny_llama_config(1);
+  cfg["intermediate_size"] = 96;  // down_proj in = 96: a multiple of 32
+  write_synthetic_model(m, cfg, 8);
+  for (bool sym : {true, false}) {
+    std::vector<std::unique_ptr<HfModel>> outs;
+    std::vector<std::string> dirs;
+    for (const char* f : {"auto_round", "auto_gptq"}) {
+      std::string q = tmpdir(std::string(f) + (sym ? "s" : "a"));
+      auto o = small_opts(m, q, 3);
+      o.fmt.sym = sym;
+      o.format = f;
+      quantize_model(o);
+      dirs.push_back(q);
+      outs.push_back(HfModel::open(q));
+    }
+    EXPECT_TRUE(outs[1]->has("model.layers.0.self_attn.q_proj.g_idx"));
+    Context ctx(Device{}, 1);
+    BlockWeights a = outs[0]->load_block(0, ctx), b = outs[1]->load_block(0, ctx);
+    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wu, &b.wu}, std::pair{&a.wd, &b.wd}})
+      for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym;
+    for (auto& d : dirs) fs::remove_all(d);
+  }
+  fs::remove_all(m);
+}
+
 TEST(Pipeline, SameSeedGivesByteIdenticalOutput) {
   std::string m = tmpdir("dm"), a = tmpdir("da"), b = tmpdir("db");
   write_synthetic_model(m, tiny_llama_config(2), 4);

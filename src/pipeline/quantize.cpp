@@ -98,7 +98,9 @@ void check_finite(const Tensor& t, const std::string& what) {
 }
 
 // Packs one tuned Linear in the GPTQ layout: qweight, qzeros, scales (fp16, [groups, out]).
-void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym) {
+// zero_minus_one: auto_round:auto_gptq and auto_gptq store zp - 1; the "auto_round" packing stores zp.
+void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym,
+                 bool zero_minus_one, bool g_idx) {
   const auto& sh = L.shape;
   const int64_t out = sh.out, in = sh.in, ng = sh.groups(), bits = sh.bits;
   if (bits == 3) fail(ErrorKind::Unsupported, prefix + ": 3-bit packing is not implemented yet; use --format fake");
@@ -111,7 +113,7 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
     for (int64_t g = 0; g < ng; ++g) {
       const float s = L.scale.f32()[o * ng + g];
       const int32_t z = sym ? m : int32_t(L.zero.f32()[o * ng + g]);
-      zeros[size_t(g * out + o)] = sym ? m - 1 : z;  // auto_round:auto_gptq stores zp - 1
+      zeros[size_t(g * out + o)] = zero_minus_one ? z - 1 : z;
       scales.data<uint16_t>()[g * out + o] = f32_to_f16(s);
       for (int64_t i = g * sh.group; i < std::min(in, (g + 1) * sh.group); ++i) {
         const int32_t u = int32_t(std::lrint(W[o * in + i] / s)) + z;
@@ -125,13 +127,18 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
   w.add_raw(prefix + ".qweight", DType::I32, {in / per, out}, qw.data(), qw.size() * 4);
   w.add_raw(prefix + ".qzeros", DType::I32, {ng, (out + per - 1) / per}, qz.data(), qz.size() * 4);
   w.add(prefix + ".scales", scales);
+  if (g_idx) {
+    std::vector<int32_t> gi(static_cast<size_t>(in));
+    for (int64_t i = 0; i < in; ++i) gi[size_t(i)] = int32_t(i / sh.group);
+    w.add_raw(prefix + ".g_idx", DType::I32, {in}, gi.data(), gi.size() * 4);
+  }
 }
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
   const auto t_start = Clock::now();
-  if (opt.format != "auto_round" && opt.format != "fake")
-    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, fake)");
+  if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "fake")
+    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, fake)");
   quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
@@ -228,7 +235,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       if (opt.format == "fake") {
         writer.add(p + ".weight", L.weight->to(DType::F16, ctx));
       } else {
-        pack_linear(ctx, writer, p, L, opt.fmt.sym);
+        const bool gptq = opt.format == "auto_gptq";
+        pack_linear(ctx, writer, p, L, opt.fmt.sym, gptq || opt.fmt.sym, gptq);
       }
     }
     for (const auto& k : br.kept_fp) {
@@ -259,6 +267,26 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
   nlohmann::ordered_json q;
+  if (opt.format == "auto_gptq") {
+    q["quant_method"] = "gptq";
+    q["bits"] = opt.fmt.bits;
+    q["group_size"] = opt.fmt.group_size;
+    q["sym"] = opt.fmt.sym;
+    q["desc_act"] = false;
+    q["true_sequential"] = false;
+    q["damp_percent"] = 0.01;
+    q["provider"] = "auto-round";
+    q["lm_head"] = false;
+    if (!extra.empty()) {
+      nlohmann::ordered_json dyn = nlohmann::ordered_json::object();
+      for (auto it = extra.begin(); it != extra.end(); ++it) {
+        std::string re;
+        for (char ch : it.key()) re += (ch == '.') ? std::string("\\.") : std::string(1, ch);
+        dyn["-:" + re] = nlohmann::ordered_json::object();
+      }
+      q["dynamic"] = dyn;
+    }
+  } else {
   q["quant_method"] = "auto-round";
   q["packing_format"] = opt.format == "fake" ? "auto_round:fake" : opt.fmt.sym ? "auto_round:auto_gptq" : "auto_round";
   q["bits"] = opt.fmt.bits;
@@ -271,6 +299,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   if (opt.calib.nsamples != 128) q["nsamples"] = opt.calib.nsamples;
   if (opt.calib.seqlen != 2048) q["seqlen"] = opt.calib.seqlen;
   if (!extra.empty()) q["extra_config"] = extra;
+  }
   config["quantization_config"] = q;
   write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
   write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
