@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "eval/generate.h"
 #include "eval/perplexity.h"
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/text_source.h"
 #include "model/convert_llama2c.h"
@@ -210,6 +211,30 @@ void register_quantize(CLI::App& app) {
     QuantizeReport r = quantize_model(qo);
     std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
                  r.peak_rss_mb, qo.output_dir.c_str());
+  };
+}
+
+void register_logits(CLI::App& app) {
+  auto* sub = app.add_subcommand("logits", "Write the model's fp32 logits for a text (raw little-endian [tokens, vocab]) "
+                                           "and its token ids (for comparisons with other runtimes)");
+  struct Opt { std::string model, text, out; };
+  auto o = std::make_shared<Opt>();
+  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--text", o->text, "text (encoded with the model's tokenizer and special tokens)")->required();
+  sub->add_option("--out", o->out, "output file; token ids go to OUT.ids (one per line)")->required();
+  registry().runners[sub] = [o] {
+    auto model = HfModel::open(o->model);
+    auto tok = load_tokenizer(o->model);
+    auto ids = tok->encode(o->text);
+    Context ctx;
+    Transformer tf(*model, ctx, false);
+    Tensor logits = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));
+    write_file_atomic(o->out, std::string(static_cast<const char*>(logits.raw()), logits.nbytes()));
+    std::string lines;
+    for (int32_t id : ids) lines += std::to_string(id) + "\n";
+    write_file_atomic(o->out + ".ids", lines);
+    std::fprintf(stderr, "wrote %zu x %lld logits to %s\n", ids.size(), (long long)model->config().vocab_size,
+                 o->out.c_str());
   };
 }
 

@@ -8,5 +8,6 @@ void register_convert(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_logits(CLI::App& app);
 void run_selected(CLI::App& app);
 }  // namespace ar::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   ar::cli::register_generate(app);
   ar::cli::register_eval(app);
   ar::cli::register_quantize(app);
+  ar::cli::register_logits(app);
   // auto-round style: `autoround --model DIR ...` (no subcommand) means `autoround quantize ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0].rfind("--", 0) == 0 && args[0] != "--help") args.insert(args.begin(), "quantize");
