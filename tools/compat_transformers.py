@@ -83,7 +83,7 @@ def main():
     print(f"dense check: max |logit diff| = {d:.3e} (max |logit| {np.abs(ref).max():.3f})")
     ok = d <= 1e-3 * max(1.0, np.abs(ref).max())
     try:
-        native = AutoModelForCausalLM.from_pretrained(args.model, device_map="cpu", torch_dtype=torch.float32).eval()
+        native = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
         with torch.no_grad():
             nat = native(torch.tensor([ids])).logits[0].float().numpy()
         dn = np.abs(nat - ours).max()
