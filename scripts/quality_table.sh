@@ -16,7 +16,7 @@ FP_PPL=$("$AR" eval --model "$W/fp" --text "$W/eval.txt" --ctx 256 --json | pyth
 echo "| format | method | KL mean | KL p99 | top-1 | ppl (fp $FP_PPL) |"
 echo "|---|---|---|---|---|---|"
 for bits in 4 3 2; do
-  fmt=auto_round; [[ $bits == 3 ]] && fmt=fake
+  fmt=auto_round
   for method in rtn opt-rtn signround; do
     case $method in
       rtn) iters=0; extra=--disable_opt_rtn; name="W${bits}G32 RTN" ;;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
+#include "io/gptq_pack.h"
 #include "io/safetensors.h"
 #include "io/text_source.h"
 #include "test_util.h"
@@ -220,4 +221,37 @@ TEST(TextSource, BadInputsNameFileAndOffset) {
   fs::create_directories(d + "/empty");
   EXPECT_NE(error_of([&] { all_docs(d + "/empty"); }).find("holds no"), std::string::npos);
   fs::remove_all(d);
+}
+
+TEST(GptqPack, RoundTripsEveryWidthAndMatchesTheClassic3BitLayout) {
+  for (int bits : {2, 3, 4, 8}) {
+    const int64_t out = 40, in = 64, groups = 2;
+    std::vector<uint8_t> codes(size_t(out * in));
+    std::vector<int32_t> zeros(size_t(groups * out));
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t((i * 2654435761u >> 7) % (1u << bits));
+    for (size_t i = 0; i < zeros.size(); ++i) zeros[i] = int32_t((i * 40503u >> 3) % (1u << bits));
+    auto qw = gptq_pack_qweight(codes, out, in, bits);
+    auto qz = gptq_pack_qzeros(zeros, groups, out, bits);
+    ASSERT_EQ(int64_t(qw.size()), in * bits / 32 * out);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(gptq_code(qw.data(), out, bits, i, o), codes[size_t(o * in + i)]);
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t o = 0; o < out; ++o) ASSERT_EQ(gptq_zero(qz.data(), out, bits, g, o), uint32_t(zeros[size_t(g * out + o)]));
+    if (bits != 3) continue;
+    // GPTQ's 3-bit word layout, written out: values 0-9 in word 0 bits 0..29, value 10 split 2+1,
+    // values 11-20 at bits 1..30 of word 1, value 21 split 1+2, values 22-31 at bits 2..31 of word 2.
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(qw.data());
+    auto v = [&](int t) { return uint32_t(codes[size_t(t)]); };  // column 0, rows 0..31
+    uint32_t w0 = 0, w1 = 0, w2 = 0;
+    for (int j = 0; j < 10; ++j) w0 |= v(j) << (3 * j);
+    w0 |= v(10) << 30;
+    w1 |= (v(10) >> 2) & 1;
+    for (int j = 0; j < 10; ++j) w1 |= v(11 + j) << (3 * j + 1);
+    w1 |= v(21) << 31;
+    w2 |= (v(21) >> 1) & 3;
+    for (int j = 0; j < 10; ++j) w2 |= v(22 + j) << (3 * j + 2);
+    EXPECT_EQ(w[0 * out], w0);
+    EXPECT_EQ(w[1 * out], w1);
+    EXPECT_EQ(w[2 * out], w2);
+  }
 }

@@ -70,13 +70,14 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
   auto cfg = tiny_llama_config(1);
   cfg["intermediate_size"] = 96;  // down_proj in = 96: a multiple of 32
   write_synthetic_model(m, cfg, 8);
-  for (bool sym : {true, false}) {
+  for (auto [sym, bits] : {std::pair{true, 4}, std::pair{false, 4}, std::pair{true, 3}, std::pair{false, 2}}) {
     std::vector<std::unique_ptr<HfModel>> outs;
     std::vector<std::string> dirs;
     for (const char* f : {"auto_round", "auto_gptq"}) {
       std::string q = tmpdir(std::string(f) + (sym ? "s" : "a"));
       auto o = small_opts(m, q, 3);
       o.fmt.sym = sym;
+      o.fmt.bits = bits;
       o.format = f;
       quantize_model(o);
       dirs.push_back(q);
@@ -86,7 +87,7 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
     Context ctx(Device{}, 1);
     BlockWeights a = outs[0]->load_block(0, ctx), b = outs[1]->load_block(0, ctx);
     for (auto [x, y] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wu, &b.wu}, std::pair{&a.wd, &b.wd}})
-      for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym;
+      for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym << " bits " << bits;
     for (auto& d : dirs) fs::remove_all(d);
   }
   fs::remove_all(m);
@@ -135,8 +136,6 @@ TEST(Pipeline, BadOptionsLeaveNoOutput) {
   write_synthetic_model(m, tiny_llama_config(1), 5);
   auto o = small_opts(m, q, 0);
   o.fmt.bits = 5;
-  EXPECT_THROW(quantize_model(o), Error);
-  o.fmt.bits = 3;  // tuned fine, but 3-bit GPTQ packing is not implemented: fails before commit
   EXPECT_THROW(quantize_model(o), Error);
   EXPECT_FALSE(fs::exists(q));
   o = small_opts(m, q, 0);

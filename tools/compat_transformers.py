@@ -21,15 +21,22 @@ from safetensors.numpy import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 
+def unpack_stream(words, n, bits):
+    """Fields t = 0..n-1 of `bits` bits from little-endian 32-bit word streams along axis 0."""
+    w = words.view(np.uint32).astype(np.uint64)
+    t = np.arange(n)
+    bit = bits * t
+    lo, sh = bit // 32, (bit % 32).astype(np.uint64)
+    hi = np.minimum(lo + 1, w.shape[0] - 1)
+    v = (w[lo] >> sh[:, None]) | (w[hi] << (np.uint64(32) - sh[:, None]))
+    return (v & np.uint64((1 << bits) - 1)).astype(np.int64)
+
+
 def unpack_gptq(qweight, qzeros, scales, bits, group, zero_minus_one):
-    per = 32 // bits
-    mask = (1 << bits) - 1
-    in_f = qweight.shape[0] * per
+    in_f = qweight.shape[0] * 32 // bits
     out_f = qweight.shape[1]
-    qw = qweight.view(np.uint32)
-    codes = np.stack([(qw >> (bits * k)) & mask for k in range(per)], axis=1).reshape(in_f, out_f)
-    qz = qzeros.view(np.uint32)
-    zeros = np.stack([(qz >> (bits * k)) & mask for k in range(per)], axis=2).reshape(qzeros.shape[0], -1)[:, :out_f]
+    codes = unpack_stream(qweight, in_f, bits)                                    # [in, out]
+    zeros = unpack_stream(np.ascontiguousarray(qzeros.T), out_f, bits).T         # [groups, out]
     zeros = zeros.astype(np.float32) + (1.0 if zero_minus_one else 0.0)
     g = np.arange(in_f) // group
     w = scales.astype(np.float32)[g, :] * (codes.astype(np.float32) - zeros[g, :])
@@ -64,7 +71,7 @@ def main():
     for k, v in state.items():
         if k.endswith(".qweight"):
             p = k[: -len(".qweight")]
-            in_f = v.shape[0] * (32 // bits)
+            in_f = v.shape[0] * 32 // bits
             dense[p + ".weight"] = unpack_gptq(v, state[p + ".qzeros"], state[p + ".scales"], bits,
                                                group if group > 0 else in_f, zm1)
         elif not k.endswith((".qzeros", ".scales", ".g_idx")):

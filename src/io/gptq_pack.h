@@ -1,8 +1,9 @@
 // GPTQ-layout packing of integer codes (autoround-spec.md §8), used by auto_round and auto_gptq:
-//   qweight int32 [in*b/32, out]: word r of column o holds input rows r*(32/b) .. +32/b-1, row k at
-//           bit offset b*k, LSB first (b in {2, 4, 8});
-//   qzeros  int32 [groups, out*b/32]: zero points packed along out, LSB first (auto_round:auto_gptq
-//           stores zp - 1);
+//   qweight int32 [in*b/32, out]: each column is a little-endian stream of b-bit fields, input row i
+//           at bits [b*i, b*i + b) (b in {2, 3, 4, 8}; for 3 bits fields straddle words, GPTQ's
+//           10+1+10+1+10 layout);
+//   qzeros  int32 [groups, ceil(out*b/32)]: zero points in the same stream form along out
+//           (auto_round:auto_gptq stores zp - 1);
 //   scales  fp16 [groups, out].
 // Codes u are unsigned: u = q + 2^(b-1) for symmetric, q for asymmetric.
 #pragma once

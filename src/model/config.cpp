@@ -124,7 +124,7 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
     c.quant.group_size = q.value("group_size", int64_t(128));
     c.quant.sym = q.value("sym", true);
     c.quant.zero_minus_one = packing == "auto_round:auto_gptq" || packing == "auto_gptq";
-    if (c.quant.present && c.quant.bits != 2 && c.quant.bits != 4 && c.quant.bits != 8)
+    if (c.quant.present && c.quant.bits != 2 && c.quant.bits != 3 && c.quant.bits != 4 && c.quant.bits != 8)
       bad_field(path, "quantization_config.bits", std::to_string(c.quant.bits) + "-bit packed weights are not supported");
   }
   spec->configure(c, j, path);

@@ -71,10 +71,10 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
 // Packed GPTQ-layout Linear (qweight/qzeros/scales) -> fp32 [out, in].
 static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
   const QuantConfig& q = m.config().quant;
-  const int64_t out = expect[0], in = expect[1], bits = q.bits, per = 32 / bits;
+  const int64_t out = expect[0], in = expect[1], bits = q.bits;
   const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
-  Tensor qw = m.load_raw(prefix + ".qweight", {in / per, out}, DType::I32, ctx);
-  Tensor qz = m.load_raw(prefix + ".qzeros", {groups, (out + per - 1) / per}, DType::I32, ctx);
+  Tensor qw = m.load_raw(prefix + ".qweight", {in * bits / 32, out}, DType::I32, ctx);
+  Tensor qz = m.load_raw(prefix + ".qzeros", {groups, (out * bits + 31) / 32}, DType::I32, ctx);
   Tensor sc = m.load(prefix + ".scales", {groups, out}, ctx);
   Tensor w = Tensor::empty({out, in}, DType::F32, ctx);
   const int32_t* qwp = qw.data<int32_t>();

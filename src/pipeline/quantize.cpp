@@ -103,7 +103,6 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
                  bool zero_minus_one, bool g_idx) {
   const auto& sh = L.shape;
   const int64_t out = sh.out, in = sh.in, ng = sh.groups(), bits = sh.bits;
-  if (bits == 3) fail(ErrorKind::Unsupported, prefix + ": 3-bit packing is not implemented yet; use --format fake");
   const int m = 1 << (bits - 1);
   std::vector<uint8_t> codes(size_t(out * in));
   std::vector<int32_t> zeros(size_t(ng * out));
@@ -123,9 +122,8 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
     }
   auto qw = gptq_pack_qweight(codes, out, in, int(bits));
   auto qz = gptq_pack_qzeros(zeros, ng, out, int(bits));
-  const int64_t per = 32 / bits;
-  w.add_raw(prefix + ".qweight", DType::I32, {in / per, out}, qw.data(), qw.size() * 4);
-  w.add_raw(prefix + ".qzeros", DType::I32, {ng, (out + per - 1) / per}, qz.data(), qz.size() * 4);
+  w.add_raw(prefix + ".qweight", DType::I32, {in * bits / 32, out}, qw.data(), qw.size() * 4);
+  w.add_raw(prefix + ".qzeros", DType::I32, {ng, (out * bits + 31) / 32}, qz.data(), qz.size() * 4);
   w.add(prefix + ".scales", scales);
   if (g_idx) {
     std::vector<int32_t> gi(static_cast<size_t>(in));
