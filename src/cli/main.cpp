@@ -1,5 +1,7 @@
 // autoround CLI entry: subcommand table, error-to-exit-code mapping. The only place that exits.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -10,6 +12,11 @@
 #include "core/log.h"
 
 int main(int argc, char** argv) {
+  // Large buffers (per-block activations, packing scratch) come and go once per block; glibc's
+  // dynamic mmap threshold would move them onto the heap after the first free and let it fragment,
+  // so peak RSS would creep up with depth (measured: +30 MiB per 1B-shaped block). A fixed threshold
+  // keeps every large buffer in its own mapping, returned to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs"};
   app.require_subcommand(1);
   ar::cli::register_convert(app);
