@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "io/mapped_file.h"
+#include <nlohmann/json.hpp>
 #include "model/synthetic.h"
 #include "test_util.h"
 
@@ -102,4 +103,32 @@ TEST(Cli, ConvertGenerateEvalOnFixture) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"ppl\":"), std::string::npos);
   fs::remove_all(d);
+}
+
+TEST(Cli, QuantizeSchemeRecipeAndExplicitFlags) {
+  std::string d = tmpdir("recipe"), q = d + "_q";
+  ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
+  CliResult r = run("--model " + d + " --scheme W2A16G32 --recipe light --iters 2 --nsamples 4 --seqlen 32 --output_dir " +
+                    q + " --report " + q + ".json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("block 1/1: loss"), std::string::npos) << r.out;
+  auto rep = nlohmann::json::parse(ar::read_text_file(q + ".json"));
+  EXPECT_EQ(rep["bits"], 2);
+  EXPECT_EQ(rep["group_size"], 32);
+  EXPECT_EQ(rep["iters"], 2);          // explicit flag beats the recipe's 50
+  EXPECT_DOUBLE_EQ(rep["lr"].get<double>(), 5e-3);  // from the light recipe
+  EXPECT_TRUE(rep["blocks"][0].contains("phase_seconds"));
+  r = run("--model " + d + " --scheme W5A16 --output_dir " + q + "_bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--scheme 'W5A16' is not supported"), std::string::npos) << r.out;
+  r = run("--model " + d + " --bits 5 --output_dir " + q + "_bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--bits 5 is not supported"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(q + "_bad"));
+  r = run("--model " + d + " --iters 0 --nsamples 2 --seqlen 32 --output_dir " + q);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("exists"), std::string::npos) << r.out;
+  fs::remove_all(d);
+  fs::remove_all(q);
+  fs::remove(q + ".json");
 }

@@ -164,11 +164,13 @@ void register_quantize(CLI::App& app) {
     QuantizeOptions q;
     bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
     bool disable_opt_rtn = false, quant_lm_head = false;
-    std::string fp_layers, device = "cpu", recipe;
+    std::string fp_layers, device = "cpu", recipe = "default", scheme;
   };
   auto o = std::make_shared<Opt>();
   auto& q = o->q;
   sub->add_option("--model,--model_name", q.model_dir, "HF model directory")->required();
+  sub->add_option("--scheme", o->scheme, "W4A16 (default), W2A16, W3A16, W8A16, W2A16G64, W2A16G32");
+  sub->add_option("--recipe", o->recipe, "default | best | light | opt-rtn | rtn (auto-round's console scripts)");
   sub->add_option("--output_dir", q.output_dir, "output directory (default ./tmp_autoround)");
   sub->add_option("--bits", q.fmt.bits, "weight bits: 2, 3, 4, 8");
   sub->add_option("--group_size", q.fmt.group_size, "group size (-1: per channel)");
@@ -193,8 +195,36 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
-  registry().runners[sub] = [o] {
+  registry().runners[sub] = [o, sub] {
     auto& qo = o->q;
+    auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
+    // --scheme and --recipe set defaults; explicit flags win.
+    if (!o->scheme.empty()) {
+      struct Scheme { const char* name; int bits; int64_t group; };
+      static const Scheme kSchemes[] = {{"W4A16", 4, 128}, {"W2A16", 2, 128}, {"W3A16", 3, 128}, {"W8A16", 8, 128},
+                                        {"W2A16G64", 2, 64}, {"W2A16G32", 2, 32}};
+      const Scheme* sc = nullptr;
+      for (const auto& k : kSchemes)
+        if (o->scheme == k.name) sc = &k;
+      if (!sc) fail(ErrorKind::InvalidInput, "--scheme '" + o->scheme + "' is not supported (W4A16, W2A16, W3A16, W8A16, W2A16G64, W2A16G32)");
+      if (!given("--bits")) qo.fmt.bits = sc->bits;
+      if (!given("--group_size")) qo.fmt.group_size = sc->group;
+    }
+    if (o->recipe == "best") {
+      if (!given("--iters")) qo.tune.iters = 1000;
+      if (!given("--nsamples")) qo.calib.nsamples = 512;
+    } else if (o->recipe == "light") {
+      if (!given("--iters")) qo.tune.iters = 50;
+      if (!given("--lr")) qo.tune.lr = 5e-3;
+    } else if (o->recipe == "opt-rtn" || o->recipe == "rtn") {
+      if (!given("--iters")) qo.tune.iters = 0;
+      if (o->recipe == "rtn") {
+        if (!given("--nsamples")) qo.calib.nsamples = 1;
+        o->disable_opt_rtn = true;
+      }
+    } else if (o->recipe != "default") {
+      fail(ErrorKind::InvalidInput, "--recipe '" + o->recipe + "' is not supported (default, best, light, opt-rtn, rtn)");
+    }
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
     if (o->quant_lm_head) fail(ErrorKind::Unsupported, "--quant_lm_head is not supported yet");
     if (Device::parse(o->device).kind != DeviceKind::CPU)

@@ -309,6 +309,11 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   rep.peak_rss_mb = peak_rss_mb();
   if (!opt.report_path.empty()) {
     nlohmann::ordered_json r;
+    r["bits"] = opt.fmt.bits;
+    r["group_size"] = opt.fmt.group_size;
+    r["sym"] = opt.fmt.sym;
+    r["iters"] = opt.tune.iters;
+    r["lr"] = opt.tune.lr;
     r["nsamples"] = rep.nsamples;
     r["seqlen"] = rep.seqlen;
     r["seconds"] = rep.seconds;
