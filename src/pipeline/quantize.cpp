@@ -1,5 +1,7 @@
 #include "pipeline/quantize.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -205,14 +207,30 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       return true;
     };
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
+    quant::SignRoundOptions tune = opt.tune;
+    if (isatty(STDERR_FILENO) && tune.iters > 0) {  // progress bar with ETA over the whole run
+      const auto run_start = t_start;
+      const int64_t blocks = cfg.num_layers;
+      tune.progress = [&, run_start, blocks, b](int it, int iters) {
+        const double done = double(b) + double(it) / iters, el = std::chrono::duration<double>(Clock::now() - run_start).count();
+        const double eta = done > 0 ? el / done * (double(blocks) - done) : 0;
+        std::fprintf(stderr, "\r[%5.1f%%] block %lld/%lld iter %d/%d, elapsed %.0f s, ETA %.0f s   ",
+                     100.0 * done / double(blocks), (long long)(b + 1), (long long)blocks, it, iters, el, eta);
+        if (it == iters) std::fprintf(stderr, "\r%80s\r", "");
+      };
+    }
     const auto t_tune = Clock::now();
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::BlockTuneResult tr =
         opt_rtn ? opt_rtn_block(ctx, w, opt.fmt, imat, quantize_layer)
-                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, opt.tune, nullptr,
+                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, nullptr,
                                               quantize_layer);
     const auto t_q = Clock::now();
     br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
+    br.phase_seconds["tune_qdq"] = tr.phases.qdq;
+    br.phase_seconds["tune_forward"] = tr.phases.forward;
+    br.phase_seconds["tune_backward"] = tr.phases.backward;
+    br.phase_seconds["tune_step"] = tr.phases.step;
     br.loss_first = tr.loss_first;
     br.loss_best = tr.loss_best;
     br.best_iter = tr.best_iter;

@@ -1,6 +1,7 @@
 #include "quant/signround.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -127,8 +128,12 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   BlockRunner<cpu::CpuOps> runner(ops, dims);
   CyclicSampler sampler(n, global, opt.seed);
   double best = INFINITY;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   for (int it = 0; it < opt.iters; ++it) {
+    auto t0 = Clock::now();
     qdq_all();
+    res.phases.qdq += since(t0);
     for (auto& t : dWhat) std::fill(t.f32(), t.f32() + t.numel(), 0.f);
     std::vector<int64_t> idx = sampler.next();
     int64_t valid = 0;
@@ -146,6 +151,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
       BlockAux<float> a = aux;
       a.B = B;
       BlockRunner<cpu::CpuOps>::Cache cache;
+      auto tf = Clock::now();
       runner.forward(wp, a, x.f32(), y.f32(), cache);
       for (int64_t b = 0; b < B; ++b) {
         const int64_t s = idx[m0 + size_t(b)];
@@ -161,7 +167,10 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
           }
         }
       }
+      res.phases.forward += since(tf);
+      auto tb = Clock::now();
       runner.backward(wp, a, cache, dy.f32(), dx.f32(), gp);
+      res.phases.backward += since(tb);
     }
     loss /= denom;
     if (it == 0) res.loss_first = loss;
@@ -179,6 +188,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
     std::vector<Tensor*> grads;
     for (auto& t : dWhat) grads.push_back(&t);
     if (hooks) hooks->sync_gradients(grads);
+    auto ts = Clock::now();
     const float lr_i = float(lr * (1.0 - double(it) / opt.iters)), mm_i = float(minmax_lr * (1.0 - double(it) / opt.iters));
     for (size_t l = 0; l < nl; ++l) {
       auto& L = layers[l];
@@ -191,6 +201,8 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
         sign_step(ctx, L.beta, db[l], mm_i);
       }
     }
+    res.phases.step += since(ts);  // includes the QDQ backward
+    if (opt.progress) opt.progress(it + 1, opt.iters);
   }
   res.loss_best = opt.iters > 0 ? best : 0;
   if (opt.use_best_mse && opt.iters > 0)

@@ -37,6 +37,12 @@ struct SignRoundOptions {
   bool enable_minmax_tuning = true;
   bool use_best_mse = true;
   uint64_t seed = 42;
+  std::function<void(int /*iteration*/, int /*iters*/)> progress;  // called after every step
+};
+
+// Seconds spent per phase of the tuning loop (summed over iterations).
+struct TunePhases {
+  double qdq = 0, forward = 0, backward = 0, step = 0;
 };
 
 // Tunable state of one wrapped Linear.
@@ -59,6 +65,7 @@ class TuneHooks {
 struct BlockTuneResult {
   double loss_first = 0, loss_best = 0, loss_last = 0;
   int best_iter = -1;
+  TunePhases phases;
   std::vector<TunedLinear> layers;  // final V/alpha/beta/scale/zero per Linear (for packing)
 };
 
