@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Main job on a built-in default. With the stories260K fixture present (../shared/fixtures), converts
-# it from llama2.c to an HF directory, generates greedily and measures perplexity on TinyStories.
-# Without fixtures, writes a small random-weight model and runs the same commands on it.
+# Main job on a built-in default:
+#  1. a small Llama model that the project generates itself (random weights, byte tokenizer) is
+#     quantized to W4G32 with RTN, optimized RTN and SignRound on the built-in calibration corpus, and
+#     a table of perplexity and KL divergence against the unquantized model is printed;
+#  2. with the stories260K fixture present (../shared/fixtures): convert it from llama2.c, generate,
+#     measure perplexity, and compare RTN with SignRound on this real model.
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,27 +12,48 @@ AR="$ROOT/$BUILD/src/cli/autoround"
 OUT=${AR_DEMO_DIR:-$ROOT/out/demo}
 FX=${AR_FIXTURES:-$ROOT/../shared/fixtures}
 mkdir -p "$OUT"
+
+# One row: method, then "ppl kl top1" parsed from eval --json.
+row() {
+  local name=$1 dir=$2 ref=$3 text=$4
+  local j
+  j=$("$AR" eval --model "$dir" --ref-model "$ref" --text "$text" --ctx 128 --json)
+  printf "%-26s %10s %12s %8s\n" "$name" \
+    "$(sed -E 's/.*"ppl":([^,]+).*/\1/' <<<"$j" | cut -c1-8)" \
+    "$(sed -E 's/.*"kl_mean":([^,]+).*/\1/' <<<"$j" | cut -c1-10)" \
+    "$(sed -E 's/.*"top1_agreement":([^,]+).*/\1/' <<<"$j" | cut -c1-6)"
+}
+
+quantize_table() {
+  local model=$1 text=$2 tag=$3
+  printf "%-26s %10s %12s %8s\n" method ppl kl_vs_fp top1
+  row "fp (reference)" "$model" "$model" "$text"
+  "$AR" --model "$model" --bits 4 --group_size 32 --iters 0 --disable_opt_rtn --nsamples 16 --seqlen 128 \
+    --output_dir "$OUT/$tag-rtn" --overwrite 2>/dev/null
+  row "W4G32 RTN" "$OUT/$tag-rtn" "$model" "$text"
+  "$AR" --model "$model" --bits 4 --group_size 32 --iters 0 --nsamples 16 --seqlen 128 \
+    --output_dir "$OUT/$tag-optrtn" --overwrite 2>/dev/null
+  row "W4G32 opt-RTN" "$OUT/$tag-optrtn" "$model" "$text"
+  "$AR" --model "$model" --bits 4 --group_size 32 --iters 100 --nsamples 16 --seqlen 128 \
+    --output_dir "$OUT/$tag-signround" --overwrite 2>/dev/null
+  row "W4G32 SignRound (100 it.)" "$OUT/$tag-signround" "$model" "$text"
+}
+
+echo "== a generated model (4 layers, hidden 256, random weights, byte tokenizer)"
+"$ROOT/$BUILD/bench/stream_bench" --write "$OUT/generated" --layers 4 --hidden 256 --inter 512 --vocab 300 >/dev/null
+cat "$ROOT/docs/ARCHITECTURE.md" "$ROOT/README.md" > "$OUT/eval_text.txt"  # text not used for calibration
+quantize_table "$OUT/generated" "$OUT/eval_text.txt" generated
+
 if [[ -f "$FX/stories260K/stories260K.bin" ]]; then
-  echo "== convert stories260K (llama2.c) -> HF directory $OUT/stories260K"
+  echo
+  echo "== stories260K (llama2.c) -> HF directory $OUT/stories260K"
   "$AR" convert --llama2c "$FX/stories260K/stories260K.bin" --tokenizer "$FX/stories260K/tok512.bin" \
     --out "$OUT/stories260K" --overwrite
   echo "== generate (greedy, 60 tokens after the prompt)"
   "$AR" generate --model "$OUT/stories260K" --prompt "Once upon a time" -n 60
-  echo "== perplexity on the first 200 kB of TinyStories"
   head -c 200000 "$FX/text/tinystories/tinystories_sample.txt" > "$OUT/tinystories_200k.txt"
-  "$AR" eval --model "$OUT/stories260K" --text "$OUT/tinystories_200k.txt" --ctx 256
-  echo "== quantize W4G32 with RTN and with SignRound (built-in calibration corpus), KL vs the FP model"
-  for iters in 0 100; do
-    "$AR" --model "$OUT/stories260K" --bits 4 --group_size 32 --iters $iters --nsamples 16 --seqlen 128 \
-      --output_dir "$OUT/w4g32_iters$iters" --overwrite 2>/dev/null
-    if [[ $iters == 0 ]]; then echo "-- RTN:"; else echo "-- SignRound, $iters iterations:"; fi
-    "$AR" eval --model "$OUT/w4g32_iters$iters" --ref-model "$OUT/stories260K" --text "$OUT/tinystories_200k.txt" \
-      --ctx 256
-  done
+  echo "== quantize stories260K; evaluate on the first 200 kB of TinyStories"
+  quantize_table "$OUT/stories260K" "$OUT/tinystories_200k.txt" stories260K
 else
-  echo "fixtures not found at $FX: using a random-weight model (output text is noise by construction)"
-  "$ROOT/$BUILD/bench/stream_bench" --write "$OUT/random" --layers 2 --hidden 256 --inter 512 --vocab 300 >/dev/null
-  "$AR" generate --model "$OUT/random" --prompt "hello" -n 16
-  head -c 20000 /dev/urandom | base64 > "$OUT/random.txt"
-  "$AR" eval --model "$OUT/random" --text "$OUT/random.txt" --ctx 128
+  echo "(fixtures not found at $FX: the stories260K part is skipped)"
 fi

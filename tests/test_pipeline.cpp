@@ -7,7 +7,12 @@
 #include "eval/perplexity.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
@@ -128,6 +133,40 @@ TEST(Pipeline, NonFiniteWeightIsNamed) {
     EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.up_proj.weight: non-finite value"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(q));
+  fs::remove_all(m);
+}
+
+// A full disk, simulated with RLIMIT_FSIZE in a child process (writes past the limit fail with
+// EFBIG): the run fails with an I/O error and leaves no output directory and no temporary behind.
+TEST(Pipeline, DiskFullAndUnwritableOutputLeaveNothing) {
+  std::string m = tmpdir("full"), q = tmpdir("fullq");
+  write_synthetic_model(m, tiny_llama_config(2), 7);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl {20000, 20000};  // bytes: smaller than one shard of this model
+    setrlimit(RLIMIT_FSIZE, &rl);
+    int code = 0;
+    try {
+      quantize_model(small_opts(m, q, 0));
+      code = 2;  // must not succeed
+    } catch (const Error& e) {
+      code = (e.kind() == ErrorKind::Io && std::string(e.what()).find("write failed") != std::string::npos) ? 0 : 3;
+    } catch (...) {
+      code = 4;
+    }
+    _exit(code);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  EXPECT_FALSE(fs::exists(q));
+  for (const auto& e : fs::directory_iterator(fs::path(q).parent_path()))
+    EXPECT_EQ(e.path().string().find(q + ".tmp"), std::string::npos) << "leftover " << e.path();
+  auto o = small_opts(m, "/proc/version/out", 0);  // a path that cannot be created
+  EXPECT_THROW(quantize_model(o), Error);
   fs::remove_all(m);
 }
 
