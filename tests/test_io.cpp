@@ -255,3 +255,15 @@ TEST(GptqPack, RoundTripsEveryWidthAndMatchesTheClassic3BitLayout) {
     EXPECT_EQ(w[2 * out], w2);
   }
 }
+
+TEST(AwqPack, NibbleOrderAndRoundTrip) {
+  std::vector<uint8_t> v(2 * 16);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i % 16);
+  auto p = awq_pack_rows(v, 2, 16);
+  ASSERT_EQ(p.size(), 4u);
+  // Row 0, columns 0..7 hold values 0..7: column j sits in nibble {0,4,1,5,2,6,3,7}[j].
+  EXPECT_EQ(uint32_t(p[0]), 0x75316420u);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t o = 0; o < 16; ++o) EXPECT_EQ(awq_get(p.data(), 16, r, o), v[size_t(r * 16 + o)]);
+  EXPECT_THROW(awq_pack_rows(v, 4, 8 + 1), Error);
+}

@@ -78,7 +78,9 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
   for (auto [sym, bits] : {std::pair{true, 4}, std::pair{false, 4}, std::pair{true, 3}, std::pair{false, 2}}) {
     std::vector<std::unique_ptr<HfModel>> outs;
     std::vector<std::string> dirs;
-    for (const char* f : {"auto_round", "auto_gptq"}) {
+    std::vector<const char*> formats = {"auto_round", "auto_gptq"};
+    if (bits == 4) formats.push_back("auto_awq");
+    for (const char* f : formats) {
       std::string q = tmpdir(std::string(f) + (sym ? "s" : "a"));
       auto o = small_opts(m, q, 3);
       o.fmt.sym = sym;
@@ -90,9 +92,13 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
     }
     EXPECT_TRUE(outs[1]->has("model.layers.0.self_attn.q_proj.g_idx"));
     Context ctx(Device{}, 1);
-    BlockWeights a = outs[0]->load_block(0, ctx), b = outs[1]->load_block(0, ctx);
-    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wu, &b.wu}, std::pair{&a.wd, &b.wd}})
-      for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym << " bits " << bits;
+    BlockWeights a = outs[0]->load_block(0, ctx);
+    for (size_t k = 1; k < outs.size(); ++k) {
+      BlockWeights b = outs[k]->load_block(0, ctx);
+      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wu, &b.wu}, std::pair{&a.wd, &b.wd}})
+        for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym << " bits " << bits << " format " << formats[k];
+    }
+    if (bits == 4 && !sym) EXPECT_EQ(outs[0]->config().quant.awq, true);  // auto_round asym 4-bit -> AWQ layout
     for (auto& d : dirs) fs::remove_all(d);
   }
   fs::remove_all(m);

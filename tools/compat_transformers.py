@@ -43,6 +43,24 @@ def unpack_gptq(qweight, qzeros, scales, bits, group, zero_minus_one):
     return w.T.copy()  # [out, in]
 
 
+AWQ_NIBBLE = [0, 4, 1, 5, 2, 6, 3, 7]  # output column j of each group of 8 sits in this nibble
+
+
+def unpack_awq_rows(packed, out_f):
+    w = packed.view(np.uint32)
+    cols = np.arange(out_f)
+    shift = (4 * np.array(AWQ_NIBBLE)[cols % 8]).astype(np.uint32)
+    return ((w[:, cols // 8] >> shift[None, :]) & 0xF).astype(np.float32)
+
+
+def unpack_awq(qweight, qzeros, scales, group):
+    out_f = scales.shape[1]
+    codes = unpack_awq_rows(qweight, out_f)      # [in, out]
+    zeros = unpack_awq_rows(qzeros, out_f)       # [groups, out]
+    g = np.arange(codes.shape[0]) // group
+    return (scales.astype(np.float32)[g, :] * (codes - zeros[g, :])).T.copy()
+
+
 def load_state(model_dir):
     files = [f for f in os.listdir(model_dir) if f.endswith(".safetensors")]
     state = {}
@@ -68,8 +86,13 @@ def main():
     dense = {}
     bits, group = q.get("bits", 16), q.get("group_size", -1)
     zm1 = q.get("packing_format", "auto_gptq") in ("auto_round:auto_gptq", "auto_gptq") or q.get("quant_method") == "gptq"
+    awq = q.get("packing_format") == "auto_round:auto_awq" or q.get("quant_method") == "awq"
     for k, v in state.items():
-        if k.endswith(".qweight"):
+        if k.endswith(".qweight") and awq:
+            p = k[: -len(".qweight")]
+            dense[p + ".weight"] = unpack_awq(v, state[p + ".qzeros"], state[p + ".scales"],
+                                              group if group > 0 else v.shape[0])
+        elif k.endswith(".qweight"):
             p = k[: -len(".qweight")]
             in_f = v.shape[0] * 32 // bits
             dense[p + ".weight"] = unpack_gptq(v, state[p + ".qzeros"], state[p + ".scales"], bits,

@@ -184,7 +184,7 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--minmax_lr", q.tune.minmax_lr, "learning rate of alpha/beta (default lr)");
   sub->add_option("--seed", q.tune.seed, "seed for sampling");
   sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
-  sub->add_option("--format", q.format, "auto_round (default), auto_gptq or fake");
+  sub->add_option("--format", q.format, "auto_round (default), auto_gptq, auto_awq or fake");
   sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
   sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");

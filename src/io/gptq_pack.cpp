@@ -56,3 +56,24 @@ uint32_t gptq_zero(const int32_t* qzeros, int64_t out, int bits, int64_t g, int6
 }
 
 }  // namespace ar
+
+namespace ar {
+namespace {
+constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+}
+
+std::vector<int32_t> awq_pack_rows(const std::vector<uint8_t>& values, int64_t rows, int64_t out) {
+  if (out % 8) fail(ErrorKind::InvalidInput, "AWQ packing needs out % 8 == 0 (got " + std::to_string(out) + ")");
+  std::vector<int32_t> p(size_t(rows * out / 8), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      uint32_t& w = reinterpret_cast<uint32_t&>(p[size_t(r * (out / 8) + o / 8)]);
+      w |= (uint32_t(values[size_t(r * out + o)]) & 0xF) << (4 * kAwqNibble[o % 8]);
+    }
+  return p;
+}
+
+uint32_t awq_get(const int32_t* packed, int64_t out, int64_t row, int64_t o) {
+  return (uint32_t(packed[row * (out / 8) + o / 8]) >> (4 * kAwqNibble[o % 8])) & 0xF;
+}
+}  // namespace ar

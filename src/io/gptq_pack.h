@@ -21,3 +21,11 @@ uint32_t gptq_code(const int32_t* qweight, int64_t out, int bits, int64_t i, int
 uint32_t gptq_zero(const int32_t* qzeros, int64_t out, int bits, int64_t g, int64_t o);
 
 }  // namespace ar
+
+namespace ar {
+// AWQ (WQLinear_GEMM) layout, 4-bit: qweight int32 [in, out/8]; within each group of 8 output
+// columns, column j sits in nibble kAwqNibble[j] = {0, 4, 1, 5, 2, 6, 3, 7}[j]; qzeros int32
+// [groups, out/8] in the same order (zero points stored as is); scales fp16 [groups, out].
+std::vector<int32_t> awq_pack_rows(const std::vector<uint8_t>& values, int64_t rows, int64_t out);  // values [rows, out]
+uint32_t awq_get(const int32_t* packed, int64_t out, int64_t row, int64_t o);
+}  // namespace ar

@@ -113,18 +113,21 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
     const auto& q = j["quantization_config"];
     std::string method = q.value("quant_method", std::string());
-    std::string packing = q.value("packing_format", std::string(method == "gptq" ? "auto_gptq" : ""));
-    if (method != "auto-round" && method != "gptq")
-      bad_field(path, "quantization_config.quant_method", "'" + method + "' is not supported (auto-round, gptq)");
+    std::string packing = q.value("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
+    if (method != "auto-round" && method != "gptq" && method != "awq")
+      bad_field(path, "quantization_config.quant_method", "'" + method + "' is not supported (auto-round, gptq, awq)");
     if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&
-        packing != "auto_round:gptqmodel" && packing != "auto_round:fake")
+        packing != "auto_round:gptqmodel" && packing != "auto_round:fake" && packing != "auto_round:auto_awq" &&
+        packing != "auto_awq")
       bad_field(path, "quantization_config.packing_format", "'" + packing + "' is not supported");
     c.quant.present = packing != "auto_round:fake";  // fake: dense QDQ weights, nothing to unpack
     c.quant.bits = q.value("bits", 4);
     c.quant.group_size = q.value("group_size", int64_t(128));
     c.quant.sym = q.value("sym", true);
     c.quant.zero_minus_one = packing == "auto_round:auto_gptq" || packing == "auto_gptq";
-    if (c.quant.present && c.quant.bits != 2 && c.quant.bits != 3 && c.quant.bits != 4 && c.quant.bits != 8)
+    c.quant.awq = packing == "auto_round:auto_awq" || packing == "auto_awq";
+    if (c.quant.awq) c.quant.sym = q.contains("zero_point") ? !q.value("zero_point", true) : c.quant.sym;
+    if (c.quant.present && (c.quant.awq ? c.quant.bits != 4 : (c.quant.bits != 2 && c.quant.bits != 3 && c.quant.bits != 4 && c.quant.bits != 8)))
       bad_field(path, "quantization_config.bits", std::to_string(c.quant.bits) + "-bit packed weights are not supported");
   }
   spec->configure(c, j, path);

@@ -24,6 +24,7 @@ struct QuantConfig {
   int64_t group_size = -1;
   bool sym = true;
   bool zero_minus_one = true;  // auto_round:auto_gptq and gptq store zp - 1; "auto_round" stores zp
+  bool awq = false;            // AWQ GEMM layout (auto_round:auto_awq, quant_method awq)
 };
 
 struct ModelConfig {

@@ -68,6 +68,24 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   return m;
 }
 
+// Packed AWQ-layout Linear -> fp32 [out, in].
+static Tensor dequantize_awq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
+  const QuantConfig& q = m.config().quant;
+  const int64_t out = expect[0], in = expect[1];
+  const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
+  Tensor qw = m.load_raw(prefix + ".qweight", {in, out / 8}, DType::I32, ctx);
+  Tensor qz = m.load_raw(prefix + ".qzeros", {groups, out / 8}, DType::I32, ctx);
+  Tensor sc = m.load(prefix + ".scales", {groups, out}, ctx);
+  Tensor w = Tensor::empty({out, in}, DType::F32, ctx);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t gi = i / g;
+      w.f32()[o * in + i] = sc.f32()[gi * out + o] * (float(awq_get(qw.data<int32_t>(), out, i, o)) -
+                                                      float(awq_get(qz.data<int32_t>(), out, gi, o)));
+    }
+  return w;
+}
+
 // Packed GPTQ-layout Linear (qweight/qzeros/scales) -> fp32 [out, in].
 static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
   const QuantConfig& q = m.config().quant;
@@ -116,7 +134,8 @@ Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx)
   if (cfg_.quant.present && expect.size() == 2 && !has(name) && name.size() > suffix.size() &&
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
     const std::string prefix = name.substr(0, name.size() - suffix.size());
-    if (has(prefix + ".qweight")) return dequantize_gptq(*this, prefix, expect, ctx);
+    if (has(prefix + ".qweight"))
+      return cfg_.quant.awq ? dequantize_awq(*this, prefix, expect, ctx) : dequantize_gptq(*this, prefix, expect, ctx);
   }
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");

@@ -101,8 +101,9 @@ void check_finite(const Tensor& t, const std::string& what) {
 
 // Packs one tuned Linear in the GPTQ layout: qweight, qzeros, scales (fp16, [groups, out]).
 // zero_minus_one: auto_round:auto_gptq and auto_gptq store zp - 1; the "auto_round" packing stores zp.
+// AWQ layout (awq): qweight [in, out/8], qzeros [groups, out/8], zero points stored as is.
 void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym,
-                 bool zero_minus_one, bool g_idx) {
+                 bool zero_minus_one, bool g_idx, bool awq) {
   const auto& sh = L.shape;
   const int64_t out = sh.out, in = sh.in, ng = sh.groups(), bits = sh.bits;
   const int m = 1 << (bits - 1);
@@ -122,6 +123,17 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
         codes[size_t(o * in + i)] = uint8_t(u);
       }
     }
+  if (awq) {
+    std::vector<uint8_t> rows(size_t(in * out)), zrows(size_t(ng * out));
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) rows[size_t(i * out + o)] = codes[size_t(o * in + i)];
+    for (size_t k = 0; k < zrows.size(); ++k) zrows[k] = uint8_t(zeros[k] + (zero_minus_one ? 1 : 0));
+    auto qw = awq_pack_rows(rows, in, out), qz = awq_pack_rows(zrows, ng, out);
+    w.add_raw(prefix + ".qweight", DType::I32, {in, out / 8}, qw.data(), qw.size() * 4);
+    w.add_raw(prefix + ".qzeros", DType::I32, {ng, out / 8}, qz.data(), qz.size() * 4);
+    w.add(prefix + ".scales", scales);
+    return;
+  }
   auto qw = gptq_pack_qweight(codes, out, in, int(bits));
   auto qz = gptq_pack_qzeros(zeros, ng, out, int(bits));
   w.add_raw(prefix + ".qweight", DType::I32, {in * bits / 32, out}, qw.data(), qw.size() * 4);
@@ -137,8 +149,12 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
   const auto t_start = Clock::now();
-  if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "fake")
-    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, fake)");
+  if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "auto_awq" && opt.format != "fake")
+    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
+  if (opt.format == "auto_awq" && opt.fmt.bits != 4)
+    fail(ErrorKind::InvalidInput, "--format auto_awq needs --bits 4 (got " + std::to_string(opt.fmt.bits) + ")");
+  // AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
+  const bool awq = opt.format == "auto_awq" || (opt.format == "auto_round" && !opt.fmt.sym && opt.fmt.bits == 4);
   quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
@@ -252,7 +268,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
         writer.add(p + ".weight", L.weight->to(DType::F16, ctx));
       } else {
         const bool gptq = opt.format == "auto_gptq";
-        pack_linear(ctx, writer, p, L, opt.fmt.sym, gptq || opt.fmt.sym, gptq);
+        pack_linear(ctx, writer, p, L, opt.fmt.sym, !awq && (gptq || opt.fmt.sym), gptq, awq);
       }
     }
     for (const auto& k : br.kept_fp) {
@@ -283,7 +299,16 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
   nlohmann::ordered_json q;
-  if (opt.format == "auto_gptq") {
+  if (opt.format == "auto_awq") {
+    q["quant_method"] = "awq";
+    q["zero_point"] = !opt.fmt.sym;
+    q["version"] = "gemm";
+    q["bits"] = opt.fmt.bits;
+    q["group_size"] = opt.fmt.group_size;
+    nlohmann::ordered_json skip = nlohmann::ordered_json::array();
+    for (auto it = extra.begin(); it != extra.end(); ++it) skip.push_back(it.key());
+    q["modules_to_not_convert"] = skip.empty() ? nlohmann::ordered_json(nullptr) : skip;
+  } else if (opt.format == "auto_gptq") {
     q["quant_method"] = "gptq";
     q["bits"] = opt.fmt.bits;
     q["group_size"] = opt.fmt.group_size;
@@ -304,7 +329,10 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     }
   } else {
   q["quant_method"] = "auto-round";
-  q["packing_format"] = opt.format == "fake" ? "auto_round:fake" : opt.fmt.sym ? "auto_round:auto_gptq" : "auto_round";
+  q["packing_format"] = opt.format == "fake" ? "auto_round:fake"
+                        : awq              ? "auto_round:auto_awq"
+                        : opt.fmt.sym      ? "auto_round:auto_gptq"
+                                           : "auto_round";
   q["bits"] = opt.fmt.bits;
   q["group_size"] = opt.fmt.group_size;
   q["sym"] = opt.fmt.sym;
