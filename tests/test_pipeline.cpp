@@ -98,7 +98,9 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
       for (auto [x, y] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wu, &b.wu}, std::pair{&a.wd, &b.wd}})
         for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << "sym " << sym << " bits " << bits << " format " << formats[k];
     }
-    if (bits == 4 && !sym) EXPECT_EQ(outs[0]->config().quant.awq, true);  // auto_round asym 4-bit -> AWQ layout
+    if (bits == 4 && !sym) {
+      EXPECT_EQ(outs[0]->config().quant.awq, true);  // auto_round asym 4-bit -> AWQ layout
+    }
     for (auto& d : dirs) fs::remove_all(d);
   }
   fs::remove_all(m);
