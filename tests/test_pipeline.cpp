@@ -178,6 +178,58 @@ TEST(Pipeline, DiskFullAndUnwritableOutputLeaveNothing) {
   fs::remove_all(m);
 }
 
+// --resume: a run killed with SIGKILL after some blocks, restarted with the same options, continues
+// from the last finished block and writes exactly the bytes of an uninterrupted run.
+TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
+  std::string m = tmpdir("rm"), ref = tmpdir("rref"), q = tmpdir("rq");
+  auto cfg = tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  write_synthetic_model(m, cfg, 12);
+  auto o = small_opts(m, ref, 40);
+  quantize_model(o);
+  o.output_dir = q;
+  o.resume = true;
+  const std::string state = q + ".partial/resume_state.json";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      quantize_model(o);
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(0);
+  }
+  bool killed = false;
+  for (int i = 0; i < 3000 && !killed; ++i) {  // up to 30 s: kill once block 1 is checkpointed
+    if (file_exists(state) && read_text_file(state).find("\"next_block\":1") != std::string::npos) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    usleep(10000);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(killed) << "the child finished before it could be killed";
+  ASSERT_TRUE(WIFSIGNALED(st));
+  EXPECT_FALSE(fs::exists(q));  // nothing published yet
+  auto other = o;
+  other.tune.seed = 99;
+  EXPECT_THROW(quantize_model(other), Error);  // state from other options is refused
+  QuantizeReport r = quantize_model(o);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("resumed after block"), std::string::npos);
+  EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
+  EXPECT_EQ(read_text_file(q + "/model.safetensors"), read_text_file(ref + "/model.safetensors"));
+  EXPECT_EQ(read_text_file(q + "/config.json"), read_text_file(ref + "/config.json"));
+  EXPECT_FALSE(fs::exists(q + ".partial"));
+  EXPECT_FALSE(fs::exists(q + "/resume_state.json"));
+  fs::remove_all(m);
+  fs::remove_all(ref);
+  fs::remove_all(q);
+}
+
 TEST(Pipeline, BadOptionsLeaveNoOutput) {
   std::string m = tmpdir("bm"), q = tmpdir("bq");
   write_synthetic_model(m, tiny_llama_config(1), 5);

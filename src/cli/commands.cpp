@@ -195,6 +195,8 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
+  sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "
+                                      "continue after a crash (output byte-identical to an uninterrupted run)");
   registry().runners[sub] = [o, sub] {
     auto& qo = o->q;
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };

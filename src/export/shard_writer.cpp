@@ -1,5 +1,7 @@
 #include "export/shard_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -15,7 +17,7 @@ ShardWriter::ShardWriter(std::string dir, uint64_t max_shard_bytes) : dir_(std::
 ShardWriter::~ShardWriter() {
   if (data_) {
     std::fclose(data_);
-    std::remove(data_path_.c_str());
+    if (!keep_) std::remove(data_path_.c_str());
   }
 }
 
@@ -61,13 +63,57 @@ void ShardWriter::close_shard() {
     std::fclose(in);
     out.commit();
   }
-  std::remove(data_path_.c_str());
+  stale_.push_back(data_path_);  // kept until the next checkpoint (a resume may still need it)
   closed_.push_back(std::move(entries_));
   entries_.clear();
 }
 
+nlohmann::json ShardWriter::checkpoint() {
+  if (data_ && (std::fflush(data_) != 0 || fsync(fileno(data_)) != 0))
+    fail(ErrorKind::Io, data_path_ + ": flush failed: " + std::strerror(errno));
+  for (const auto& p : stale_) std::remove(p.c_str());
+  stale_.clear();
+  auto ej = [](const std::vector<Entry>& es) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& e : es)
+      a.push_back({{"name", e.name}, {"dtype", dtype_safetensors_name(e.dtype)}, {"shape", e.shape},
+                   {"begin", e.begin}, {"end", e.end}});
+    return a;
+  };
+  nlohmann::json st = {{"total", total_}, {"offset", offset_}, {"open", data_ != nullptr},
+                       {"data_path", data_path_}, {"entries", ej(entries_)}, {"closed", nlohmann::json::array()}};
+  for (const auto& c : closed_) st["closed"].push_back(ej(c));
+  return st;
+}
+
+void ShardWriter::restore(const nlohmann::json& st) {
+  auto ej = [](const nlohmann::json& a) {
+    std::vector<Entry> es;
+    for (const auto& e : a) {
+      DType t;
+      dtype_from_safetensors(e.at("dtype").get<std::string>(), &t);
+      es.push_back({e.at("name"), t, e.at("shape").get<Shape>(), e.at("begin"), e.at("end")});
+    }
+    return es;
+  };
+  total_ = st.at("total");
+  offset_ = st.at("offset");
+  entries_ = ej(st.at("entries"));
+  closed_.clear();
+  for (const auto& c : st.at("closed")) closed_.push_back(ej(c));
+  if (st.at("open").get<bool>()) {
+    data_path_ = st.at("data_path");
+    if (truncate(data_path_.c_str(), off_t(offset_)) != 0)
+      fail(ErrorKind::Io, data_path_ + ": cannot resume: " + std::strerror(errno));
+    data_ = std::fopen(data_path_.c_str(), "ab");
+    if (!data_) fail(ErrorKind::Io, data_path_ + ": cannot reopen: " + std::strerror(errno));
+  }
+}
+
 uint64_t ShardWriter::finish() {
   close_shard();
+  for (const auto& p : stale_) std::remove(p.c_str());
+  stale_.clear();
   const size_t n = closed_.size();
   if (n == 0) fail(ErrorKind::Internal, "no tensors written");
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total_}}}, {"weight_map", nlohmann::ordered_json::object()}};

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ class ShardWriter {
   // Closes the last shard, renames shards to model-0000i-of-0000n.safetensors (or model.safetensors)
   // and writes the index. Returns the total bytes of tensor data.
   uint64_t finish();
+  // Resume support: checkpoint() makes everything added so far durable and returns the state;
+  // restore() continues from such a state (data added after it is discarded).
+  nlohmann::json checkpoint();
+  void restore(const nlohmann::json& state);
+  void keep_files() { keep_ = true; }  // resumable runs: the destructor leaves the data file
 
  private:
   struct Entry {
@@ -38,6 +44,8 @@ class ShardWriter {
   std::vector<Entry> entries_;
   uint64_t offset_ = 0;
   std::vector<std::vector<Entry>> closed_;  // entries per finished shard (temporary names shard_i)
+  std::vector<std::string> stale_;
+  bool keep_ = false;           // data files of closed shards, deleted at the next checkpoint
 };
 
 }  // namespace ar

@@ -53,9 +53,18 @@ AtomicDir::AtomicDir(const std::string& path, bool overwrite)
     fail(ErrorKind::Io, tmp_ + ": cannot create directory: " + ec.message());
 }
 
+AtomicDir::AtomicDir(const std::string& path, bool overwrite, bool resumable)
+    : path_(path), tmp_(path + ".partial"), overwrite_(overwrite), resumable_(resumable) {
+  std::error_code ec;
+  if (fs::exists(path_, ec) && !overwrite_)
+    fail(ErrorKind::InvalidInput, path_ + ": output directory exists (pass --overwrite to replace it)");
+  fs::create_directories(tmp_, ec);
+  if (ec || !fs::is_directory(tmp_)) fail(ErrorKind::Io, tmp_ + ": cannot create directory: " + ec.message());
+}
+
 AtomicDir::~AtomicDir() {
   std::error_code ec;
-  if (!committed_) fs::remove_all(tmp_, ec);
+  if (!committed_ && !resumable_) fs::remove_all(tmp_, ec);
 }
 
 void AtomicDir::commit() {

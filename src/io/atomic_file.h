@@ -30,6 +30,9 @@ class AtomicDir {
  public:
   // Refuses an existing `path` unless overwrite is set (then it is replaced on commit).
   AtomicDir(const std::string& path, bool overwrite);
+  // Resumable variant: the temporary is "<path>.partial", kept across failures and reused when it
+  // exists (the caller validates its contents).
+  AtomicDir(const std::string& path, bool overwrite, bool resumable);
   ~AtomicDir();
   AtomicDir(const AtomicDir&) = delete;
   AtomicDir& operator=(const AtomicDir&) = delete;
@@ -39,7 +42,7 @@ class AtomicDir {
 
  private:
   std::string path_, tmp_;
-  bool overwrite_, committed_ = false;
+  bool overwrite_, committed_ = false, resumable_ = false;
 };
 
 }  // namespace ar

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -173,16 +174,77 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
                                       std::to_string(cfg.max_position_embeddings));
   Context ctx(Device{}, opt.threads);
-  AtomicDir out(opt.output_dir, opt.overwrite);
+  auto out_ptr = opt.resume ? std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite, true)
+                            : std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite);
+  AtomicDir& out = *out_ptr;
   ShardWriter writer(out.tmp(), kShardBytes);
+  if (opt.resume) writer.keep_files();
 
   Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
   Tensor x_q, tmp;
-  {
+  // Everything that determines the output; a resume state from other options is refused.
+  nlohmann::ordered_json fingerprint = {
+      {"model", opt.model_dir}, {"format", opt.format}, {"bits", opt.fmt.bits}, {"group_size", opt.fmt.group_size},
+      {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr}, {"minmax_lr", opt.tune.minmax_lr},
+      {"batch_size", opt.tune.batch_size}, {"gas", opt.tune.gradient_accumulate_steps},
+      {"minmax", opt.tune.enable_minmax_tuning}, {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
+      {"dataset", opt.calib.dataset}, {"nsamples", opt.calib.nsamples}, {"seqlen", opt.calib.seqlen},
+      {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers}};
+  const std::string state_path = out.tmp() + "/resume_state.json";
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  int64_t start_block = 0;
+  std::string last_act;  // activation files of the last checkpoint (removed when superseded)
+  auto read_act = [&](const std::string& name, Tensor& t) {
+    std::string bytes = read_text_file(out.tmp() + "/" + name);
+    if (bytes.size() != t.nbytes()) fail(ErrorKind::InvalidInput, out.tmp() + "/" + name + ": truncated resume state");
+    std::memcpy(t.raw(), bytes.data(), bytes.size());
+  };
+  if (opt.resume && file_exists(state_path)) {
+    auto st = nlohmann::ordered_json::parse(read_text_file(state_path));
+    if (st.at("fingerprint") != fingerprint)
+      fail(ErrorKind::InvalidInput, out.tmp() + ": the saved state belongs to a run with other options; remove it "
+                                                "or run with the same options");
+    writer.restore(nlohmann::json::parse(st.at("writer").dump()));
+    start_block = st.at("next_block");
+    extra = st.at("extra");
+    read_act(st.at("x_fp"), x_fp);
+    if (!st.at("x_q").is_null()) {
+      x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
+      read_act(st.at("x_q"), x_q);
+    }
+    last_act = st.at("tag");
+    log_info("resuming " + opt.output_dir + " after block " + std::to_string(start_block) + "/" +
+             std::to_string(cfg.num_layers));
+    rep.notes.push_back("resumed after block " + std::to_string(start_block));
+  } else {
     Tensor emb = model->load_embeddings(ctx);
     cpu::embedding_fwd(ctx, emb.f32(), calib.ids.data(), x_fp.f32(), n * T, C);
+    copy_raw(*model, writer, "model.embed_tokens.weight");
   }
-  copy_raw(*model, writer, "model.embed_tokens.weight");
+  // Durable state after block b: writer position, activations, extra_config; state file last.
+  auto checkpoint = [&](int64_t next_block) {
+    const std::string tag = std::to_string(next_block);
+    auto dump = [&](const Tensor& t, const std::string& name) {
+      AtomicFile f(out.tmp() + "/" + name);
+      f.write(t.raw(), t.nbytes());
+      f.commit();
+    };
+    dump(x_fp, "x_fp." + tag + ".bin");
+    if (x_q.defined()) dump(x_q, "x_q." + tag + ".bin");
+    nlohmann::ordered_json st = {{"fingerprint", fingerprint},
+                                 {"next_block", next_block},
+                                 {"writer", nlohmann::ordered_json::parse(writer.checkpoint().dump())},
+                                 {"extra", extra},
+                                 {"tag", tag},
+                                 {"x_fp", "x_fp." + tag + ".bin"},
+                                 {"x_q", x_q.defined() ? nlohmann::ordered_json("x_q." + tag + ".bin") : nullptr}};
+    write_file_atomic(state_path, st.dump());
+    if (!last_act.empty()) {
+      std::remove((out.tmp() + "/x_fp." + last_act + ".bin").c_str());
+      std::remove((out.tmp() + "/x_q." + last_act + ".bin").c_str());
+    }
+    last_act = tag;
+  };
   RopeTable rope = make_rope_table(cfg, T);
   std::vector<int32_t> pos(static_cast<size_t>(n * T));
   for (int64_t i = 0; i < n * T; ++i) pos[size_t(i)] = int32_t(i % T);
@@ -191,9 +253,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   for (int64_t s = 0; s < n; ++s) loss_mask[size_t(s * T + T - 1)] = 0;  // the last position never counts
   const BlockDims dims = cfg.block_dims();
   const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
 
-  for (int64_t b = 0; b < cfg.num_layers; ++b) {
+  for (int64_t b = start_block; b < cfg.num_layers; ++b) {
     const auto t0 = Clock::now();
     const std::string prefix = HfModel::layer_prefix(b);
     BlockWeights w = model->load_block(b, ctx);
@@ -292,6 +353,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                   br.seconds, br.peak_rss_mb);
     log_info(line);
     rep.blocks.push_back(std::move(br));
+    if (opt.resume) checkpoint(b + 1);
   }
   copy_raw(*model, writer, "model.norm.weight");
   if (model->has("lm_head.weight")) copy_raw(*model, writer, "lm_head.weight");
@@ -350,6 +412,11 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                         "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
     if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
+  if (opt.resume) {  // the resume state is not part of the output
+    std::remove(state_path.c_str());
+    std::remove((out.tmp() + "/x_fp." + last_act + ".bin").c_str());
+    std::remove((out.tmp() + "/x_q." + last_act + ".bin").c_str());
+  }
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   rep.peak_rss_mb = peak_rss_mb();

@@ -25,6 +25,7 @@ struct QuantizeOptions {
   bool disable_opt_rtn = false;  // --iters 0: plain RTN instead of the imatrix-weighted scale search
   std::vector<std::string> fp_layers;
   bool overwrite = false;
+  bool resume = false;  // keep state in <output_dir>.partial after every block and continue from it
   int threads = 0;
   std::string report_path;  // optional JSON report
 };
