@@ -29,8 +29,7 @@ CliResult run(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 std::string tmpdir(const std::string& n) {
-  std::string d = (fs::temp_directory_path() / ("ar_test_cli_" + n + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(d);
+  std::string d = ar::test::temp_path("cli_" + n);
   return d;
 }
 }  // namespace

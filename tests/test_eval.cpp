@@ -15,8 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string tmpdir(const std::string& n) {
-  std::string d = (fs::temp_directory_path() / ("ar_test_eval_" + n + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(d);
+  std::string d = ar::test::temp_path("eval_" + n);
   return d;
 }
 std::vector<int32_t> tokens(size_t n, int32_t vocab) {

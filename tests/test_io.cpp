@@ -18,8 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string tmpdir(const std::string& name) {
-  std::string d = (fs::temp_directory_path() / ("ar_test_io_" + name + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(d);
+  std::string d = ar::test::temp_path("io_" + name);
   fs::create_directories(d);
   return d;
 }

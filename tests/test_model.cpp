@@ -19,8 +19,7 @@ using nlohmann::json;
 
 namespace {
 std::string tmpdir(const std::string& name) {
-  std::string d = (fs::temp_directory_path() / ("ar_test_model_" + name + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(d);
+  std::string d = ar::test::temp_path("model_" + name);
   return d;
 }
 

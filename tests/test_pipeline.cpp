@@ -28,8 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string tmpdir(const std::string& n) {
-  std::string d = (fs::temp_directory_path() / ("ar_test_pipe_" + n + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(d);
+  std::string d = ar::test::temp_path("pipe_" + n);
   return d;
 }
 QuantizeOptions small_opts(const std::string& model, const std::string& out, int iters) {

@@ -1,8 +1,18 @@
 #include "test_util.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 namespace ar::test {
+std::string temp_path(const std::string& name) {
+  namespace fs = std::filesystem;
+  std::string d = (fs::temp_directory_path() / ("ar_test_" + name + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(d);
+  return d;
+}
+
 std::string fixtures_dir() {
   const char* env = std::getenv("AR_FIXTURES");
   std::string d = env ? env : std::string(AR_SOURCE_DIR) + "/../shared/fixtures";

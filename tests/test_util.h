@@ -62,6 +62,9 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// A fresh (removed if present) path under the temp directory, unique per process: "ar_test_<name>_<pid>".
+std::string temp_path(const std::string& name);
+
 // Path of the shared fixtures folder (../shared/fixtures relative to the source tree), or "" if absent.
 std::string fixtures_dir();
 

@@ -27,6 +27,9 @@ struct QdqShape {
   bool sym = true;
   double thr = 1e-5;  // minimum |scale| (1e-5 for fp16 scales)
   int64_t groups() const { return (in + group - 1) / group; }
+  // Code range: [-2^(b-1), 2^(b-1) - 1] symmetric, [0, 2^b - 1] asymmetric.
+  int64_t qmin() const { return sym ? -(int64_t(1) << (bits - 1)) : 0; }
+  int64_t qmax() const { return sym ? (int64_t(1) << (bits - 1)) - 1 : (int64_t(1) << bits) - 1; }
 };
 
 template <class T>
@@ -101,8 +104,7 @@ template <class T>
 void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T* beta, const T* wmin0,
              const T* wmax0, T* What, T* scale, T* zero, int64_t r0, int64_t r1) {
   const int64_t ng = sh.groups(), vw = ng * sh.group;
-  const T lo_q = sh.sym ? -T(int64_t(1) << (sh.bits - 1)) : T(0);
-  const T hi_q = sh.sym ? T((int64_t(1) << (sh.bits - 1)) - 1) : T((int64_t(1) << sh.bits) - 1);
+  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t gi = 0; gi < ng; ++gi) {
       const int64_t k = r * ng + gi;
@@ -125,8 +127,7 @@ template <class T>
 void qdq_bwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T* beta, const T* wmin0,
              const T* wmax0, const T* dWhat, T* dV, T* dalpha, T* dbeta, int64_t r0, int64_t r1) {
   const int64_t ng = sh.groups(), vw = ng * sh.group;
-  const T lo_q = sh.sym ? -T(int64_t(1) << (sh.bits - 1)) : T(0);
-  const T hi_q = sh.sym ? T((int64_t(1) << (sh.bits - 1)) - 1) : T((int64_t(1) << sh.bits) - 1);
+  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t gi = 0; gi < ng; ++gi) {
       const int64_t k = r * ng + gi;
