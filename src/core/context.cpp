@@ -114,6 +114,14 @@ Context::Context(Device device, int threads) : device_(device) {
 #endif
 }
 
+Context::Context(Device device, const std::vector<int>& cores)
+    : device_(device), blas_threads_(1), blas_partitioned_(true), cores_(cores) {
+  if (device.kind != DeviceKind::CPU)
+    fail(ErrorKind::Unsupported, "device " + device.str() + " is not built into this binary (CPU only)");
+  if (cores.empty()) fail(ErrorKind::InvalidInput, "device " + device.str() + " has no cores");
+  pool_ = std::make_unique<ThreadPool>(int(cores.size()), cores);
+}
+
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -42,18 +43,26 @@ class Allocator {
 
 class Context {
  public:
-  // threads <= 0 means all hardware threads.
+  // threads <= 0 means all hardware threads. BLAS uses its own threads (as many as the pool).
   explicit Context(Device device = {}, int threads = 0);
+  // A device of the data-parallel lane: a pool pinned to `cores` (one thread each). BLAS runs
+  // single-threaded inside the pool's chunks (GEMMs are split by output rows), so several such
+  // contexts compute side by side without sharing BLAS's global thread pool.
+  Context(Device device, const std::vector<int>& cores);
   const Device& device() const { return device_; }
   ThreadPool& pool() { return *pool_; }
   int threads() const { return pool_->size(); }
   int blas_threads() const { return blas_threads_; }
+  bool blas_partitioned() const { return blas_partitioned_; }
+  const std::vector<int>& cores() const { return cores_; }
   Allocator& allocator() { return allocator_; }
 
  private:
   Device device_;
   std::unique_ptr<ThreadPool> pool_;
   int blas_threads_;
+  bool blas_partitioned_ = false;
+  std::vector<int> cores_;
   Allocator allocator_;
 };
 

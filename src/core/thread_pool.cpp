@@ -1,10 +1,21 @@
 #include "core/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 
 namespace ar {
 
-ThreadPool::ThreadPool(int n_threads) {
+bool pin_current_thread(const std::vector<int>& cpus) {
+  if (cpus.empty()) return true;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+ThreadPool::ThreadPool(int n_threads, std::vector<int> cpus) : cpus_(std::move(cpus)) {
   for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
@@ -23,6 +34,7 @@ static void chunk_range(int64_t n, int chunks, int i, int64_t* b, int64_t* e) {
 }
 
 void ThreadPool::worker_main(int index) {
+  if (!cpus_.empty()) pin_current_thread({cpus_[size_t(index) % cpus_.size()]});
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int64_t, int64_t)>* job;

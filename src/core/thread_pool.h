@@ -1,6 +1,6 @@
 // A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
 // contiguous chunk per thread (the caller runs chunk 0), so work is spread without a queue.
-// Never call BLAS with >1 thread from inside parallel_for: the Context keeps BLAS threads x pool
+// Never call multi-threaded BLAS with >1 thread from inside parallel_for: the Context keeps BLAS threads x pool
 // threads <= cores by running BLAS and pool loops one after the other, never nested.
 #pragma once
 #include <condition_variable>
@@ -15,7 +15,9 @@ namespace ar {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);
+  // With `cpus`, worker i is pinned to cpus[i % cpus.size()] (the calling thread is not touched:
+  // whoever calls parallel_for runs chunk 0 where it already runs).
+  explicit ThreadPool(int n_threads, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -27,6 +29,8 @@ class ThreadPool {
 
  private:
   void worker_main(int index);
+
+  std::vector<int> cpus_;
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
@@ -40,5 +44,8 @@ class ThreadPool {
   std::exception_ptr error_;
   std::mutex call_mu_;  // serializes concurrent parallel_for calls on one pool
 };
+
+// Pins the calling thread to `cpus` (no-op when empty); returns false if the OS refused.
+bool pin_current_thread(const std::vector<int>& cpus);
 
 }  // namespace ar

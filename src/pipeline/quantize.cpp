@@ -300,7 +300,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::BlockTuneResult tr =
         opt_rtn ? opt_rtn_block(ctx, w, opt.fmt, imat, quantize_layer)
-                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, nullptr,
+                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, {},
                                               quantize_layer);
     const auto t_q = Clock::now();
     br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();

@@ -1,15 +1,21 @@
-// SignRound V1 block tuning (autoround-spec.md §3), serial and parallel-unaware. For every Linear of
-// one decoder block it tunes rounding offsets V and (optionally) min/max scales alpha, beta with
-// sign-SGD so that the block's output on quantized weights matches the FP block's output:
+// SignRound V1 block tuning (autoround-spec.md §3), serial or data-parallel over the ranks of a
+// ReplicaGroup. For every Linear of one decoder block it tunes rounding offsets V and (optionally)
+// min/max scales alpha, beta with sign-SGD so that the block's output on quantized weights matches the
+// FP block's output:
 //   for i in 0..iters-1:
-//     batch = sampler.next()                      (seeded reshuffling cyclic sampler, size bs*GAS)
-//     W^ = QDQ(W, V, alpha, beta) per layer; y = Block(W^)(x_in[batch]) per micro-batch of bs
-//     L = masked mean squared error(y, y_fp[batch]) over valid tokens (fp32)
-//     if L < best: snapshot (V, alpha, beta), i* = i          (loss measured before the step)
-//     hooks.sync(gradients); p -= lr_i sign(dL/dp), lr_i = lr (1 - i/iters)
-//   restore the snapshot at i* (unless use_best is off); W <- QDQ(W, V, alpha, beta)
-// The hooks are the seams for the data-parallel lane (mirror setup, work dispatch, gradient sync,
-// teardown); the serial run uses no-ops.
+//     batch = stratified sample of B = bs*GAS pool indices (position j from stratum j, DESIGN §5)
+//     every rank r (ranks own positions [rB/W, (r+1)B/W)): W^ = QDQ(W, V, alpha, beta) per layer;
+//       per leaf (one sample if deterministic, else a micro-batch of <= bs): y = Block(W^)(x_in[leaf]),
+//       L_leaf = sum of squared errors vs y_fp over valid tokens / (valid tokens of the batch * C),
+//       g_leaf = d L_leaf / d(V, alpha, beta); leaves combine by a fixed binary tree over positions
+//     L = tree sum over ranks; if L < best: snapshot (V, alpha, beta), i* = i (loss before the step)
+//     exchange: sign(tree sum over ranks of g) in int8, identical on every rank (parallel/exchange.h)
+//     every rank: p -= lr_i sign, lr_i = lr (1 - i/iters)
+//   restore the snapshot at i* (unless use_best is off); W <- QDQ(W, V, alpha, beta) on the home block
+// Deterministic mode (the default) makes the gradient's bits independent of the world: leaves are single
+// samples and the same tree sums them whatever rank holds them, so worlds 1, 2, 4 write identical files.
+// Rank 0 tunes the home block in place; ranks > 0 tune mirrors (deep copies made on their own device)
+// that are dropped at the end. Replicas stay bit-identical: same start, same signs, same update.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,6 +25,7 @@
 #include "core/tensor.h"
 #include "model/block_impl.h"
 #include "model/loader.h"
+#include "parallel/replica_group.h"
 #include "quant/qdq.h"
 
 namespace ar::quant {
@@ -37,12 +44,23 @@ struct SignRoundOptions {
   bool enable_minmax_tuning = true;
   bool use_best_mse = true;
   uint64_t seed = 42;
+  bool deterministic = true;  // per-sample leaves: the result does not depend on the world
   std::function<void(int /*iteration*/, int /*iters*/)> progress;  // called after every step
+  // Test/diagnostic observer: after every step, a checksum of each replica's (V, alpha, beta).
+  std::function<void(int /*iteration*/, const std::vector<uint64_t>&)> on_step;
 };
 
-// Seconds spent per phase of the tuning loop (summed over iterations).
+// Where the tuning runs: serially on the caller's context, or on ranks [0, world) of a group.
+struct TuneLane {
+  parallel::ReplicaGroup* group = nullptr;
+  int world = 1;
+};
+
+// Seconds per phase of the tuning loop (summed over iterations; forward/backward/qdq are rank 0's,
+// the others walls of the whole lane). exchange_bytes: what one rank read from the others, in total.
 struct TunePhases {
-  double qdq = 0, forward = 0, backward = 0, step = 0;
+  double mirrors = 0, warmup = 0, qdq = 0, forward = 0, backward = 0, exchange = 0, step = 0, teardown = 0;
+  int64_t exchange_bytes = 0;
 };
 
 // Tunable state of one wrapped Linear.
@@ -51,15 +69,6 @@ struct TunedLinear {
   QdqShape shape;
   Tensor* weight = nullptr;  // the FP weight [out, in], replaced by its QDQ value at the end
   Tensor V, alpha, beta, wmin0, wmax0, scale, zero;
-};
-
-// Seams for the parallel lane; every call is a no-op in serial runs.
-class TuneHooks {
- public:
-  virtual ~TuneHooks() = default;
-  virtual void setup(std::vector<TunedLinear>&) {}
-  virtual void sync_gradients(std::vector<Tensor*>& /*grads*/) {}
-  virtual void teardown(std::vector<TunedLinear>&) {}
 };
 
 struct BlockTuneResult {
@@ -76,10 +85,30 @@ struct BlockTuneResult {
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                     TuneHooks* hooks = nullptr,
+                                     const TuneLane& lane = {},
                                      const std::function<bool(const std::string&)>& quantize_layer = {});
 
 // The Linears of a block that AutoRound quantizes, with their HF short names.
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w);
+
+// A deep copy of a block's tensors on `ctx` (a mirror).
+BlockWeights clone_block(const BlockWeights& w, Context& ctx);
+
+// The stratified sampler: the pool [0, n) cut into B contiguous strata S_j = [j n / B, (j+1) n / B);
+// batch i takes from each stratum the element i mod |S_j| of a permutation of S_j drawn from
+// (seed, j, epoch = i / |S_j|). Position j of every batch comes from stratum j, whatever the world.
+class StratifiedSampler {
+ public:
+  StratifiedSampler(int64_t n, int64_t batch, uint64_t seed);
+  std::vector<int64_t> batch(int64_t iteration);
+
+ private:
+  struct Stratum {
+    int64_t begin = 0, len = 0, epoch = -1;
+    std::vector<int64_t> perm;
+  };
+  uint64_t seed_;
+  std::vector<Stratum> strata_;
+};
 
 }  // namespace ar::quant
