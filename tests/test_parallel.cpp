@@ -334,7 +334,7 @@ TEST(LaneTuning, ReplicasAreBitIdenticalAfterEveryStep) {
       for (int r = 1; r < W; ++r) ASSERT_EQ(sums[size_t(r)], sums[0]) << "replica " << r << " diverged";
       ++steps;
     };
-    f.tune(a, {4, 32, false}, 12, 42, o, {&group, W});
+    f.tune(a, {4, 32, false}, 12, 42, o, {&group, W, {}});
     EXPECT_EQ(steps, 12);
   }
 }
@@ -347,7 +347,7 @@ TEST(LaneTuning, DeterministicWorldsWriteIdenticalWeights) {
   const auto ws = weights_of(s);
   for (int W : {1, 2, 4}) {
     BlockWeights a = f.copy();
-    auto r = f.tune(a, {4, 32, false}, 15, 42, {}, {&group, W});
+    auto r = f.tune(a, {4, 32, false}, 15, 42, {}, {&group, W, {}});
     EXPECT_EQ(r.loss_first, rs.loss_first) << W;
     EXPECT_EQ(r.loss_best, rs.loss_best) << W;
     EXPECT_EQ(r.best_iter, rs.best_iter) << W;
@@ -366,7 +366,7 @@ TEST(LaneTuning, BatchedWorldTwoAtParityWithSerial) {
   o.deterministic = false;
   BlockWeights s = f.copy(), a = f.copy(), rtn = f.copy();
   auto rs = f.tune(s, {4, 32, false}, 30, 42, o);
-  auto ra = f.tune(a, {4, 32, false}, 30, 42, o, {&group, 2});
+  auto ra = f.tune(a, {4, 32, false}, 30, 42, o, {&group, 2, {}});
   f.tune(rtn, {4, 32, false}, 0);
   EXPECT_NEAR(ra.loss_first, rs.loss_first, 1e-6 * rs.loss_first);
   const double ms = f.mse(s), ma = f.mse(a), mr = f.mse(rtn);
@@ -381,7 +381,7 @@ TEST(LaneTuning, NonFiniteInputOnOneReplicaNamesIt) {
   BlockWeights a = f.copy();
   const auto before = weights_of(a);
   try {
-    f.tune(a, {4, 32, true}, 5, 42, {}, {&group, 2});
+    f.tune(a, {4, 32, true}, 5, 42, {}, {&group, 2, {}});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("replica 1 on cpu:1"), std::string::npos) << e.what();

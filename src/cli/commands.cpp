@@ -164,7 +164,7 @@ void register_quantize(CLI::App& app) {
     QuantizeOptions q;
     bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
     bool disable_opt_rtn = false, quant_lm_head = false;
-    std::string fp_layers, device = "cpu", recipe = "default", scheme;
+    std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off";
   };
   auto o = std::make_shared<Opt>();
   auto& q = o->q;
@@ -193,6 +193,14 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head (not supported yet)");
   sub->add_option("--device,--device_map", o->device, "cpu");
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
+  sub->add_option("--parallel_quantization", o->parallel,
+                  "off (default) | auto | N: tune each block data-parallel on N devices (one replica each, "
+                  "disjoint calibration shards, one gradient exchange per iteration)");
+  sub->add_option("--devices", q.devices, "devices of the parallel lane, e.g. cpu:0,cpu:1 (CPU devices split this "
+                                          "host's cores, NUMA-aware; default: one per NUMA node)");
+  sub->add_option("--deterministic", q.tune.deterministic,
+                  "true (default) | false: per-sample gradient leaves summed by a fixed tree, so every world "
+                  "writes identical files; false batches micro-batches (faster, world-dependent rounding)");
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
   sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "
@@ -237,6 +245,7 @@ void register_quantize(CLI::App& app) {
     qo.quanted_input = !o->disable_quanted_input;
     qo.disable_opt_rtn = o->disable_opt_rtn;
     qo.calib.seed = qo.tune.seed;
+    qo.parallel = parallel::ParallelSetting::parse(o->parallel);
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) qo.fp_layers.push_back(item);

@@ -10,6 +10,7 @@ namespace ar::parallel {
 
 ReplicaGroup::ReplicaGroup(std::vector<DeviceSlot> slots) {
   errors_.resize(slots.size());
+  job_rank_.assign(slots.size(), -1);
   kinds_.resize(slots.size(), ErrorKind::Internal);
   for (auto& s : slots) {
     auto w = std::make_unique<Worker>();
@@ -40,13 +41,13 @@ void ReplicaGroup::main(int rank) {
       cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      job = rank < job_world_ ? job_ : nullptr;
+      job = job_rank_[size_t(rank)] >= 0 ? job_ : nullptr;
     }
     std::string err;
     ErrorKind kind = ErrorKind::Internal;
     if (job) {
       try {
-        (*job)(rank);
+        (*job)(job_rank_[size_t(rank)]);
       } catch (const Error& e) {
         err = e.what();
         kind = e.kind();
@@ -66,21 +67,33 @@ void ReplicaGroup::main(int rank) {
 
 void ReplicaGroup::run(int world, const std::function<void(int)>& fn) {
   if (world < 1 || world > size()) fail(ErrorKind::Internal, "ReplicaGroup::run: world out of range");
+  std::vector<int> m(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) m[size_t(r)] = r;
+  run_on(m, fn);
+}
+
+void ReplicaGroup::run_on(const std::vector<int>& members, const std::function<void(int)>& fn) {
   std::lock_guard<std::mutex> call(call_mu_);
   // Pool threads call BLAS concurrently: it must not use its own threads (set before any dispatch).
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   std::unique_lock<std::mutex> lk(mu_);
+  job_rank_.assign(workers_.size(), -1);
+  for (size_t r = 0; r < members.size(); ++r) {
+    const int m = members[r];
+    if (m < 0 || m >= size() || job_rank_[size_t(m)] >= 0) fail(ErrorKind::Internal, "ReplicaGroup: bad member list");
+    job_rank_[size_t(m)] = int(r);
+  }
   job_ = &fn;
-  job_world_ = world;
   pending_ = size();
   ++generation_;
   cv_start_.notify_all();
   cv_done_.wait(lk, [&] { return pending_ == 0; });
   job_ = nullptr;
-  for (int r = 0; r < world; ++r)
-    if (!errors_[size_t(r)].empty())
- fail(kinds_[size_t(r)], "replica " + std::to_string(r) + " on " + workers_[size_t(r)]->slot.device.str() +
-                                    " failed: " + errors_[size_t(r)]);
+  for (size_t r = 0; r < members.size(); ++r) {
+    const size_t m = size_t(members[r]);
+    if (!errors_[m].empty())
+      fail(kinds_[m], "replica " + std::to_string(r) + " on " + workers_[m]->slot.device.str() + " failed: " + errors_[m]);
+  }
 }
 
 std::vector<double> shard_and_reduce(ReplicaGroup* group, int world, int64_t items, size_t width,

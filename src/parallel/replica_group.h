@@ -28,6 +28,8 @@ class ReplicaGroup {
   const DeviceSlot& slot(int rank) const { return workers_[size_t(rank)]->slot; }
   // fn(rank) on ranks [0, world) in parallel; throws ar::Error naming the lowest failing rank.
   void run(int world, const std::function<void(int)>& fn);
+  // The same on chosen members: rank r runs on members[r] (distinct, ascending not required).
+  void run_on(const std::vector<int>& members, const std::function<void(int)>& fn);
 
  private:
   struct Worker {
@@ -41,7 +43,8 @@ class ReplicaGroup {
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
   const std::function<void(int)>* job_ = nullptr;
-  int job_world_ = 0, pending_ = 0;
+  std::vector<int> job_rank_;  // per member: its rank in the job, -1 = idle
+  int pending_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
   std::vector<std::string> errors_;  // per rank, empty = ok

@@ -20,7 +20,8 @@
 #include "model/loader.h"
 #include "model/rope_table.h"
 #include "model/tokenizer/tokenizer.h"
-#include "quant/opt_rtn.h"
+#include "parallel/plan.h"
+#include "pipeline/block_passes.h"
 #include <functional>
 #include <map>
 
@@ -34,64 +35,6 @@ void copy_raw(const HfModel& m, ShardWriter& w, const std::string& name) {
   const uint8_t* bytes = nullptr;
   const StTensorInfo& info = m.raw_info(name, &bytes);
   w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
-}
-
-// imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed
-// by the Linear's short name (q/k/v share the attention input, gate/up the MLP input).
-using Imatrix = std::map<std::string, std::vector<float>>;
-
-void accumulate_sq(const float* x, int64_t rows, int64_t cols, std::vector<float>& acc) {
-  if (acc.empty()) acc.assign(size_t(cols), 0.f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) acc[size_t(c)] += x[r * cols + c] * x[r * cols + c];
-}
-
-// Runs the block over all n samples in micro-batches (activations bounded by the batch); with
-// `imat`, also sums the squared inputs of every Linear.
-void block_forward_all(Context& ctx, const BlockDims& dims, const BlockPtrs<const float*>& w, BlockAux<float> aux,
-                       const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat = nullptr) {
-  cpu::CpuOps ops{ctx};
-  BlockRunner<cpu::CpuOps> run(ops, dims);
-  const int64_t per = aux.T * dims.C;
-  for (int64_t s0 = 0; s0 < n; s0 += bs) {
-    aux.B = std::min(bs, n - s0);
-    BlockRunner<cpu::CpuOps>::Cache c;
-    run.forward(w, aux, x.f32() + s0 * per, y.f32() + s0 * per, c);
-    if (!imat) continue;
-    const int64_t rows = aux.B * aux.T;
-    accumulate_sq(c.h1.f32(), rows, dims.C, (*imat)["attn_in"]);
-    accumulate_sq(c.o.f32(), rows, dims.H * dims.D, (*imat)["o_in"]);
-    accumulate_sq(c.h2.f32(), rows, dims.C, (*imat)["mlp_in"]);
-    accumulate_sq(c.a.f32(), rows, dims.I, (*imat)["down_in"]);
-  }
-}
-
-const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
-  if (linear == "self_attn.o_proj") return im.at("o_in");
-  if (linear == "mlp.down_proj") return im.at("down_in");
-  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
-  return im.at("attn_in");
-}
-
-// Optimized RTN of the selected Linears (weights replaced by their QDQ values).
-quant::BlockTuneResult opt_rtn_block(Context& ctx, BlockWeights& w, const quant::QuantFormat& fmt, const Imatrix& im,
-                                     const std::function<bool(const std::string&)>& quantize_layer) {
-  quant::BlockTuneResult r;
-  for (auto& [name, t] : quant::block_linears(w)) {
-    if (!quantize_layer(name)) continue;
-    quant::TunedLinear L;
-    L.name = name;
-    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, true);
-    const int64_t ng = L.shape.out * L.shape.groups();
-    L.scale = Tensor::empty({ng}, DType::F32, ctx);
-    L.zero = Tensor::zeros({ng}, DType::F32, ctx);
-    Tensor q = Tensor::empty(t->shape(), DType::F32, ctx);
-    quant::opt_rtn_sym(ctx, L.shape, t->f32(), imatrix_for(im, name).data(), q.f32(), L.scale.f32());
-    *t = q;
-    L.weight = t;
-    r.layers.push_back(std::move(L));
-  }
-  return r;
 }
 
 // NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
@@ -174,6 +117,51 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
                                       std::to_string(cfg.max_position_embeddings));
   Context ctx(Device{}, opt.threads);
+  // The data-parallel lane: one pinned context per device, alive for the whole run.
+  std::unique_ptr<parallel::ReplicaGroup> group;
+  std::vector<parallel::DeviceInfo> devices;
+  if (opt.parallel.mode != parallel::ParallelSetting::Off) {
+    auto slots = parallel::cpu_device_slots(parallel::CpuTopology::detect(), parallel::parse_device_list(opt.devices));
+    for (const auto& sl : slots) {
+      devices.push_back({sl.device, sl.free_bytes});
+      log_info("lane device " + sl.str() + ", " + std::to_string(sl.free_bytes >> 20) + " MiB free");
+    }
+    if (slots.size() >= 2) group = std::make_unique<parallel::ReplicaGroup>(slots);
+  }
+  std::set<std::string> logged;
+  // One resolver for every phase of every block; refusals stop the run, notes are logged once.
+  auto lane_for = [&](parallel::Phase phase, int64_t items, size_t mirror_bytes) {
+    parallel::PlanInput in;
+    in.setting = opt.parallel;
+    in.phase = phase;
+    in.home = ctx.device();
+    in.devices = devices;
+    in.gradient_accumulate_steps = opt.tune.gradient_accumulate_steps;
+    in.deterministic = opt.tune.deterministic;
+    in.items = items;
+    in.nsamples = n;
+    in.mirror_bytes = mirror_bytes;
+    const parallel::Plan plan = parallel::resolve_plan(in);
+    if (plan.refused()) {
+      std::string why;
+      for (const auto& r : plan.refusals) why.append(why.empty() ? "" : "; ").append(r);
+      fail(ErrorKind::InvalidInput, "--parallel_quantization " + opt.parallel.str() + " cannot run: " + why);
+    }
+    for (const auto& note : plan.notes)
+      if (logged.insert(note).second) {
+        log_info("parallel: " + note);
+        rep.notes.push_back("parallel: " + note);
+      }
+    quant::TuneLane lane;
+    if (plan.parallel() && group) {
+      lane.group = group.get();
+      lane.world = plan.world;
+      for (const Device& d : plan.devices)
+        for (int m = 0; m < group->size(); ++m)
+          if (group->slot(m).device == d) lane.members.push_back(m);
+    }
+    return lane;
+  };
   auto out_ptr = opt.resume ? std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite, true)
                             : std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite);
   AtomicDir& out = *out_ptr;
@@ -189,7 +177,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       {"batch_size", opt.tune.batch_size}, {"gas", opt.tune.gradient_accumulate_steps},
       {"minmax", opt.tune.enable_minmax_tuning}, {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
       {"dataset", opt.calib.dataset}, {"nsamples", opt.calib.nsamples}, {"seqlen", opt.calib.seqlen},
-      {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers}};
+      {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
+      {"deterministic", opt.tune.deterministic}};
   const std::string state_path = out.tmp() + "/resume_state.json";
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   int64_t start_block = 0;
@@ -263,8 +252,17 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
     const auto t_fp = Clock::now();
     const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
+    // Mirror prices (parallel/plan.h): whole block in fp32, tuning state of its Linears, activations.
+    const int64_t block_elems = int64_t(w.bytes() / 4), cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
+    int64_t tuned_elems = 0;
+    for (auto& [nm, t] : quant::block_linears(w)) tuned_elems += t->numel();
+    const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));
+    int levels = 1;
+    while ((int64_t(1) << (levels - 1)) < B) ++levels;
+    const quant::TuneLane collect =
+        lane_for(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, bs).total());
     Imatrix imat;
-    block_forward_all(ctx, dims, w.ptrs(), aux, x_fp, y_fp, n, bs, opt_rtn ? &imat : nullptr);
+    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, bs, opt_rtn ? &imat : nullptr);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
@@ -298,23 +296,44 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     }
     const auto t_tune = Clock::now();
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
+    quant::TuneLane search, tuning;
+    if (opt_rtn) {
+      int64_t modules = 0;
+      for (auto& [nm, t] : quant::block_linears(w)) modules += quantize_layer(nm) ? 1 : 0;
+      br.kept_fp.clear();
+      br.quantized.clear();
+      search = lane_for(parallel::Phase::Search, modules, parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
+    } else if (opt.tune.iters > 0) {
+      tuning = lane_for(parallel::Phase::Tune, B,
+                        parallel::price_mirror(block_elems, tuned_elems, opt.tune.deterministic ? levels : 1,
+                                               cache_per_sample, opt.tune.deterministic ? 1 : bs)
+                            .total());
+    }
     quant::BlockTuneResult tr =
-        opt_rtn ? opt_rtn_block(ctx, w, opt.fmt, imat, quantize_layer)
-                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, {},
+        opt_rtn ? opt_rtn_block(ctx, search, w, opt.fmt, imat, quantize_layer)
+                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, tuning,
                                               quantize_layer);
+    br.world_collect = collect.parallel() ? collect.world : 1;
+    br.world_search = search.parallel() ? search.world : 1;
+    br.world_tune = tuning.parallel() ? tuning.world : 1;
+    br.exchange_bytes = tr.phases.exchange_bytes;
     const auto t_q = Clock::now();
     br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
     br.phase_seconds["tune_qdq"] = tr.phases.qdq;
     br.phase_seconds["tune_forward"] = tr.phases.forward;
     br.phase_seconds["tune_backward"] = tr.phases.backward;
     br.phase_seconds["tune_step"] = tr.phases.step;
+    br.phase_seconds["tune_mirrors"] = tr.phases.mirrors;
+    br.phase_seconds["tune_warmup"] = tr.phases.warmup;
+    br.phase_seconds["tune_exchange"] = tr.phases.exchange;
+    br.phase_seconds["tune_teardown"] = tr.phases.teardown;
     br.loss_first = tr.loss_first;
     br.loss_best = tr.loss_best;
     br.best_iter = tr.best_iter;
     if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
       if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
       tmp = x_in.clone(ctx);
-      block_forward_all(ctx, dims, w.ptrs(), aux, tmp, x_q, n, bs);
+      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, bs);
       check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
     }
     std::swap(x_fp, y_fp);
@@ -352,6 +371,15 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                   (long long)(b + 1), (long long)cfg.num_layers, br.loss_first, br.loss_best, br.best_iter,
                   br.seconds, br.peak_rss_mb);
     log_info(line);
+    if (opt.tune.iters > 0) {
+      const auto& p = tr.phases;
+      std::snprintf(line, sizeof line,
+                    "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
+                    "(%.1f MB) step %.3f teardown %.3f s",
+                    (long long)(b + 1), br.world_tune, p.mirrors, p.warmup, p.forward, p.backward, p.exchange,
+                    double(p.exchange_bytes) / 1e6, p.step, p.teardown);
+      log_info(line);
+    }
     rep.blocks.push_back(std::move(br));
     if (opt.resume) checkpoint(b + 1);
   }
@@ -432,10 +460,14 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     r["seconds"] = rep.seconds;
     r["peak_rss_mb"] = rep.peak_rss_mb;
     r["notes"] = rep.notes;
+    r["parallel_quantization"] = opt.parallel.str();
+    r["deterministic"] = opt.tune.deterministic;
     for (const auto& b : rep.blocks)
       r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
                              {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"phase_seconds", b.phase_seconds},
                              {"peak_rss_mb", b.peak_rss_mb},
+                             {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
+                             {"exchange_bytes", b.exchange_bytes},
                              {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
     write_file_atomic(opt.report_path, r.dump(2) + "\n");
   }

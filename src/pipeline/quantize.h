@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/plan.h"
 #include "quant/calib.h"
 #include "quant/signround.h"
 
@@ -27,6 +28,8 @@ struct QuantizeOptions {
   bool overwrite = false;
   bool resume = false;  // keep state in <output_dir>.partial after every block and continue from it
   int threads = 0;
+  parallel::ParallelSetting parallel;  // --parallel_quantization
+  std::string devices;                 // --devices (empty: every visible device)
   std::string report_path;  // optional JSON report
 };
 
@@ -35,7 +38,9 @@ struct BlockReport {
   double loss_first = 0, loss_best = 0, seconds = 0, peak_rss_mb = 0;
   int best_iter = -1;
   std::vector<std::string> quantized, kept_fp;
-  std::map<std::string, double> phase_seconds;  // fp_forward, tune, q_forward, pack_write
+  std::map<std::string, double> phase_seconds;  // fp_forward, tune, tune_<lane phase>, q_forward, pack_write
+  int world_collect = 1, world_search = 1, world_tune = 1;
+  int64_t exchange_bytes = 0;  // read by one rank from the others over the whole tuning
 };
 
 struct QuantizeReport {

@@ -20,6 +20,13 @@ std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w) {
           {"mlp.down_proj", &w.wd}};
 }
 
+void TuneLane::run(const std::function<void(int)>& fn) const {
+  if (!group) return fn(0);
+  std::vector<int> m(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) m[size_t(r)] = member(r);
+  group->run_on(m, fn);
+}
+
 BlockWeights clone_block(const BlockWeights& w, Context& ctx) {
   BlockWeights m;
   Tensor BlockWeights::*all[] = {&BlockWeights::ln1, &BlockWeights::wq, &BlockWeights::wk, &BlockWeights::wv,
@@ -127,6 +134,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.gradient_accumulate_steps));
   const int W = lane.group ? lane.world : 1;
   AR_CHECK(W >= 1 && W <= B && (!lane.group || W <= lane.group->size()), "tuning world out of range");
+  AR_CHECK(!opt.deterministic || B % W == 0, "deterministic tuning needs a world dividing the batch");
   const double lr = opt.lr > 0 ? opt.lr : (opt.iters >= 1000 && fmt.bits <= 3 ? 2.0 : 1.0) / std::max(1, opt.iters);
   const double minmax_lr = opt.minmax_lr > 0 ? opt.minmax_lr : lr;
   const bool mm = opt.enable_minmax_tuning;
@@ -177,13 +185,10 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   // Replicas: rank 0 works on the home block; ranks > 0 build mirrors on their own device (first touch).
   auto t_mirrors = Clock::now();
   std::vector<Replica> reps(static_cast<size_t>(W));
-  auto dispatch = [&](const std::function<void(int)>& fn) {
-    if (lane.group) lane.group->run(W, fn);
-    else fn(0);
-  };
+  auto dispatch = [&](const std::function<void(int)>& fn) { lane.run(fn); };
   dispatch([&](int r) {
     Replica& R = reps[size_t(r)];
-    R.ctx = lane.group ? &lane.group->ctx(r) : &ctx;
+    R.ctx = lane.group ? &lane.ctx(r) : &ctx;
     Context& c = *R.ctx;
     BlockWeights* bw = &w;
     if (r == 0) {
@@ -368,7 +373,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   ph.forward = reps[0].forward;
   ph.backward = reps[0].backward;
   auto t_down = Clock::now();
-  if (lane.group && W > 1) lane.group->run(W, [&](int r) {
+  if (lane.parallel()) lane.run([&](int r) {
       if (r > 0) reps[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
     });
   res.loss_best = opt.iters > 0 ? best : 0;

@@ -50,10 +50,17 @@ struct SignRoundOptions {
   std::function<void(int /*iteration*/, const std::vector<uint64_t>&)> on_step;
 };
 
-// Where the tuning runs: serially on the caller's context, or on ranks [0, world) of a group.
+// Where a block's work runs: serially on the caller's context, or on `world` ranks of a group
+// (rank r on group member members[r]; members empty: members 0..world-1).
 struct TuneLane {
   parallel::ReplicaGroup* group = nullptr;
   int world = 1;
+  std::vector<int> members;
+  bool parallel() const { return group && world > 1; }
+  int member(int rank) const { return members.empty() ? rank : members[size_t(rank)]; }
+  Context& ctx(int rank) const { return group->ctx(member(rank)); }
+  // fn(rank) on every rank (fork-join; see ReplicaGroup::run); serial lanes call fn(0) here.
+  void run(const std::function<void(int)>& fn) const;
 };
 
 // Seconds per phase of the tuning loop (summed over iterations; forward/backward/qdq are rank 0's,

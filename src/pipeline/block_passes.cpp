@@ -1,0 +1,103 @@
+#include "pipeline/block_passes.h"
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "quant/opt_rtn.h"
+
+namespace ar {
+
+namespace {
+// Column sums of x^2 over `rows` rows, added to acc.
+void accumulate_sq(const float* x, int64_t rows, int64_t cols, float* acc) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) acc[c] += x[r * cols + c] * x[r * cols + c];
+}
+
+const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
+  if (linear == "self_attn.o_proj") return im.at("o_in");
+  if (linear == "mlp.down_proj") return im.at("down_in");
+  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
+  return im.at("attn_in");
+}
+
+void dispatch(Context& home, const quant::TuneLane& lane, const std::function<void(Context&, int, int)>& fn) {
+  if (!lane.parallel()) return fn(home, 0, 1);
+  lane.run([&](int r) { fn(lane.ctx(r), r, lane.world); });
+}
+}  // namespace
+
+void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
+                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat) {
+  const int64_t per = aux.T * dims.C;
+  const int64_t widths[] = {dims.C, dims.H * dims.D, dims.C, dims.I};  // attn_in, o_in, mlp_in, down_in
+  const int64_t width = widths[0] + widths[1] + widths[2] + widths[3];
+  std::vector<float> per_sample(imat ? size_t(n * width) : 0, 0.f);
+  dispatch(home, lane, [&](Context& ctx, int r, int world) {
+    const int64_t s_begin = n * r / world, s_end = n * (r + 1) / world;
+    BlockWeights mirror;
+    if (r > 0) mirror = quant::clone_block(w, ctx);
+    const BlockWeights& bw = r > 0 ? mirror : w;
+    cpu::CpuOps ops{ctx};
+    BlockRunner<cpu::CpuOps> run(ops, dims);
+    BlockAux<float> a = aux;
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += bs) {
+      a.B = std::min(bs, s_end - s0);
+      BlockRunner<cpu::CpuOps>::Cache c;
+      run.forward(bw.ptrs(), a, x.f32() + s0 * per, y.f32() + s0 * per, c);
+      if (!imat) continue;
+      const float* acts[] = {c.h1.f32(), c.o.f32(), c.h2.f32(), c.a.f32()};
+      for (int64_t b = 0; b < a.B; ++b) {
+        float* row = per_sample.data() + (s0 + b) * width;
+        for (int k = 0; k < 4; ++k) {
+          accumulate_sq(acts[k] + b * a.T * widths[k], a.T, widths[k], row);
+          row += widths[k];
+        }
+      }
+    }
+  });
+  if (!imat) return;
+  const char* keys[] = {"attn_in", "o_in", "mlp_in", "down_in"};
+  int64_t off = 0;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<float>& acc = (*imat)[keys[k]];
+    acc.assign(size_t(widths[k]), 0.f);
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t c = 0; c < widths[k]; ++c) acc[size_t(c)] += per_sample[size_t(s * width + off + c)];
+    off += widths[k];
+  }
+}
+
+quant::BlockTuneResult opt_rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
+                                     const quant::QuantFormat& fmt, const Imatrix& im,
+                                     const std::function<bool(const std::string&)>& quantize_layer) {
+  quant::BlockTuneResult r;
+  std::vector<Tensor*> targets;
+  for (auto& [name, t] : quant::block_linears(w)) {
+    if (!quantize_layer(name)) continue;
+    quant::TunedLinear L;
+    L.name = name;
+    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, true);
+    const int64_t ng = L.shape.out * L.shape.groups();
+    L.scale = Tensor::empty({ng}, DType::F32, home);
+    L.zero = Tensor::zeros({ng}, DType::F32, home);
+    L.weight = t;
+    targets.push_back(t);
+    r.layers.push_back(std::move(L));
+  }
+  const int64_t M = int64_t(r.layers.size());
+  quant::TuneLane l = lane;  // the plan gives at most one rank per module
+  AR_CHECK(!lane.parallel() || lane.world <= M, "search world exceeds the module count");
+  std::vector<Tensor> q(static_cast<size_t>(M));
+  dispatch(home, l, [&](Context& ctx, int rank, int world) {
+    for (int64_t m = M * rank / world; m < M * (rank + 1) / world; ++m) {
+      auto& L = r.layers[size_t(m)];
+      q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
+      quant::opt_rtn_sym(ctx, L.shape, targets[size_t(m)]->f32(), imatrix_for(im, L.name).data(), q[size_t(m)].f32(),
+                         L.scale.f32());
+    }
+  });
+  for (int64_t m = 0; m < M; ++m) *targets[size_t(m)] = q[size_t(m)].clone(home);  // copied back to the home block
+  return r;
+}
+
+}  // namespace ar

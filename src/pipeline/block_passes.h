@@ -1,0 +1,32 @@
+// The per-block passes of the quantization run that do not tune, sharded over the lane's ranks:
+//   collection: the block over every calibration sample (FP reference outputs, the quantized-input
+//     chain) with optional imatrix statistics. Rank r runs samples [r n / W, (r+1) n / W) on a
+//     short-lived mirror (rank 0 on the home block). Outputs are per sample, so they do not depend on
+//     the world; imatrix sums are kept per sample and added in sample order on the home side, so they
+//     do not either (statistics merge: sums add).
+//   search: optimized RTN of each module once, modules [r M / W, (r+1) M / W) on rank r; the result
+//     replaces the home block's weight. Per-module results equal the serial run exactly.
+// lane.world <= 1 (or no group) runs everything on the home context.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "quant/signround.h"
+
+namespace ar {
+
+// imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed by
+// the input it sees: attn_in (q/k/v), o_in, mlp_in (gate/up), down_in.
+using Imatrix = std::map<std::string, std::vector<float>>;
+
+void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
+                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat = nullptr);
+
+// Optimized RTN (imatrix-weighted symmetric scale search) of the selected Linears.
+quant::BlockTuneResult opt_rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
+                                     const quant::QuantFormat& fmt, const Imatrix& im,
+                                     const std::function<bool(const std::string&)>& quantize_layer);
+
+}  // namespace ar
