@@ -131,3 +131,30 @@ TEST(Cli, QuantizeSchemeRecipeAndExplicitFlags) {
   fs::remove_all(q);
   fs::remove(q + ".json");
 }
+
+TEST(Cli, ParallelQuantizationFlags) {
+  std::string d = tmpdir("par"), q = d + "_q";
+  ar::write_synthetic_model(d, ar::tiny_llama_config(1), 9);
+  const std::string base = "--model " + d + " --iters 2 --nsamples 4 --seqlen 32 --batch_size 4 --output_dir " + q;
+  CliResult r = run(base + " --parallel_quantization 2 --devices cpu:0,cpu:1 --report " + q + ".json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("block 1 phases (world 2): mirrors"), std::string::npos) << r.out;
+  auto rep = nlohmann::json::parse(ar::read_text_file(q + ".json"));
+  EXPECT_EQ(rep["parallel_quantization"], "2");
+  EXPECT_EQ(rep["blocks"][0]["world"]["tune"], 2);
+  EXPECT_GT(rep["blocks"][0]["exchange_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(rep["blocks"][0]["phase_seconds"].contains("tune_exchange"));
+  r = run(base + "_x --parallel_quantization two");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--parallel_quantization 'two'"), std::string::npos) << r.out;
+  r = run(base + "_x --parallel_quantization 2 --devices cuda:0,cuda:1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("cuda:0 is not built into this binary"), std::string::npos) << r.out;
+  r = run(base + "_x --parallel_quantization 3 --devices cpu:0,cpu:1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("needs 3 devices"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(q + "_x"));
+  fs::remove_all(d);
+  fs::remove_all(q);
+  fs::remove(q + ".json");
+}

@@ -27,8 +27,16 @@ float tree_sum(const float* const* p, int a, int b, int64_t i) {
 }
 }  // namespace
 
-void GradExchange::reduce_scatter(int rank) {
+void GradExchange::reduce_scatter(int rank, ThreadPool* pool) {
   const auto [c0, c1] = chunk(rank);
+  if (pool && pool->size() > 1) {
+    pool->parallel_for(c1 - c0, [&](int64_t i0, int64_t i1) { reduce_range(rank, c0 + i0, c0 + i1); }, 1 << 15);
+  } else {
+    reduce_range(rank, c0, c1);
+  }
+}
+
+void GradExchange::reduce_range(int rank, int64_t c0, int64_t c1) {
   const float* const* p = partial_.data();
   for (int64_t i = c0; i < c1; ++i) {
     const float s = tree_sum(p, 0, world_, i);

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace ar::parallel {
 
 class GradExchange {
@@ -24,12 +26,14 @@ class GradExchange {
   // Registered by each rank before the first exchange: its partial and its result buffer
   // (int8 for Sign, fp32 for Values; `size` elements).
   void attach(int rank, const float* partial, void* result);
-  void reduce_scatter(int rank);
+  // With `pool` (the rank's device threads), the rank's chunk is split over its threads.
+  void reduce_scatter(int rank, ThreadPool* pool = nullptr);
   void all_gather(int rank);
   // Bytes one rank reads from other ranks per exchange (reduce-scatter + all-gather).
   int64_t bytes_per_rank() const;
 
  private:
+  void reduce_range(int rank, int64_t c0, int64_t c1);
   std::pair<int64_t, int64_t> chunk(int r) const { return {size_ * r / world_, size_ * (r + 1) / world_}; }
   int world_;
   int64_t size_;

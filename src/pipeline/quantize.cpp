@@ -127,6 +127,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       log_info("lane device " + sl.str() + ", " + std::to_string(sl.free_bytes >> 20) + " MiB free");
     }
     if (slots.size() >= 2) group = std::make_unique<parallel::ReplicaGroup>(slots);
+    else if (opt.devices.empty() && opt.parallel.mode == parallel::ParallelSetting::Auto)
+      log_info("parallel: one visible device (one CPU device per NUMA node); split the cores with --devices "
+               "cpu:0,cpu:1 to run replicas side by side");
   }
   std::set<std::string> logged;
   // One resolver for every phase of every block; refusals stop the run, notes are logged once.
@@ -145,6 +148,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     if (plan.refused()) {
       std::string why;
       for (const auto& r : plan.refusals) why.append(why.empty() ? "" : "; ").append(r);
+      if (opt.devices.empty()) why += " (CPU devices: split the cores with --devices cpu:0,cpu:1,...)";
       fail(ErrorKind::InvalidInput, "--parallel_quantization " + opt.parallel.str() + " cannot run: " + why);
     }
     for (const auto& note : plan.notes)

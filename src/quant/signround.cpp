@@ -338,7 +338,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
       }
     }
     auto tx = Clock::now();
-    dispatch([&](int r) { xchg.reduce_scatter(r); });
+    dispatch([&](int r) { xchg.reduce_scatter(r, &reps[size_t(r)].ctx->pool()); });
     dispatch([&](int r) { xchg.all_gather(r); });
     ph.exchange += since(tx);
     ph.exchange_bytes += xchg.bytes_per_rank();
