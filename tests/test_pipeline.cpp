@@ -291,3 +291,58 @@ TEST(Pipeline, Stories260kSignRoundBeatsRtnOnKl) {
   fs::remove_all(rtn);
   fs::remove_all(sr);
 }
+
+// --quant_lm_head: lm_head is tuned on the final-normed chain and packed; the loader reads it back as
+// exactly the tuned QDQ weights (auto_round: extra_config names it; auto_gptq: "lm_head": true); a
+// tied lm_head stays in 16 bit with a note; AWQ cannot carry it and stops before writing.
+TEST(Pipeline, QuantLmHeadTunesPacksAndLoadsBack) {
+  std::string m = tmpdir("lmm"), a = tmpdir("lma"), f = tmpdir("lmf"), g = tmpdir("lmg");
+  auto cfg = tiny_llama_config(1);
+  cfg["vocab_size"] = 320;  // lm_head [320, 64]: multiples of 32
+  write_synthetic_model(m, cfg, 14);
+  auto o = small_opts(m, f, 6);
+  o.quant_lm_head = true;
+  o.format = "fake";
+  QuantizeReport rf = quantize_model(o);
+  ASSERT_TRUE(rf.lm_head_quantized);
+  EXPECT_LT(rf.lm_head_loss_best, rf.lm_head_loss_first);
+  o.output_dir = a;
+  o.format = "auto_round";
+  quantize_model(o);
+  auto conf = nlohmann::json::parse(read_text_file(a + "/config.json"));
+  EXPECT_EQ(conf["quantization_config"]["extra_config"]["lm_head"]["bits"], 4);
+  Context ctx(Device{}, 2);
+  auto ma = HfModel::open(a), mf = HfModel::open(f), m0 = HfModel::open(m);
+  EXPECT_TRUE(ma->has("lm_head.qweight"));
+  EXPECT_FALSE(ma->has("lm_head.weight"));
+  Tensor ha = ma->load_lm_head(ctx), hf = mf->load_lm_head(ctx), h0 = m0->load_lm_head(ctx);
+  double diff = 0, moved = 0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    // fake stores fp16 of the QDQ weight; the packed form is exact up to the fp16 scale.
+    diff = std::max(diff, double(std::fabs(ha.f32()[i] - hf.f32()[i])));
+    moved = std::max(moved, double(std::fabs(ha.f32()[i] - h0.f32()[i])));
+  }
+  EXPECT_LT(diff, 2e-3);
+  EXPECT_GT(moved, 1e-4);
+  o.output_dir = g;
+  o.format = "auto_gptq";
+  quantize_model(o);
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(g + "/config.json"))["quantization_config"]["lm_head"], true);
+  o.format = "auto_awq";
+  o.output_dir = g + "_awq";
+  EXPECT_THROW(quantize_model(o), Error);
+  EXPECT_FALSE(fs::exists(g + "_awq"));
+  for (auto& d : {m, a, f, g}) fs::remove_all(d);
+  // Tied embeddings: kept in 16 bit, with a note.
+  cfg["tie_word_embeddings"] = true;
+  write_synthetic_model(m, cfg, 15);
+  o = small_opts(m, a, 2);
+  o.quant_lm_head = true;
+  QuantizeReport rt = quantize_model(o);
+  EXPECT_FALSE(rt.lm_head_quantized);
+  bool noted = false;
+  for (const auto& n : rt.notes) noted |= n.find("tied to the embeddings") != std::string::npos;
+  EXPECT_TRUE(noted);
+  fs::remove_all(m);
+  fs::remove_all(a);
+}

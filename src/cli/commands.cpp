@@ -190,7 +190,7 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");
   sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
   sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (default: imatrix-weighted optimized RTN)");
-  sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head (not supported yet)");
+  sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head too (not when tied to the embeddings)");
   sub->add_option("--device,--device_map", o->device, "cpu");
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
   sub->add_option("--parallel_quantization", o->parallel,
@@ -236,7 +236,6 @@ void register_quantize(CLI::App& app) {
       fail(ErrorKind::InvalidInput, "--recipe '" + o->recipe + "' is not supported (default, best, light, opt-rtn, rtn)");
     }
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
-    if (o->quant_lm_head) fail(ErrorKind::Unsupported, "--quant_lm_head is not supported yet");
     if (Device::parse(o->device).kind != DeviceKind::CPU)
       fail(ErrorKind::Unsupported, "--device " + o->device + ": this build has the CPU backend only");
     qo.fmt.sym = !o->asym;
@@ -244,6 +243,7 @@ void register_quantize(CLI::App& app) {
     qo.tune.enable_minmax_tuning = !o->disable_minmax;
     qo.quanted_input = !o->disable_quanted_input;
     qo.disable_opt_rtn = o->disable_opt_rtn;
+    qo.quant_lm_head = o->quant_lm_head;
     qo.calib.seed = qo.tune.seed;
     qo.parallel = parallel::ParallelSetting::parse(o->parallel);
     std::stringstream ss(o->fp_layers);

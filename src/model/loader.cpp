@@ -181,7 +181,7 @@ Tensor HfModel::load_embeddings(Context& ctx) const {
 }
 Tensor HfModel::load_final_norm(Context& ctx) const { return load("model.norm.weight", {cfg_.hidden_size}, ctx); }
 Tensor HfModel::load_lm_head(Context& ctx) const {
-  if (cfg_.tie_word_embeddings || !has("lm_head.weight")) {
+  if (cfg_.tie_word_embeddings || !(has("lm_head.weight") || has("lm_head.qweight"))) {
     if (!cfg_.tie_word_embeddings)
       fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
     return load_embeddings(ctx);

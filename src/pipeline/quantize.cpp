@@ -22,6 +22,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
+#include "quant/tune_linear.h"
 #include <functional>
 #include <map>
 
@@ -105,6 +106,23 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
   auto tok = load_tokenizer(opt.model_dir);
   QuantizeReport rep;
+  // lm_head: AutoRound's rules, decided before anything is written.
+  bool lm_head_q = opt.quant_lm_head;
+  if (lm_head_q && opt.format == "auto_awq")
+    fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
+  auto lm_head_skip = [&](const std::string& why) {
+    const std::string note = "--quant_lm_head: lm_head kept in 16 bit (" + why + ")";
+    log_info(note);
+    rep.notes.push_back(note);
+    lm_head_q = false;
+  };
+  if (lm_head_q && (cfg.tie_word_embeddings || !model->has("lm_head.weight")))
+    lm_head_skip("tied to the embeddings; AutoRound never quantizes a tied lm_head");
+  if (lm_head_q && (cfg.vocab_size % 32 || cfg.hidden_size % 32))
+    lm_head_skip("shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) +
+                 "] not a multiple of 32");
+  for (const auto& f : opt.fp_layers)
+    if (lm_head_q && !f.empty() && std::string("lm_head").find(f) != std::string::npos) lm_head_skip("--fp_layers " + f);
   quant::CalibData calib = quant::build_calibration(*tok, opt.calib);
   for (const auto& n : calib.notes) {
     log_info(n);
@@ -182,6 +200,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       {"minmax", opt.tune.enable_minmax_tuning}, {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
       {"dataset", opt.calib.dataset}, {"nsamples", opt.calib.nsamples}, {"seqlen", opt.calib.seqlen},
       {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
+      {"quant_lm_head", lm_head_q},
       {"deterministic", opt.tune.deterministic}};
   const std::string state_path = out.tmp() + "/resume_state.json";
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
@@ -388,7 +407,36 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     if (opt.resume) checkpoint(b + 1);
   }
   copy_raw(*model, writer, "model.norm.weight");
-  if (model->has("lm_head.weight")) copy_raw(*model, writer, "lm_head.weight");
+  if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
+    const auto t_lm = Clock::now();
+    Tensor norm = model->load_final_norm(ctx), head = model->load_lm_head(ctx);
+    const Tensor& chain = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
+    Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
+    Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
+    cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+    cpu::rmsnorm_fwd(ctx, x_fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+    quant::BlockTuneResult tr =
+        quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
+    if (opt.format == "fake") {
+      writer.add("lm_head.weight", head.to(DType::F16, ctx));
+    } else {
+      const bool gptq = opt.format == "auto_gptq";
+      pack_linear(ctx, writer, "lm_head", tr.layers[0], opt.fmt.sym, gptq || opt.fmt.sym, gptq, awq);
+      if (!gptq)
+        extra["lm_head"] = {{"bits", opt.fmt.bits}, {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym},
+                            {"data_type", "int"}};
+    }
+    rep.lm_head_quantized = true;
+    rep.lm_head_loss_first = tr.loss_first;
+    rep.lm_head_loss_best = tr.loss_best;
+    rep.lm_head_seconds = std::chrono::duration<double>(Clock::now() - t_lm).count();
+    char line[160];
+    std::snprintf(line, sizeof line, "lm_head: loss %.6g -> %.6g at iter %d, %.1f s", tr.loss_first, tr.loss_best,
+                  tr.best_iter, rep.lm_head_seconds);
+    log_info(line);
+  } else if (model->has("lm_head.weight")) {
+    copy_raw(*model, writer, "lm_head.weight");
+  }
   writer.finish();
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
@@ -411,7 +459,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     q["true_sequential"] = false;
     q["damp_percent"] = 0.01;
     q["provider"] = "auto-round";
-    q["lm_head"] = false;
+    q["lm_head"] = lm_head_q;
     if (!extra.empty()) {
       nlohmann::ordered_json dyn = nlohmann::ordered_json::object();
       for (auto it = extra.begin(); it != extra.end(); ++it) {
@@ -464,6 +512,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     r["seconds"] = rep.seconds;
     r["peak_rss_mb"] = rep.peak_rss_mb;
     r["notes"] = rep.notes;
+    if (rep.lm_head_quantized)
+      r["lm_head"] = {{"loss_first", rep.lm_head_loss_first}, {"loss_best", rep.lm_head_loss_best},
+                      {"seconds", rep.lm_head_seconds}};
     r["parallel_quantization"] = opt.parallel.str();
     r["deterministic"] = opt.tune.deterministic;
     for (const auto& b : rep.blocks)

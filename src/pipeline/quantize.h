@@ -5,7 +5,8 @@
 //   non-block tensors copied unchanged; config.json + quantization_config; tokenizer files copied;
 //   the output directory appears atomically when everything is written.
 // Layer rules (AutoRound's): Linears whose out or in is not a multiple of 32 stay in 16 bit (listed
-// in extra_config); --fp_layers substrings stay in 16 bit; lm_head is not quantized.
+// in extra_config); --fp_layers substrings stay in 16 bit; lm_head only with quant_lm_head (tuned as one
+// Linear on the final-normed q-chain output, quant/tune_linear.h) and never when tied to the embeddings.
 #pragma once
 #include <map>
 #include <string>
@@ -23,7 +24,8 @@ struct QuantizeOptions {
   quant::SignRoundOptions tune;
   quant::CalibOptions calib;
   bool quanted_input = true;
-  bool disable_opt_rtn = false;  // --iters 0: plain RTN instead of the imatrix-weighted scale search
+  bool disable_opt_rtn = false;
+  bool quant_lm_head = false;  // tune and pack lm_head too (never when tied to the embeddings)  // --iters 0: plain RTN instead of the imatrix-weighted scale search
   std::vector<std::string> fp_layers;
   bool overwrite = false;
   bool resume = false;  // keep state in <output_dir>.partial after every block and continue from it
@@ -48,6 +50,8 @@ struct QuantizeReport {
   std::vector<std::string> notes;
   int64_t nsamples = 0, seqlen = 0;
   double seconds = 0, peak_rss_mb = 0;
+  bool lm_head_quantized = false;
+  double lm_head_loss_first = 0, lm_head_loss_best = 0, lm_head_seconds = 0;
 };
 
 QuantizeReport quantize_model(const QuantizeOptions& opt);

@@ -75,15 +75,35 @@ std::vector<int64_t> StratifiedSampler::batch(int64_t iteration) {
   return r;
 }
 
+TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt) {
+  auto filled = [&](int64_t n, float v) {
+    Tensor t = Tensor::empty({n}, DType::F32, ctx);
+    std::fill(t.f32(), t.f32() + n, v);
+    return t;
+  };
+  TunedLinear L;
+  L.name = name;
+  L.weight = weight;
+  L.shape = make_qdq_shape(weight->dim(0), weight->dim(1), fmt.bits, fmt.group_size, fmt.sym);
+  const int64_t ng = L.shape.out * L.shape.groups();
+  L.V = Tensor::zeros({L.shape.out, L.shape.groups() * L.shape.group}, DType::F32, ctx);
+  L.alpha = filled(ng, 1.f);
+  L.beta = filled(ng, 1.f);
+  L.wmin0 = Tensor::empty({ng}, DType::F32, ctx);
+  L.wmax0 = Tensor::empty({ng}, DType::F32, ctx);
+  L.scale = Tensor::empty({ng}, DType::F32, ctx);
+  L.zero = Tensor::empty({ng}, DType::F32, ctx);
+  qdq_minmax(ctx, L.shape, weight->f32(), L.wmin0.f32(), L.wmax0.f32());
+  return L;
+}
+
+double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt) {
+  return opt.lr > 0 ? opt.lr : (opt.iters >= 1000 && fmt.bits <= 3 ? 2.0 : 1.0) / std::max(1, opt.iters);
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-Tensor filled(Context& ctx, int64_t n, float v) {
-  Tensor t = Tensor::empty({n}, DType::F32, ctx);
-  std::fill(t.f32(), t.f32() + n, v);
-  return t;
-}
 
 // Where each tuned layer's gradients sit in the flat tunable-gradient buffer: [V | alpha | beta] per layer.
 struct GradLayout {
@@ -135,7 +155,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
   const int W = lane.group ? lane.world : 1;
   AR_CHECK(W >= 1 && W <= B && (!lane.group || W <= lane.group->size()), "tuning world out of range");
   AR_CHECK(!opt.deterministic || B % W == 0, "deterministic tuning needs a world dividing the batch");
-  const double lr = opt.lr > 0 ? opt.lr : (opt.iters >= 1000 && fmt.bits <= 3 ? 2.0 : 1.0) / std::max(1, opt.iters);
+  const double lr = signround_lr(opt, fmt);
   const double minmax_lr = opt.minmax_lr > 0 ? opt.minmax_lr : lr;
   const bool mm = opt.enable_minmax_tuning;
   // Rank r holds batch positions [pos(r), pos(r+1)); its leaves are single samples or micro-batches.
@@ -155,20 +175,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
       const size_t slot = li++;
       if (quantize_layer && !quantize_layer(name)) continue;
       lin.push_back(slot);
-      TunedLinear L;
-      L.name = name;
-      L.weight = t;
-      L.shape = make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, fmt.sym);
-      const int64_t ng = L.shape.out * L.shape.groups();
-      L.V = Tensor::zeros({L.shape.out, L.shape.groups() * L.shape.group}, DType::F32, ctx);
-      L.alpha = filled(ctx, ng, 1.f);
-      L.beta = filled(ctx, ng, 1.f);
-      L.wmin0 = Tensor::empty({ng}, DType::F32, ctx);
-      L.wmax0 = Tensor::empty({ng}, DType::F32, ctx);
-      L.scale = Tensor::empty({ng}, DType::F32, ctx);
-      L.zero = Tensor::empty({ng}, DType::F32, ctx);
-      qdq_minmax(ctx, L.shape, t->f32(), L.wmin0.f32(), L.wmax0.f32());
-      res.layers.push_back(std::move(L));
+      res.layers.push_back(make_tuned_linear(ctx, name, t, fmt));
     }
   }
   const size_t nl = lin.size();

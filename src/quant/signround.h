@@ -98,6 +98,11 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
 // The Linears of a block that AutoRound quantizes, with their HF short names.
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w);
 
+// A Linear's tunables at their start: V = 0, alpha = beta = 1, the groups' min/max of `weight`.
+TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);
+// The learning rate of V: --lr, or 1/iters (2/iters for iters >= 1000 at <= 3 bits).
+double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
+
 // A deep copy of a block's tensors on `ctx` (a mirror).
 BlockWeights clone_block(const BlockWeights& w, Context& ctx);
 
