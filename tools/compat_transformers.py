@@ -17,7 +17,7 @@ import argparse, json, os, subprocess, sys, tempfile
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 
@@ -64,8 +64,9 @@ def unpack_awq(qweight, qzeros, scales, group):
 def load_state(model_dir):
     files = [f for f in os.listdir(model_dir) if f.endswith(".safetensors")]
     state = {}
-    for f in files:
-        state.update(load_file(os.path.join(model_dir, f)))
+    for f in files:  # via torch: numpy has no bfloat16
+        for k, v in load_file(os.path.join(model_dir, f)).items():
+            state[k] = (v.float() if v.is_floating_point() else v).numpy()
     return state
 
 
