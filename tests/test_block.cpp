@@ -125,6 +125,18 @@ TEST_P(BlockTest, CpuBlockMatchesReference) {
   EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
   EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
   for (auto& [k, v] : g) EXPECT_LT(rel_err(gf[k].data(), v.data(), v.size()), 1e-5) << "d" << k;
+
+  // Without dx (what tuning asks for), the weight gradients are the same bits; ln1 gets none.
+  std::map<std::string, std::vector<float>> gn;
+  for (auto& [k, v] : wf) gn[k].assign(v.size(), 0.f);
+  auto gp = Weights::ptrs<float*>(gn);
+  gp.ln1 = nullptr;
+  crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), nullptr, gp);
+  for (auto& [k, v] : gn) {
+    if (k != "ln1") {
+      EXPECT_TRUE(v == gf[k]) << "d" << k << " differs without dx";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,

@@ -109,6 +109,7 @@ class BlockRunner {
   }
 
   // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g.
+  // dx = null (and no ln1 gradient) skips the input-gradient GEMMs of q/k/v (tuning needs none).
   void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
                 const BlockPtrs<T*>& g) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
@@ -136,10 +137,15 @@ class BlockRunner {
       ops_.copy(p(dqp), p(dq), N * QD);
       ops_.copy(p(dkp), p(dk), N * KD);
     }
-    Buf dh1 = ops_.alloc(N * C);
-    ops_.linear_bwd(p(dq), p(c.h1), w.wq, p(dh1), false, g.wq, g.bq, N, C, QD);
-    ops_.linear_bwd(p(dk), p(c.h1), w.wk, p(dh1), true, g.wk, g.bk, N, C, KD);
-    ops_.linear_bwd(p(dv), p(c.h1), w.wv, p(dh1), true, g.wv, g.bv, N, C, KD);
+    const bool need_dx = dx || g.ln1;
+    Buf dh1 = ops_.alloc(need_dx ? N * C : 1);
+    T* dh = need_dx ? p(dh1) : nullptr;
+    ops_.linear_bwd(p(dq), p(c.h1), w.wq, dh, false, g.wq, g.bq, N, C, QD);
+    ops_.linear_bwd(p(dk), p(c.h1), w.wk, dh, true, g.wk, g.bk, N, C, KD);
+    ops_.linear_bwd(p(dv), p(c.h1), w.wv, dh, true, g.wv, g.bv, N, C, KD);
+    if (!need_dx) return;
+    Buf scratch = ops_.alloc(dx ? 1 : N * C);
+    if (!dx) dx = p(scratch);  // only ln1's gradient wanted
     ops_.copy(p(dx1), dx, N * C);
     ops_.rmsnorm_bwd(p(dh1), c.x, w.ln1, p(c.rstd1), dx, true, g.ln1, N, C);
   }

@@ -257,7 +257,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
     const int64_t Bm = p1 - p0;
     for (auto& t : R.dWhat) std::fill(t.f32(), t.f32() + t.numel(), 0.f);
     Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
-           dy = Tensor::empty({Bm * T, C}, DType::F32, c), dx = Tensor::empty({Bm * T, C}, DType::F32, c);
+           dy = Tensor::empty({Bm * T, C}, DType::F32, c);
     for (int64_t b = 0; b < Bm; ++b) {
       const int64_t s = idx[size_t(p0 + b)];
       std::copy(x_in.f32() + s * T * C, x_in.f32() + (s + 1) * T * C, x.f32() + b * T * C);
@@ -284,7 +284,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
     }
     R.forward += since(tf);
     auto tb = Clock::now();
-    R.runner->backward(R.wp, a, cache, dy.f32(), dx.f32(), R.gp);
+    R.runner->backward(R.wp, a, cache, dy.f32(), nullptr, R.gp);  // the block input needs no gradient
     for (size_t l = 0; l < nl; ++l) {
       auto& L = R.layers[l];
       qdq_bwd(c, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
