@@ -39,9 +39,11 @@ std::string weights(const std::string& dir) { return read_text_file(dir + "/mode
 TEST(PipelineParallel, DeterministicWorldsWriteIdenticalFiles) {
   const std::string m = test::temp_path("pp_model"), out = test::temp_path("pp_out");
   write_synthetic_model(m, tiny_llama_config(2), 21);
-  for (int iters : {6, 0}) {
+  struct Case { int iters; bool sym; };  // SignRound asym; opt-RTN (symmetric search); plain RTN asym
+  for (const Case& k : {Case{6, false}, Case{0, true}, Case{0, false}}) {
+    const int iters = k.iters;
     auto serial = opts(m, out, iters, "off");
-    serial.fmt.sym = iters == 0;  // opt-RTN is the symmetric search
+    serial.fmt.sym = k.sym;
     quantize_model(serial);
     const std::string ref = weights(out);
     for (const char* world : {"2", "4"}) {
@@ -52,7 +54,8 @@ TEST(PipelineParallel, DeterministicWorldsWriteIdenticalFiles) {
       EXPECT_EQ(r.blocks[0].world_collect, std::stoi(world));
       EXPECT_EQ(iters ? r.blocks[0].world_tune : r.blocks[0].world_search, std::stoi(world));
       EXPECT_EQ(r.blocks[0].exchange_bytes > 0, iters > 0);
-      EXPECT_TRUE(weights(out) == ref) << "iters " << iters << ", world " << world << " differs from serial";
+      EXPECT_TRUE(weights(out) == ref) << "iters " << iters << " sym " << k.sym << ", world " << world
+                                        << " differs from serial";
     }
   }
   fs::remove_all(m);

@@ -67,16 +67,16 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
   }
 }
 
-quant::BlockTuneResult opt_rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
-                                     const quant::QuantFormat& fmt, const Imatrix& im,
-                                     const std::function<bool(const std::string&)>& quantize_layer) {
+quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
+                                 const quant::QuantFormat& fmt, const Imatrix* im,
+                                 const std::function<bool(const std::string&)>& quantize_layer) {
   quant::BlockTuneResult r;
   std::vector<Tensor*> targets;
   for (auto& [name, t] : quant::block_linears(w)) {
     if (!quantize_layer(name)) continue;
     quant::TunedLinear L;
     L.name = name;
-    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, true);
+    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, im ? true : fmt.sym);
     const int64_t ng = L.shape.out * L.shape.groups();
     L.scale = Tensor::empty({ng}, DType::F32, home);
     L.zero = Tensor::zeros({ng}, DType::F32, home);
@@ -91,9 +91,16 @@ quant::BlockTuneResult opt_rtn_block(Context& home, const quant::TuneLane& lane,
   dispatch(home, l, [&](Context& ctx, int rank, int world) {
     for (int64_t m = M * rank / world; m < M * (rank + 1) / world; ++m) {
       auto& L = r.layers[size_t(m)];
+      const float* W = targets[size_t(m)]->f32();
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
-      quant::opt_rtn_sym(ctx, L.shape, targets[size_t(m)]->f32(), imatrix_for(im, L.name).data(), q[size_t(m)].f32(),
-                         L.scale.f32());
+      if (im) {
+        quant::opt_rtn_sym(ctx, L.shape, W, imatrix_for(*im, L.name).data(), q[size_t(m)].f32(), L.scale.f32());
+      } else {  // plain RTN: the QDQ at V = 0, alpha = beta = 1 (what SignRound starts from)
+        Tensor lo = Tensor::empty({L.scale.numel()}, DType::F32, ctx), hi = Tensor::empty({L.scale.numel()}, DType::F32, ctx);
+        quant::qdq_minmax(ctx, L.shape, W, lo.f32(), hi.f32());
+        quant::qdq_fwd(ctx, L.shape, W, nullptr, nullptr, nullptr, lo.f32(), hi.f32(), q[size_t(m)].f32(), L.scale.f32(),
+                       L.zero.f32());
+      }
     }
   });
   for (int64_t m = 0; m < M; ++m) *targets[size_t(m)] = q[size_t(m)].clone(home);  // copied back to the home block

@@ -4,8 +4,9 @@
 //     short-lived mirror (rank 0 on the home block). Outputs are per sample, so they do not depend on
 //     the world; imatrix sums are kept per sample and added in sample order on the home side, so they
 //     do not either (statistics merge: sums add).
-//   search: optimized RTN of each module once, modules [r M / W, (r+1) M / W) on rank r; the result
-//     replaces the home block's weight. Per-module results equal the serial run exactly.
+//   search (--iters 0): optimized RTN (imatrix given) or plain RTN of each module once, modules
+//     [r M / W, (r+1) M / W) on rank r; the result replaces the home block's weight. Per-module results
+//     equal the serial run exactly.
 // lane.world <= 1 (or no group) runs everything on the home context.
 #pragma once
 #include <functional>
@@ -24,9 +25,10 @@ using Imatrix = std::map<std::string, std::vector<float>>;
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat = nullptr);
 
-// Optimized RTN (imatrix-weighted symmetric scale search) of the selected Linears.
-quant::BlockTuneResult opt_rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
-                                     const quant::QuantFormat& fmt, const Imatrix& im,
-                                     const std::function<bool(const std::string&)>& quantize_layer);
+// --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
+// is given, else plain RTN (min/max scale, rounding to nearest).
+quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
+                                 const quant::QuantFormat& fmt, const Imatrix* im,
+                                 const std::function<bool(const std::string&)>& quantize_layer);
 
 }  // namespace ar

@@ -320,7 +320,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     const auto t_tune = Clock::now();
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::TuneLane search, tuning;
-    if (opt_rtn) {
+    if (opt.tune.iters == 0) {
       int64_t modules = 0;
       for (auto& [nm, t] : quant::block_linears(w)) modules += quantize_layer(nm) ? 1 : 0;
       br.kept_fp.clear();
@@ -333,7 +333,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                             .total());
     }
     quant::BlockTuneResult tr =
-        opt_rtn ? opt_rtn_block(ctx, search, w, opt.fmt, imat, quantize_layer)
+        opt.tune.iters == 0 ? rtn_block(ctx, search, w, opt.fmt, opt_rtn ? &imat : nullptr, quantize_layer)
                 : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, tuning,
                                               quantize_layer);
     br.world_collect = collect.parallel() ? collect.world : 1;
