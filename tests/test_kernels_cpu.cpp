@@ -179,3 +179,23 @@ TEST(CpuKernels, LogSoftmaxCrossEntropy) {
   EXPECT_NEAR(l, ld, 1e-6 * std::abs(ld));
   expect_close("dz", dz, dzd);
 }
+
+// GEMMs are split into row blocks over the pool; the bits must not depend on the thread count (the
+// data-parallel lane's --deterministic relies on it), from tiny products (OpenBLAS's small-matrix
+// path) to large ones, for all four transpose combinations.
+TEST(CpuKernels, GemmBitsDoNotDependOnThreads) {
+  Context c1(Device{}, 1), c2(Device{}, 2), c3(Device{}, 3);
+  const int64_t sizes[][3] = {{32, 64, 64}, {64, 64, 64}, {96, 128, 64}, {512, 256, 256}, {1000, 96, 80}};
+  for (const auto& sz : sizes) {
+    const int64_t M = sz[0], N = sz[1], K = sz[2];
+    auto A = test::randn<float>(size_t(M * K), 3, 1.0), B = test::randn<float>(size_t(N * K), 4, 1.0);
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      std::vector<float> r1(size_t(M * N)), r2(r1.size(), 1.f), r3(r1.size(), 2.f);
+      cpu::gemm(c1, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, r1.data(), N);
+      cpu::gemm(c2, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, r2.data(), N);
+      cpu::gemm(c3, ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, r3.data(), N);
+      EXPECT_TRUE(r1 == r2 && r1 == r3) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
+    }
+  }
+}

@@ -268,7 +268,7 @@ TEST(Exchange, NonFiniteGradientNamesItsReplica) {
 TEST(ReplicaGroup, EveryRankRunsOnItsOwnContext) {
   auto group = make_group(2);
   std::vector<int> seen(2, 0);
-  group.run(2, [&](int r) { seen[size_t(r)] += group.ctx(r).blas_partitioned() ? 1 : 100; });
+  group.run(2, [&](int r) { seen[size_t(r)] += group.ctx(r).cores() == group.slot(r).cores ? 1 : 100; });
   EXPECT_EQ(seen, (std::vector<int>{1, 1}));
   group.run(1, [&](int r) { seen[size_t(r)] += 1; });
   EXPECT_EQ(seen, (std::vector<int>{2, 1}));

@@ -107,15 +107,10 @@ Context::Context(Device device, int threads) : device_(device) {
   if (hw <= 0) hw = 1;
   int n = threads > 0 ? threads : hw;
   pool_ = std::make_unique<ThreadPool>(n);
-#ifdef AR_BLAS_SINGLE_THREAD
-  blas_threads_ = 1;
-#else
-  blas_threads_ = n;
-#endif
 }
 
 Context::Context(Device device, const std::vector<int>& cores)
-    : device_(device), blas_threads_(1), blas_partitioned_(true), cores_(cores) {
+    : device_(device), cores_(cores) {
   if (device.kind != DeviceKind::CPU)
     fail(ErrorKind::Unsupported, "device " + device.str() + " is not built into this binary (CPU only)");
   if (cores.empty()) fail(ErrorKind::InvalidInput, "device " + device.str() + " has no cores");

@@ -1,6 +1,9 @@
 // Device, allocator and the per-device Context passed explicitly to every kernel.
-// A Context owns its thread pool and records how many threads BLAS may use; the pool's loops and
-// BLAS calls never nest, so threads in flight never exceed the cores given to the context.
+// A Context owns its thread pool; BLAS always runs single-threaded inside the pool's chunks (GEMMs are
+// split into 16-row blocks of the output, kernels/cpu/matmul.cpp), so threads in flight never exceed
+// the pool's threads and several contexts compute side by side without BLAS's process-wide pool.
+// (Measured: OpenBLAS's own threads spin between GEMMs and slowed the tuning loop's non-GEMM work by
+// 11-17% on 2 cores; docs/benchmarks.md.)
 // The CUDA backend adds a stream and cuBLAS handle behind the same Context (device kind CUDA).
 #pragma once
 #include <cstddef>
@@ -43,25 +46,19 @@ class Allocator {
 
 class Context {
  public:
-  // threads <= 0 means all hardware threads. BLAS uses its own threads (as many as the pool).
+  // threads <= 0 means all hardware threads.
   explicit Context(Device device = {}, int threads = 0);
-  // A device of the data-parallel lane: a pool pinned to `cores` (one thread each). BLAS runs
-  // single-threaded inside the pool's chunks (GEMMs are split by output rows), so several such
-  // contexts compute side by side without sharing BLAS's global thread pool.
+  // A device of the data-parallel lane: a pool pinned to `cores` (one thread each).
   Context(Device device, const std::vector<int>& cores);
   const Device& device() const { return device_; }
   ThreadPool& pool() { return *pool_; }
   int threads() const { return pool_->size(); }
-  int blas_threads() const { return blas_threads_; }
-  bool blas_partitioned() const { return blas_partitioned_; }
   const std::vector<int>& cores() const { return cores_; }
   Allocator& allocator() { return allocator_; }
 
  private:
   Device device_;
   std::unique_ptr<ThreadPool> pool_;
-  int blas_threads_;
-  bool blas_partitioned_ = false;
   std::vector<int> cores_;
   Allocator allocator_;
 };

@@ -1,7 +1,7 @@
 // A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
 // contiguous chunk per thread (the caller runs chunk 0), so work is spread without a queue.
-// Never call multi-threaded BLAS with >1 thread from inside parallel_for: the Context keeps BLAS threads x pool
-// threads <= cores by running BLAS and pool loops one after the other, never nested.
+// BLAS is only ever called single-threaded, from inside chunks (core/context.h), so threads in flight
+// never exceed the pool's size.
 #pragma once
 #include <condition_variable>
 #include <cstdint>

@@ -1,8 +1,7 @@
 // Linear layers on OpenBLAS SGEMM. Layout: x [n, in], W [out, in] (PyTorch order), y [n, out].
 // Forward y = x W^T (+ b); backward dx = dy W, dW += dy^T x, db += column sums of dy.
-// BLAS runs with ctx.blas_threads() threads and is never called from inside a pool loop, except on
-// a lane device (ctx.blas_partitioned()): there single-threaded BLAS runs on row blocks of C, one per
-// pool thread. Row blocks are multiples of 16 rows, so every element sees the same kernel and K order.
+// Single-threaded BLAS on row blocks of C spread over the context's pool (core/context.h); the blocks
+// are chosen so that every element sees the same kernel and K order whatever the thread count.
 // Reference: kernels/ref/matmul_ref.h.
 #include <cblas.h>
 
@@ -15,16 +14,20 @@ namespace ar::cpu {
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (openblas_get_num_threads() != ctx.blas_threads()) openblas_set_num_threads(ctx.blas_threads());
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m1 - m0), int(N),
                 int(K), alpha, a, int(lda), B, int(ldb), beta, C + m0 * ldc, int(ldc));
   };
-  if (!ctx.blas_partitioned() || ctx.threads() == 1 || M < 32) return run(0, M);
-  constexpr int64_t kRows = 16;
-  const int64_t blocks = (M + kRows - 1) / kRows;
-  ctx.pool().parallel_for(blocks, [&](int64_t b0, int64_t b1) { run(b0 * kRows, std::min(M, b1 * kRows)); });
+  // Units of `rows` rows (a multiple of 16, at least 2^20 multiply-adds): OpenBLAS takes another
+  // kernel path for small products (M N K <= 64^3) whose sums differ in the last bit, so no split ever
+  // produces one; above that its per-element arithmetic does not depend on M (tested).
+  constexpr int64_t kMinWork = int64_t(1) << 20;
+  const int64_t rows = std::max<int64_t>(16, (kMinWork / std::max<int64_t>(1, N * K) + 16) / 16 * 16);
+  const int64_t units = M / rows;
+  if (ctx.threads() == 1 || units < 2) return run(0, M);
+  ctx.pool().parallel_for(units, [&](int64_t u0, int64_t u1) { run(u0 * rows, u1 == units ? M : u1 * rows); });
 }
 
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
