@@ -185,7 +185,8 @@ TEST(CpuKernels, LogSoftmaxCrossEntropy) {
 // path) to large ones, for all four transpose combinations.
 TEST(CpuKernels, GemmBitsDoNotDependOnThreads) {
   Context c1(Device{}, 1), c2(Device{}, 2), c3(Device{}, 3);
-  const int64_t sizes[][3] = {{32, 64, 64}, {64, 64, 64}, {96, 128, 64}, {512, 256, 256}, {1000, 96, 80}};
+  const int64_t sizes[][3] = {{32, 64, 64},   {64, 64, 64},   {96, 128, 64}, {512, 256, 256},
+                              {1000, 96, 80}, {1, 8192, 512}, {8, 4096, 300}};  // last two: column splits
   for (const auto& sz : sizes) {
     const int64_t M = sz[0], N = sz[1], K = sz[2];
     auto A = test::randn<float>(size_t(M * K), 3, 1.0), B = test::randn<float>(size_t(N * K), 4, 1.0);
