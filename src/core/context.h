@@ -1,6 +1,6 @@
 // Device, allocator and the per-device Context passed explicitly to every kernel.
 // A Context owns its thread pool; BLAS always runs single-threaded inside the pool's chunks (GEMMs are
-// split into 16-row blocks of the output, kernels/cpu/matmul.cpp), so threads in flight never exceed
+// split into row or column blocks of the output, kernels/cpu/matmul.cpp), so threads in flight never exceed
 // the pool's threads and several contexts compute side by side without BLAS's process-wide pool.
 // (Measured: OpenBLAS's own threads spin between GEMMs and slowed the tuning loop's non-GEMM work by
 // 11-17% on 2 cores; docs/benchmarks.md.)
