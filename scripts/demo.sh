@@ -2,7 +2,8 @@
 # Main job on a built-in default:
 #  1. a small Llama model that the project generates itself (random weights, byte tokenizer) is
 #     quantized to W4G32 with RTN, optimized RTN and SignRound on the built-in calibration corpus, and
-#     a table of perplexity and KL divergence against the unquantized model is printed;
+#     a table of perplexity and KL divergence against the unquantized model is printed, and the
+#     SignRound run is repeated data-parallel on 2 CPU devices (byte-identical output);
 #  2. with the stories260K fixture present (../shared/fixtures): convert it from llama2.c, generate,
 #     measure perplexity, and compare RTN with SignRound on this real model.
 set -euo pipefail
@@ -43,6 +44,16 @@ echo "== a generated model (4 layers, hidden 256, random weights, byte tokenizer
 "$ROOT/$BUILD/bench/stream_bench" --write "$OUT/generated" --layers 4 --hidden 256 --inter 512 --vocab 300 >/dev/null
 cat "$ROOT/docs/ARCHITECTURE.md" "$ROOT/README.md" > "$OUT/eval_text.txt"  # text not used for calibration
 quantize_table "$OUT/generated" "$OUT/eval_text.txt" generated
+echo "== the same SignRound run, data-parallel on 2 CPU devices (one replica each, cores split)"
+t0=$(date +%s%N)
+"$AR" --model "$OUT/generated" --bits 4 --group_size 32 --iters 100 --nsamples 16 --seqlen 128 \
+  --parallel_quantization 2 --devices cpu:0,cpu:1 --output_dir "$OUT/generated-signround-w2" --overwrite 2>/dev/null
+t1=$(date +%s%N)
+if cmp -s "$OUT/generated-signround/model.safetensors" "$OUT/generated-signround-w2/model.safetensors"; then
+  echo "world 2: $(( (t1 - t0) / 1000000 )) ms, model.safetensors byte-identical to the serial run"
+else
+  echo "world 2: output DIFFERS from the serial run"; exit 1
+fi
 
 if [[ -f "$FX/stories260K/stories260K.bin" ]]; then
   echo
