@@ -6,14 +6,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <set>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "export/shard_writer.h"
 #include "io/atomic_file.h"
-#include "io/gptq_pack.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -22,9 +23,10 @@
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
+#include "pipeline/export_format.h"
+#include "pipeline/lane_planner.h"
+#include "pipeline/report.h"
 #include "quant/tune_linear.h"
-#include <functional>
-#include <map>
 
 namespace ar {
 
@@ -44,52 +46,6 @@ void check_finite(const Tensor& t, const std::string& what) {
     if (!std::isfinite(t.f32()[i])) fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
 }
 
-// Packs one tuned Linear in the GPTQ layout: qweight, qzeros, scales (fp16, [groups, out]).
-// zero_minus_one: auto_round:auto_gptq and auto_gptq store zp - 1; the "auto_round" packing stores zp.
-// AWQ layout (awq): qweight [in, out/8], qzeros [groups, out/8], zero points stored as is.
-void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym,
-                 bool zero_minus_one, bool g_idx, bool awq) {
-  const auto& sh = L.shape;
-  const int64_t out = sh.out, in = sh.in, ng = sh.groups(), bits = sh.bits;
-  const int m = 1 << (bits - 1);
-  std::vector<uint8_t> codes(size_t(out * in));
-  std::vector<int32_t> zeros(size_t(ng * out));
-  Tensor scales = Tensor::empty({ng, out}, DType::F16, ctx);
-  const float* W = L.weight->f32();  // the QDQ weight: exactly scale * (code - zero)
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t g = 0; g < ng; ++g) {
-      const float s = L.scale.f32()[o * ng + g];
-      const int32_t z = sym ? m : int32_t(L.zero.f32()[o * ng + g]);
-      zeros[size_t(g * out + o)] = zero_minus_one ? z - 1 : z;
-      scales.data<uint16_t>()[g * out + o] = f32_to_f16(s);
-      for (int64_t i = g * sh.group; i < std::min(in, (g + 1) * sh.group); ++i) {
-        const int32_t u = int32_t(std::lrint(W[o * in + i] / s)) + z;
-        if (u < 0 || u >= (1 << bits)) fail(ErrorKind::Internal, prefix + ": code out of range");
-        codes[size_t(o * in + i)] = uint8_t(u);
-      }
-    }
-  if (awq) {
-    std::vector<uint8_t> rows(size_t(in * out)), zrows(size_t(ng * out));
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) rows[size_t(i * out + o)] = codes[size_t(o * in + i)];
-    for (size_t k = 0; k < zrows.size(); ++k) zrows[k] = uint8_t(zeros[k] + (zero_minus_one ? 1 : 0));
-    auto qw = awq_pack_rows(rows, in, out), qz = awq_pack_rows(zrows, ng, out);
-    w.add_raw(prefix + ".qweight", DType::I32, {in, out / 8}, qw.data(), qw.size() * 4);
-    w.add_raw(prefix + ".qzeros", DType::I32, {ng, out / 8}, qz.data(), qz.size() * 4);
-    w.add(prefix + ".scales", scales);
-    return;
-  }
-  auto qw = gptq_pack_qweight(codes, out, in, int(bits));
-  auto qz = gptq_pack_qzeros(zeros, ng, out, int(bits));
-  w.add_raw(prefix + ".qweight", DType::I32, {in * bits / 32, out}, qw.data(), qw.size() * 4);
-  w.add_raw(prefix + ".qzeros", DType::I32, {ng, (out * bits + 31) / 32}, qz.data(), qz.size() * 4);
-  w.add(prefix + ".scales", scales);
-  if (g_idx) {
-    std::vector<int32_t> gi(static_cast<size_t>(in));
-    for (int64_t i = 0; i < in; ++i) gi[size_t(i)] = int32_t(i / sh.group);
-    w.add_raw(prefix + ".g_idx", DType::I32, {in}, gi.data(), gi.size() * 4);
-  }
-}
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
@@ -135,55 +91,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
                                       std::to_string(cfg.max_position_embeddings));
   Context ctx(Device{}, opt.threads);
-  // The data-parallel lane: one pinned context per device, alive for the whole run.
-  std::unique_ptr<parallel::ReplicaGroup> group;
-  std::vector<parallel::DeviceInfo> devices;
-  if (opt.parallel.mode != parallel::ParallelSetting::Off) {
-    auto slots = parallel::cpu_device_slots(parallel::CpuTopology::detect(), parallel::parse_device_list(opt.devices));
-    for (const auto& sl : slots) {
-      devices.push_back({sl.device, sl.free_bytes});
-      log_info("lane device " + sl.str() + ", " + std::to_string(sl.free_bytes >> 20) + " MiB free");
-    }
-    if (slots.size() >= 2) group = std::make_unique<parallel::ReplicaGroup>(slots);
-    else if (opt.devices.empty() && opt.parallel.mode == parallel::ParallelSetting::Auto)
-      log_info("parallel: one visible device (one CPU device per NUMA node); split the cores with --devices "
-               "cpu:0,cpu:1 to run replicas side by side");
-  }
-  std::set<std::string> logged;
-  // One resolver for every phase of every block; refusals stop the run, notes are logged once.
-  auto lane_for = [&](parallel::Phase phase, int64_t items, size_t mirror_bytes) {
-    parallel::PlanInput in;
-    in.setting = opt.parallel;
-    in.phase = phase;
-    in.home = ctx.device();
-    in.devices = devices;
-    in.gradient_accumulate_steps = opt.tune.gradient_accumulate_steps;
-    in.deterministic = opt.tune.deterministic;
-    in.items = items;
-    in.nsamples = n;
-    in.mirror_bytes = mirror_bytes;
-    const parallel::Plan plan = parallel::resolve_plan(in);
-    if (plan.refused()) {
-      std::string why;
-      for (const auto& r : plan.refusals) why.append(why.empty() ? "" : "; ").append(r);
-      if (opt.devices.empty()) why += " (CPU devices: split the cores with --devices cpu:0,cpu:1,...)";
-      fail(ErrorKind::InvalidInput, "--parallel_quantization " + opt.parallel.str() + " cannot run: " + why);
-    }
-    for (const auto& note : plan.notes)
-      if (logged.insert(note).second) {
-        log_info("parallel: " + note);
-        rep.notes.push_back("parallel: " + note);
-      }
-    quant::TuneLane lane;
-    if (plan.parallel() && group) {
-      lane.group = group.get();
-      lane.world = plan.world;
-      for (const Device& d : plan.devices)
-        for (int m = 0; m < group->size(); ++m)
-          if (group->slot(m).device == d) lane.members.push_back(m);
-    }
-    return lane;
-  };
+  LanePlanner lanes(opt, ctx.device(), n, rep.notes);
   auto out_ptr = opt.resume ? std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite, true)
                             : std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite);
   AtomicDir& out = *out_ptr;
@@ -283,7 +191,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     int levels = 1;
     while ((int64_t(1) << (levels - 1)) < B) ++levels;
     const quant::TuneLane collect =
-        lane_for(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, bs).total());
+        lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, bs).total());
     Imatrix imat;
     block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, bs, opt_rtn ? &imat : nullptr);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
@@ -325,9 +233,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       for (auto& [nm, t] : quant::block_linears(w)) modules += quantize_layer(nm) ? 1 : 0;
       br.kept_fp.clear();
       br.quantized.clear();
-      search = lane_for(parallel::Phase::Search, modules, parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
+      search = lanes.lane(parallel::Phase::Search, modules, parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
     } else if (opt.tune.iters > 0) {
-      tuning = lane_for(parallel::Phase::Tune, B,
+      tuning = lanes.lane(parallel::Phase::Tune, B,
                         parallel::price_mirror(block_elems, tuned_elems, opt.tune.deterministic ? levels : 1,
                                                cache_per_sample, opt.tune.deterministic ? 1 : bs)
                             .total());
@@ -440,52 +348,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   writer.finish();
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
-  nlohmann::ordered_json q;
-  if (opt.format == "auto_awq") {
-    q["quant_method"] = "awq";
-    q["zero_point"] = !opt.fmt.sym;
-    q["version"] = "gemm";
-    q["bits"] = opt.fmt.bits;
-    q["group_size"] = opt.fmt.group_size;
-    nlohmann::ordered_json skip = nlohmann::ordered_json::array();
-    for (auto it = extra.begin(); it != extra.end(); ++it) skip.push_back(it.key());
-    q["modules_to_not_convert"] = skip.empty() ? nlohmann::ordered_json(nullptr) : skip;
-  } else if (opt.format == "auto_gptq") {
-    q["quant_method"] = "gptq";
-    q["bits"] = opt.fmt.bits;
-    q["group_size"] = opt.fmt.group_size;
-    q["sym"] = opt.fmt.sym;
-    q["desc_act"] = false;
-    q["true_sequential"] = false;
-    q["damp_percent"] = 0.01;
-    q["provider"] = "auto-round";
-    q["lm_head"] = lm_head_q;
-    if (!extra.empty()) {
-      nlohmann::ordered_json dyn = nlohmann::ordered_json::object();
-      for (auto it = extra.begin(); it != extra.end(); ++it) {
-        std::string re;
-        for (char ch : it.key()) re += (ch == '.') ? std::string("\\.") : std::string(1, ch);
-        dyn["-:" + re] = nlohmann::ordered_json::object();
-      }
-      q["dynamic"] = dyn;
-    }
-  } else {
-  q["quant_method"] = "auto-round";
-  q["packing_format"] = opt.format == "fake" ? "auto_round:fake"
-                        : awq              ? "auto_round:auto_awq"
-                        : opt.fmt.sym      ? "auto_round:auto_gptq"
-                                           : "auto_round";
-  q["bits"] = opt.fmt.bits;
-  q["group_size"] = opt.fmt.group_size;
-  q["sym"] = opt.fmt.sym;
-  q["data_type"] = "int";
-  q["autoround_version"] = "autoround.cpp-0.1.0";
-  q["block_name_to_quantize"] = "model.layers";
-  if (opt.tune.iters != 200) q["iters"] = opt.tune.iters;
-  if (opt.calib.nsamples != 128) q["nsamples"] = opt.calib.nsamples;
-  if (opt.calib.seqlen != 2048) q["seqlen"] = opt.calib.seqlen;
-  if (!extra.empty()) q["extra_config"] = extra;
-  }
+  const nlohmann::ordered_json q = quantization_config(opt, awq, lm_head_q, extra);
   config["quantization_config"] = q;
   write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
   write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
@@ -500,32 +363,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   rep.peak_rss_mb = peak_rss_mb();
-  if (!opt.report_path.empty()) {
-    nlohmann::ordered_json r;
-    r["bits"] = opt.fmt.bits;
-    r["group_size"] = opt.fmt.group_size;
-    r["sym"] = opt.fmt.sym;
-    r["iters"] = opt.tune.iters;
-    r["lr"] = opt.tune.lr;
-    r["nsamples"] = rep.nsamples;
-    r["seqlen"] = rep.seqlen;
-    r["seconds"] = rep.seconds;
-    r["peak_rss_mb"] = rep.peak_rss_mb;
-    r["notes"] = rep.notes;
-    if (rep.lm_head_quantized)
-      r["lm_head"] = {{"loss_first", rep.lm_head_loss_first}, {"loss_best", rep.lm_head_loss_best},
-                      {"seconds", rep.lm_head_seconds}};
-    r["parallel_quantization"] = opt.parallel.str();
-    r["deterministic"] = opt.tune.deterministic;
-    for (const auto& b : rep.blocks)
-      r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
-                             {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"phase_seconds", b.phase_seconds},
-                             {"peak_rss_mb", b.peak_rss_mb},
-                             {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
-                             {"exchange_bytes", b.exchange_bytes},
-                             {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
-    write_file_atomic(opt.report_path, r.dump(2) + "\n");
-  }
+  if (!opt.report_path.empty()) write_report(opt, rep);
   return rep;
 }
 

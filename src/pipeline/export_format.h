@@ -1,0 +1,22 @@
+// How each --format writes a tuned Linear and the quantization_config (autoround-spec.md §8).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "export/shard_writer.h"
+#include "pipeline/quantize.h"
+
+namespace ar {
+
+// Packs one tuned Linear (weight = its QDQ value; scale/zero per group) under `prefix`:
+// GPTQ layout qweight [in*b/32, out], qzeros [groups, out*b/32], scales fp16 [groups, out] (+ g_idx),
+// zero points stored minus one when `zero_minus_one`; or the AWQ layout (`awq`).
+void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L, bool sym,
+                 bool zero_minus_one, bool g_idx, bool awq);
+
+// config.json's "quantization_config" for opt.format; `extra` holds per-layer overrides (16-bit layers,
+// a quantized lm_head), `awq` the AWQ packing of auto_round asym 4-bit.
+nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq, bool lm_head_q,
+                                           const nlohmann::ordered_json& extra);
+
+}  // namespace ar

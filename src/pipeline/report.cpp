@@ -1,0 +1,37 @@
+#include "pipeline/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+
+namespace ar {
+
+void write_report(const QuantizeOptions& opt, const QuantizeReport& rep) {
+  nlohmann::ordered_json r;
+  r["bits"] = opt.fmt.bits;
+  r["group_size"] = opt.fmt.group_size;
+  r["sym"] = opt.fmt.sym;
+  r["iters"] = opt.tune.iters;
+  r["lr"] = opt.tune.lr;
+  r["nsamples"] = rep.nsamples;
+  r["seqlen"] = rep.seqlen;
+  r["seconds"] = rep.seconds;
+  r["peak_rss_mb"] = rep.peak_rss_mb;
+  r["notes"] = rep.notes;
+  if (rep.lm_head_quantized)
+    r["lm_head"] = {{"loss_first", rep.lm_head_loss_first}, {"loss_best", rep.lm_head_loss_best},
+                    {"seconds", rep.lm_head_seconds}};
+  r["parallel_quantization"] = opt.parallel.str();
+  r["deterministic"] = opt.tune.deterministic;
+  for (const auto& b : rep.blocks)
+    r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
+                           {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"phase_seconds", b.phase_seconds},
+                           {"peak_rss_mb", b.peak_rss_mb},
+                           {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
+                           {"exchange_bytes", b.exchange_bytes},
+                           {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
+  write_file_atomic(opt.report_path, r.dump(2) + "\n");
+
+}
+
+}  // namespace ar
