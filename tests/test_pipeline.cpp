@@ -346,3 +346,59 @@ TEST(Pipeline, QuantLmHeadTunesPacksAndLoadsBack) {
   fs::remove_all(m);
   fs::remove_all(a);
 }
+
+// GPTQ / AWQ outputs are fp16 throughout (as AutoRound writes them, and as vLLM's kernels want):
+// unquantized tensors converted, torch_dtype float16; auto_round keeps the source dtype. A value the
+// fp16 format cannot hold stops the run naming the tensor, with nothing written.
+TEST(Pipeline, GptqAndAwqOutputsAreFp16) {
+  std::string m = tmpdir("f16m"), q = tmpdir("f16q");
+  write_synthetic_model(m, tiny_llama_config(1), 16);
+  auto dtype_of = [](const std::string& dir, const std::string& name) {
+    auto f = SafetensorsFile::open(dir + "/model.safetensors");
+    return f->find(name)->dtype;
+  };
+  auto o = small_opts(m, q, 0);
+  o.overwrite = true;
+  for (const char* fmt : {"auto_gptq", "auto_awq", "auto_round"}) {
+    o.format = fmt;
+    o.fmt.sym = std::string(fmt) != "auto_awq";
+    quantize_model(o);
+    const bool f16 = std::string(fmt) != "auto_round";
+    EXPECT_EQ(dtype_of(q, "model.embed_tokens.weight"), f16 ? DType::F16 : DType::F32) << fmt;
+    EXPECT_EQ(dtype_of(q, "model.layers.0.input_layernorm.weight"), f16 ? DType::F16 : DType::F32) << fmt;
+    auto conf = nlohmann::json::parse(read_text_file(q + "/config.json"));
+    EXPECT_EQ(conf.value("torch_dtype", std::string("-")) == "float16", f16) << fmt;
+    Context ctx(Device{}, 1);
+    Tensor e = HfModel::open(q)->load_embeddings(ctx), e0 = HfModel::open(m)->load_embeddings(ctx);
+    for (int64_t i = 0; i < e.numel(); ++i)  // fp16 rounding only
+      ASSERT_NEAR(e.f32()[i], e0.f32()[i], 1e-3 * std::fabs(e0.f32()[i]) + 1e-7);
+  }
+  fs::remove_all(q);
+  {  // a final-norm weight fp16 cannot hold
+    std::string path = m + "/model.safetensors";
+    auto f = SafetensorsFile::open(path);
+    size_t off = f->header().data_start + f->find("model.norm.weight")->begin;
+    f.reset();
+    std::FILE* fp = std::fopen(path.c_str(), "r+b");
+    std::fseek(fp, long(off), SEEK_SET);
+    const float big = 1e6f;
+    std::fwrite(&big, 4, 1, fp);
+    std::fclose(fp);
+  }
+  o.format = "auto_gptq";
+  o.fmt.sym = true;
+  o.overwrite = false;
+  try {
+    quantize_model(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.norm.weight' has a value beyond the fp16 range"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(q));
+  o.format = "auto_round";  // keeps fp32
+  quantize_model(o);
+  EXPECT_TRUE(fs::exists(q + "/model.safetensors"));
+  fs::remove_all(m);
+  fs::remove_all(q);
+}

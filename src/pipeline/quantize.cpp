@@ -34,10 +34,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
 
-void copy_raw(const HfModel& m, ShardWriter& w, const std::string& name) {
+// An unquantized tensor into the output: its stored bytes as they are, or converted to fp16 when the
+// format's kernels run in fp16 (GPTQ / AWQ outputs, as AutoRound writes them). Values beyond the fp16
+// range stop the run naming the tensor instead of turning into infinities.
+void copy_tensor(const HfModel& m, ShardWriter& w, const std::string& name, bool fp16, Context& ctx) {
   const uint8_t* bytes = nullptr;
   const StTensorInfo& info = m.raw_info(name, &bytes);
-  w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
+  if (!fp16 || (info.dtype != DType::BF16 && info.dtype != DType::F32)) {
+    w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
+    return;
+  }
+  Tensor t = m.load(name, {}, ctx);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::fabs(t.f32()[i]) > 65504.f)
+      fail(ErrorKind::InvalidInput, m.dir() + ": tensor '" + name + "' has a value beyond the fp16 range (" +
+                                        std::to_string(t.f32()[i]) + ") that --format " +
+                                        "auto_gptq/auto_awq would store in fp16; use the auto_round format");
+  w.add(name, t.to(DType::F16, ctx));
 }
 
 // NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
@@ -56,6 +69,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, "--format auto_awq needs --bits 4 (got " + std::to_string(opt.fmt.bits) + ")");
   // AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
   const bool awq = opt.format == "auto_awq" || (opt.format == "auto_round" && !opt.fmt.sym && opt.fmt.bits == 4);
+  // GPTQ and AWQ kernels run in fp16: those outputs are fp16 throughout (torch_dtype float16).
+  const bool fp16_out = awq || opt.format == "auto_gptq";
   quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
@@ -139,7 +154,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   } else {
     Tensor emb = model->load_embeddings(ctx);
     cpu::embedding_fwd(ctx, emb.f32(), calib.ids.data(), x_fp.f32(), n * T, C);
-    copy_raw(*model, writer, "model.embed_tokens.weight");
+    copy_tensor(*model, writer, "model.embed_tokens.weight", fp16_out, ctx);
   }
   // Durable state after block b: writer position, activations, extra_config; state file last.
   auto checkpoint = [&](int64_t next_block) {
@@ -292,7 +307,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                           "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
                           "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
       const std::string name = prefix + t;
-      if (!done.count(name) && model->has(name)) copy_raw(*model, writer, name);
+      if (!done.count(name) && model->has(name)) copy_tensor(*model, writer, name, fp16_out, ctx);
     }
     br.phase_seconds["pack_write"] = std::chrono::duration<double>(Clock::now() - t_pack).count();
     br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -314,7 +329,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     rep.blocks.push_back(std::move(br));
     if (opt.resume) checkpoint(b + 1);
   }
-  copy_raw(*model, writer, "model.norm.weight");
+  copy_tensor(*model, writer, "model.norm.weight", fp16_out, ctx);
   if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
     const auto t_lm = Clock::now();
     Tensor norm = model->load_final_norm(ctx), head = model->load_lm_head(ctx);
@@ -343,13 +358,17 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                   tr.best_iter, rep.lm_head_seconds);
     log_info(line);
   } else if (model->has("lm_head.weight")) {
-    copy_raw(*model, writer, "lm_head.weight");
+    copy_tensor(*model, writer, "lm_head.weight", fp16_out, ctx);
   }
   writer.finish();
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
   const nlohmann::ordered_json q = quantization_config(opt, awq, lm_head_q, extra);
   config["quantization_config"] = q;
+  if (fp16_out) {
+    if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
+    if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";
+  }
   write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
   write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
