@@ -78,6 +78,10 @@ TEST(PipelineParallel, ExplicitWorldThatCannotBeMetStopsBeforeWriting) {
   }
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".partial"));
+  // auto keeps every listed device that fits.
+  o = opts(m, out, 2, "auto");
+  o.devices = "cpu:0,cpu:1";
+  EXPECT_EQ(quantize_model(o).blocks[0].world_tune, 2);
   // Gradient accumulation tunes serially through the same gate and says so.
   o = opts(m, out, 2, "2");
   o.tune.gradient_accumulate_steps = 2;

@@ -124,7 +124,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       {"dataset", opt.calib.dataset}, {"nsamples", opt.calib.nsamples}, {"seqlen", opt.calib.seqlen},
       {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
       {"quant_lm_head", lm_head_q},
-      {"deterministic", opt.tune.deterministic}};
+      {"deterministic", opt.tune.deterministic},
+      // Without --deterministic the bits depend on the world, so a resume must keep it.
+      {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
   const std::string state_path = out.tmp() + "/resume_state.json";
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   int64_t start_block = 0;
