@@ -170,10 +170,20 @@ TEST(Resolver, BatchSmallerThanWorldDemotes) {
   EXPECT_TRUE(has(p.notes, "demoted to 2"));
   in.items = 1;
   EXPECT_EQ(resolve_plan(in).world, 1);
-  in.items = 6;  // deterministic: a power of two dividing the batch
-  in.setting = ParallelSetting::parse("3");
+  in.items = 6;  // deterministic: a power of two dividing the batch; auto demotes
+  in.setting = ParallelSetting::parse("auto");
   in.devices.pop_back();
   EXPECT_EQ(resolve_plan(in).world, 2);
+  in.deterministic = false;
+  EXPECT_EQ(resolve_plan(in).world, 3);
+}
+
+TEST(Resolver, ExplicitNonPowerOfTwoDeterministicWorldIsRefused) {
+  PlanInput in = tune_input(3, 3);
+  in.items = 6;
+  Plan p = resolve_plan(in);
+  EXPECT_TRUE(p.refused());
+  EXPECT_TRUE(has(p.refusals, "needs a power of two dividing the global batch 6"));
   in.deterministic = false;
   EXPECT_EQ(resolve_plan(in).world, 3);
 }

@@ -98,6 +98,13 @@ Plan resolve_plan(const PlanInput& in) {
   }
   for (auto& d : dropped) plan.notes.push_back("dropped " + d);
   const int want = expl ? in.setting.world : int(fit.size());
+  const bool det_tune = in.phase == Phase::Tune && in.deterministic;
+  if (expl && det_tune && want <= in.items && (!pow2(want) || in.items % want)) {
+    plan.refusals.push_back("--parallel_quantization " + std::to_string(want) +
+                            " with --deterministic true needs a power of two dividing the global batch " +
+                            std::to_string(in.items) + " (or --deterministic false)");
+    return serial(plan);
+  }
   const int world = usable_world(want, in);
   if (world < want) {
     const char* what = in.phase == Phase::Tune ? "global batch" : in.phase == Phase::Search ? "modules" : "samples";

@@ -9,7 +9,8 @@
 //                           that fit, an explicit N that does not fit on N devices is refused.
 //   items                -> world <= items (tuning: the global batch; deterministic tuning: a power of
 //                           two dividing the batch, so the reduction tree is the same for every world);
-//                           a smaller world is a demotion (note), world 1 is serial.
+//                           a smaller world is a demotion (note), world 1 is serial. An explicit N that
+//                           the batch could hold but is not such a power of two is refused.
 // Ranges: collection and searches split [0, items) evenly; tuning gives rank r the batch strata
 // [r B / W, (r+1) B / W) of the stratified sampler, i.e. pool samples [S(rB/W), S((r+1)B/W)) with
 // S(j) = j n / B, so the global batch is the serial one for every world.
