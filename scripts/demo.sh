@@ -35,8 +35,12 @@ quantize_table() {
   "$AR" --model "$model" --bits 4 --group_size 32 --iters 0 --nsamples 16 --seqlen 128 \
     --output_dir "$OUT/$tag-optrtn" --overwrite 2>/dev/null
   row "W4G32 opt-RTN" "$OUT/$tag-optrtn" "$model" "$text"
+  local t0 t1
+  t0=$(date +%s%N)
   "$AR" --model "$model" --bits 4 --group_size 32 --iters 100 --nsamples 16 --seqlen 128 \
     --output_dir "$OUT/$tag-signround" --overwrite 2>/dev/null
+  t1=$(date +%s%N)
+  SERIAL_MS=$(( (t1 - t0) / 1000000 ))
   row "W4G32 SignRound (100 it.)" "$OUT/$tag-signround" "$model" "$text"
 }
 
@@ -50,7 +54,7 @@ t0=$(date +%s%N)
   --parallel_quantization 2 --devices cpu:0,cpu:1 --output_dir "$OUT/generated-signround-w2" --overwrite 2>/dev/null
 t1=$(date +%s%N)
 if cmp -s "$OUT/generated-signround/model.safetensors" "$OUT/generated-signround-w2/model.safetensors"; then
-  echo "world 2: $(( (t1 - t0) / 1000000 )) ms, model.safetensors byte-identical to the serial run"
+  echo "serial: $SERIAL_MS ms; world 2: $(( (t1 - t0) / 1000000 )) ms; model.safetensors byte-identical"
 else
   echo "world 2: output DIFFERS from the serial run"; exit 1
 fi

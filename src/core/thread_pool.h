@@ -3,6 +3,7 @@
 // BLAS is only ever called single-threaded, from inside chunks (core/context.h), so threads in flight
 // never exceed the pool's size.
 #pragma once
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -23,6 +24,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+  // The grain for items of `cost` element operations each: chunks of at least ~32K operations, so a
+  // wake-up (a few microseconds) never costs more than the work it hands out.
+  static int64_t grain(int64_t cost) { return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, cost)); }
   // Calls fn(begin, end) on disjoint chunks covering [0, n). Chunks smaller than `grain` are merged.
   // Rethrows the first exception thrown by any chunk after all chunks have finished.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);

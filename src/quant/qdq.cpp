@@ -19,21 +19,22 @@ QdqShape make_qdq_shape(int64_t out, int64_t in, int bits, int64_t group_size, b
 }
 
 void qdq_minmax(Context& ctx, const QdqShape& sh, const float* W, float* wmin0, float* wmax0) {
-  ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) { qdq_minmax<float>(sh, W, wmin0, wmax0, r0, r1); });
+  ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) { qdq_minmax<float>(sh, W, wmin0, wmax0, r0, r1); },
+                          ThreadPool::grain(sh.in));
 }
 
 void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, float* What, float* scale, float* zero) {
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
     qdq_fwd<float>(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1);
-  });
+  }, ThreadPool::grain(4 * sh.in));
 }
 
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta) {
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
     qdq_bwd<float>(sh, W, V, alpha, beta, wmin0, wmax0, dWhat, dV, dalpha, dbeta, r0, r1);
-  });
+  }, ThreadPool::grain(8 * sh.in));
 }
 
 }  // namespace ar::quant

@@ -54,7 +54,7 @@ void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float
           for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
           L[i] = mx + float(std::log(sum));
         }
-      }, 4);
+      }, ThreadPool::grain(s.Tk));
       gemm(ctx, false, false, s.Tq, s.D, s.Tk, 1.f, S.data(), s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
     }
 }
@@ -80,7 +80,7 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
           for (int64_t j = 0; j < s.Tk; ++j)
             row[j] = (L[i] != kNegInf && j <= last && (!m || m[j])) ? std::exp(row[j] - L[i]) : 0.f;
         }
-      }, 4);
+      }, ThreadPool::grain(s.Tk));
       gemm(ctx, true, false, s.Tk, s.D, s.Tq, 1.f, P.data(), s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
       gemm(ctx, false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP.data(), s.Tk);
       ctx.pool().parallel_for(s.Tq, [&](int64_t i0, int64_t i1) {
@@ -93,7 +93,7 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
           float* dr = dP.data() + i * s.Tk;
           for (int64_t j = 0; j < s.Tk; ++j) dr[j] = pr[j] * (dr[j] - di);
         }
-      }, 4);
+      }, ThreadPool::grain(s.Tk));
       gemm(ctx, false, false, s.Tq, s.D, s.Tk, scale, dP.data(), s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
       gemm(ctx, true, false, s.Tk, s.D, s.Tq, scale, dP.data(), s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
     }

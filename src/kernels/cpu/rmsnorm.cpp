@@ -20,7 +20,7 @@ void rmsnorm_fwd(Context& ctx, const float* x, const float* w, float* y, float* 
       float* yr = y + r * dim;
       for (int64_t c = 0; c < dim; ++c) yr[c] = w[c] * (xr[c] * rs);
     }
-  });
+  }, ThreadPool::grain(dim));
 }
 
 void rmsnorm_bwd(Context& ctx, const float* dy, const float* x, const float* w, const float* rstd, float* dx,

@@ -21,7 +21,7 @@ void rotate(Context& ctx, float* x, const int32_t* pos, const float* cos, const 
         }
       }
     }
-  }, 8);
+  }, ThreadPool::grain(heads * D));
 }
 }  // namespace
 
