@@ -24,11 +24,6 @@ std::vector<Device> cpus(int k) {
   return d;
 }
 ReplicaGroup make_group(int k) { return ReplicaGroup(cpu_device_slots(CpuTopology::detect(), cpus(k))); }
-bool has(const std::vector<std::string>& v, const std::string& what) {
-  for (const auto& s : v)
-    if (s.find(what) != std::string::npos) return true;
-  return false;
-}
 }  // namespace
 
 TEST(Devices, OneNodeSplitsCoresContiguously) {
@@ -113,28 +108,28 @@ TEST(Resolver, RefusesUnsupportedHomeDevice) {
   in.home_supported = false;
   Plan p = resolve_plan(in);
   EXPECT_TRUE(p.refused());
-  EXPECT_TRUE(has(p.refusals, "no backend"));
+  EXPECT_TRUE(test::any_contains(p.refusals, "no backend"));
   in.home_supported = true;
   in.devices[1].device = {DeviceKind::CUDA, 0};
-  EXPECT_TRUE(has(resolve_plan(in).refusals, "cuda:0 is not of the home device's kind"));
+  EXPECT_TRUE(test::any_contains(resolve_plan(in).refusals, "cuda:0 is not of the home device's kind"));
 }
 
 TEST(Resolver, RefusesWhileMultiProcessLaneIsActive) {
   PlanInput in = tune_input(2);
   in.multiprocess_active = true;
-  EXPECT_TRUE(has(resolve_plan(in).refusals, "multi-process"));
+  EXPECT_TRUE(test::any_contains(resolve_plan(in).refusals, "multi-process"));
 }
 
 TEST(Resolver, RefusesNonFlatPool) {
   PlanInput in = tune_input(2);
   in.flat_pool = false;
-  EXPECT_TRUE(has(resolve_plan(in).refusals, "flat list"));
+  EXPECT_TRUE(test::any_contains(resolve_plan(in).refusals, "flat list"));
 }
 
 TEST(Resolver, RefusesBlockSpanningDevices) {
   PlanInput in = tune_input(2);
   in.block_on_one_device = false;
-  EXPECT_TRUE(has(resolve_plan(in).refusals, "span several devices"));
+  EXPECT_TRUE(test::any_contains(resolve_plan(in).refusals, "span several devices"));
 }
 
 TEST(Resolver, ListsEveryReasonAndAutoRunsSerial) {
@@ -156,7 +151,7 @@ TEST(Resolver, GradientAccumulationTunesSerialWithReason) {
   Plan p = resolve_plan(in);
   EXPECT_FALSE(p.refused());
   EXPECT_EQ(p.world, 1);
-  EXPECT_TRUE(has(p.notes, "gradient_accumulate_steps 2"));
+  EXPECT_TRUE(test::any_contains(p.notes, "gradient_accumulate_steps 2"));
   in.phase = Phase::Collect;  // only tuning is gated
   EXPECT_EQ(resolve_plan(in).world, 2);
 }
@@ -167,7 +162,7 @@ TEST(Resolver, BatchSmallerThanWorldDemotes) {
   Plan p = resolve_plan(in);
   EXPECT_FALSE(p.refused());
   EXPECT_EQ(p.world, 2);
-  EXPECT_TRUE(has(p.notes, "demoted to 2"));
+  EXPECT_TRUE(test::any_contains(p.notes, "demoted to 2"));
   in.items = 1;
   EXPECT_EQ(resolve_plan(in).world, 1);
   in.items = 6;  // deterministic: a power of two dividing the batch; auto demotes
@@ -183,7 +178,7 @@ TEST(Resolver, ExplicitNonPowerOfTwoDeterministicWorldIsRefused) {
   in.items = 6;
   Plan p = resolve_plan(in);
   EXPECT_TRUE(p.refused());
-  EXPECT_TRUE(has(p.refusals, "needs a power of two dividing the global batch 6"));
+  EXPECT_TRUE(test::any_contains(p.refusals, "needs a power of two dividing the global batch 6"));
   in.deterministic = false;
   EXPECT_EQ(resolve_plan(in).world, 3);
 }
@@ -193,7 +188,7 @@ TEST(Resolver, ExplicitWorldWithoutRoomIsRefused) {
   in.devices[1].free_bytes = size_t(50) << 20;
   Plan p = resolve_plan(in);
   EXPECT_TRUE(p.refused());
-  EXPECT_TRUE(has(p.refusals, "cpu:1: a mirror needs 100 MiB, 50 MiB free"));
+  EXPECT_TRUE(test::any_contains(p.refusals, "cpu:1: a mirror needs 100 MiB, 50 MiB free"));
 }
 
 TEST(Resolver, AutoKeepsTheDevicesThatFit) {
@@ -204,7 +199,7 @@ TEST(Resolver, AutoKeepsTheDevicesThatFit) {
   EXPECT_FALSE(p.refused());
   ASSERT_EQ(p.world, 2);
   EXPECT_EQ(p.devices[1], (Device{DeviceKind::CPU, 2}));
-  EXPECT_TRUE(has(p.notes, "dropped cpu:1"));
+  EXPECT_TRUE(test::any_contains(p.notes, "dropped cpu:1"));
 }
 
 TEST(Resolver, SearchesSplitModulesAnyWorld) {

@@ -19,4 +19,10 @@ std::string fixtures_dir() {
   struct stat st {};
   return ::stat((d + "/stories260K/stories260K.bin").c_str(), &st) == 0 ? d : "";
 }
+bool any_contains(const std::vector<std::string>& v, const std::string& what) {
+  for (const auto& s : v)
+    if (s.find(what) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace ar::test

@@ -65,6 +65,9 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 // A fresh (removed if present) path under the temp directory, unique per process: "ar_test_<name>_<pid>".
 std::string temp_path(const std::string& name);
 
+// Whether some entry of `v` contains `what` (notes, refusal reasons).
+bool any_contains(const std::vector<std::string>& v, const std::string& what);
+
 // Path of the shared fixtures folder (../shared/fixtures relative to the source tree), or "" if absent.
 std::string fixtures_dir();
 
