@@ -202,8 +202,6 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
     // Mirror prices (parallel/plan.h): whole block in fp32, tuning state of its Linears, activations.
     const int64_t block_elems = int64_t(w.bytes() / 4), cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
-    int64_t tuned_elems = 0;
-    for (auto& [nm, t] : quant::block_linears(w)) tuned_elems += t->numel();
     const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));
     int levels = 1;
     while ((int64_t(1) << (levels - 1)) < B) ++levels;
@@ -214,21 +212,24 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
-    auto quantize_layer = [&](const std::string& short_name) {
-      const std::string full = prefix + short_name;
-      for (auto& [nm, t] : quant::block_linears(w))
-        if (nm == short_name && (t->dim(0) % 32 || t->dim(1) % 32)) {
-          br.kept_fp.push_back(full + " (shape " + shape_str(t->shape()) + " not a multiple of 32)");
-          return false;
-        }
+    // AutoRound's layer rules, decided once per block: which Linears are quantized, which stay 16-bit.
+    std::set<std::string> selected;
+    int64_t tuned_elems = 0;
+    for (auto& [nm, t] : quant::block_linears(w)) {
+      const std::string full = prefix + nm;
+      std::string why;
+      if (t->dim(0) % 32 || t->dim(1) % 32) why = "shape " + shape_str(t->shape()) + " not a multiple of 32";
       for (const auto& f : opt.fp_layers)
-        if (!f.empty() && full.find(f) != std::string::npos) {
-          br.kept_fp.push_back(full + " (--fp_layers " + f + ")");
-          return false;
-        }
+        if (why.empty() && !f.empty() && full.find(f) != std::string::npos) why = "--fp_layers " + f;
+      if (!why.empty()) {
+        br.kept_fp.push_back(full + " (" + why + ")");
+        continue;
+      }
       br.quantized.push_back(full);
-      return true;
-    };
+      selected.insert(nm);
+      tuned_elems += t->numel();
+    }
+    auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
     quant::SignRoundOptions tune = opt.tune;
     if (isatty(STDERR_FILENO) && tune.iters > 0) {  // progress bar with ETA over the whole run
@@ -246,11 +247,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::TuneLane search, tuning;
     if (opt.tune.iters == 0) {
-      int64_t modules = 0;
-      for (auto& [nm, t] : quant::block_linears(w)) modules += quantize_layer(nm) ? 1 : 0;
-      br.kept_fp.clear();
-      br.quantized.clear();
-      search = lanes.lane(parallel::Phase::Search, modules, parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
+      search = lanes.lane(parallel::Phase::Search, int64_t(selected.size()), parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
     } else if (opt.tune.iters > 0) {
       tuning = lanes.lane(parallel::Phase::Tune, B,
                         parallel::price_mirror(block_elems, tuned_elems, opt.tune.deterministic ? levels : 1,
