@@ -93,6 +93,46 @@ TEST(Config, RejectsMissingContradictoryAndUnsupportedFields) {
   EXPECT_HAS(config_error(k), "mlp_bias");
 }
 
+TEST(Config, RopeParametersOfTransformers5) {
+  // transformers 5 writes rope_theta only inside rope_parameters; it must reach the RoPE table.
+  json j = tiny_llama_config();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 100000.0}};
+  ModelConfig c = parse_model_config(j, "c");
+  EXPECT_EQ(c.rope_theta, 100000.0);
+  EXPECT_EQ(c.rope_scaling.type, "default");
+  RopeTable t = make_rope_table(c, 4);
+  const double inv1 = std::pow(100000.0, -2.0 / double(c.head_dim));  // pair 1 at position 1
+  EXPECT_NEAR(t.cos[1 * size_t(c.head_dim / 2) + 1], std::cos(inv1), 1e-6);
+  // Both spellings agreeing are fine; disagreeing ones are refused rather than guessed.
+  j["rope_theta"] = 100000.0;
+  EXPECT_EQ(parse_model_config(j, "c").rope_theta, 100000.0);
+  j["rope_theta"] = 10000.0;
+  EXPECT_HAS(config_error(j), "field 'rope_parameters.rope_theta': 100000.000000 contradicts rope_theta 10000");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  c = parse_model_config(j, "c");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  json k = j;
+  k["rope_parameters"].erase("low_freq_factor");
+  EXPECT_HAS(config_error(k), "rope_parameters.low_freq_factor");
+  k = j;
+  k["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_HAS(config_error(k), "rope_type 'llama3' contradicts rope_scaling 'default'");
+  k = j;
+  k["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e4}}}, {"sliding_attention", {{"rope_theta", 1e6}}}};
+  EXPECT_HAS(config_error(k), "per-layer-type RoPE parameters are not supported");
+  k = j;
+  k["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e4}, {"factor", 4.0}};
+  EXPECT_HAS(config_error(k), "rope_type 'yarn' is not supported");
+  k = j;
+  k["rope_parameters"]["rope_theta"] = -1;
+  EXPECT_HAS(config_error(k), "rope_parameters.rope_theta': must be a positive number");
+}
+
 TEST(Config, FuzzWithSeededMutations) {
   const std::string base = tiny_llama_config().dump();
   std::mt19937_64 rng(7);

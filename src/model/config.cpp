@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "io/json_file.h"
 #include "model/arch/arch.h"
@@ -25,7 +27,8 @@ int64_t opt_int(const nlohmann::json& j, const std::string& path, const char* ke
 
 double opt_num(const nlohmann::json& j, const std::string& path, const char* key, double def) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  if (!j[key].is_number() || j[key].get<double>() <= 0) bad_field(path, key, "must be a positive number");
+  if (!j[key].is_number() || !(j[key].get<double>() > 0) || !std::isfinite(j[key].get<double>()))
+    bad_field(path, key, "must be a positive finite number");
   return j[key].get<double>();
 }
 
@@ -35,6 +38,62 @@ int64_t token_id(const nlohmann::json& j, const char* key) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
   return -1;
+}
+
+// One RoPE description from either spelling: transformers 4 (top-level `rope_theta`, `rope_scaling`) or
+// transformers 5 (`rope_parameters` holding `rope_theta`, `rope_type` and the scaling fields). Both may
+// be present (configs converted between versions); when they disagree the run is refused, since either
+// choice could silently run the wrong positions.
+void parse_scaling(const nlohmann::json& rs, const std::string& path, const std::string& field, RopeScaling& out) {
+  if (!rs.is_object()) bad_field(path, field, "must be an object or null");
+  const std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
+                           : rs.contains("type")    ? rs["type"].get<std::string>()
+                                                    : std::string("default");
+  if (type == "default") return;
+  if (type != "llama3") bad_field(path, field, "rope_type '" + type + "' is not supported (default, llama3)");
+  out.type = type;
+  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0))
+      bad_field(path, field + "." + k, "missing or not a positive number for rope_type llama3");
+  out.factor = rs["factor"].get<double>();
+  out.low_freq_factor = rs["low_freq_factor"].get<double>();
+  out.high_freq_factor = rs["high_freq_factor"].get<double>();
+  out.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
+  if (out.high_freq_factor <= out.low_freq_factor) bad_field(path, field + ".high_freq_factor", "must exceed low_freq_factor");
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return a.type == b.type && (a.type == "default" || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+                                                      a.high_freq_factor == b.high_freq_factor &&
+                                                      a.original_max_position_embeddings == b.original_max_position_embeddings));
+}
+
+void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
+  const bool legacy_theta = j.contains("rope_theta") && !j["rope_theta"].is_null();
+  c.rope_theta = opt_num(j, path, "rope_theta", 10000.0);
+  RopeScaling legacy;
+  const bool legacy_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null();
+  if (legacy_scaling) parse_scaling(j["rope_scaling"], path, "rope_scaling", legacy);
+  c.rope_scaling = legacy;
+  if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) return;
+  const auto& rp = j["rope_parameters"];
+  if (!rp.is_object()) bad_field(path, "rope_parameters", "must be an object or null");
+  if (!rp.contains("rope_theta") && !rp.contains("rope_type"))  // keyed by layer type (e.g. sliding/full)
+    bad_field(path, "rope_parameters", "per-layer-type RoPE parameters are not supported (expected rope_theta, rope_type)");
+  if (rp.contains("rope_theta")) {
+    if (!rp["rope_theta"].is_number() || !(rp["rope_theta"].get<double>() > 0) || !std::isfinite(rp["rope_theta"].get<double>()))
+      bad_field(path, "rope_parameters.rope_theta", "must be a positive number");
+    const double theta = rp["rope_theta"].get<double>();
+    if (legacy_theta && theta != c.rope_theta)
+      bad_field(path, "rope_parameters.rope_theta", std::to_string(theta) + " contradicts rope_theta " +
+                                                        std::to_string(c.rope_theta));
+    c.rope_theta = theta;
+  }
+  RopeScaling fresh;
+  parse_scaling(rp, path, "rope_parameters", fresh);
+  if (legacy_scaling && !same_scaling(fresh, legacy))
+    bad_field(path, "rope_parameters", "rope_type '" + fresh.type + "' contradicts rope_scaling '" + legacy.type + "'");
+  c.rope_scaling = fresh;
 }
 }  // namespace
 
@@ -69,7 +128,6 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   c.vocab_size = req_int(j, path, "vocab_size");
   c.max_position_embeddings = opt_int(j, path, "max_position_embeddings", 2048);
   c.rms_norm_eps = opt_num(j, path, "rms_norm_eps", 1e-6);
-  c.rope_theta = opt_num(j, path, "rope_theta", 10000.0);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.bos_token_id = token_id(j, "bos_token_id");
   c.eos_token_id = token_id(j, "eos_token_id");
@@ -91,25 +149,7 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number() &&
       j["partial_rotary_factor"].get<double>() != 1.0)
     bad_field(path, "partial_rotary_factor", "only 1.0 is supported");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const auto& rs = j["rope_scaling"];
-    if (!rs.is_object()) bad_field(path, "rope_scaling", "must be an object or null");
-    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
-    if (type == "llama3") {
-      c.rope_scaling.type = type;
-      for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-        if (!rs.contains(k) || !rs[k].is_number())
-          bad_field(path, std::string("rope_scaling.") + k, "missing for rope_type llama3");
-      c.rope_scaling.factor = rs["factor"].get<double>();
-      c.rope_scaling.low_freq_factor = rs["low_freq_factor"].get<double>();
-      c.rope_scaling.high_freq_factor = rs["high_freq_factor"].get<double>();
-      c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
-      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
-        bad_field(path, "rope_scaling.high_freq_factor", "must exceed low_freq_factor");
-    } else if (type != "default") {
-      bad_field(path, "rope_scaling", "rope_type '" + type + "' is not supported (default, llama3)");
-    }
-  }
+  parse_rope(j, path, c);
   if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
     const auto& q = j["quantization_config"];
     std::string method = q.value("quant_method", std::string());
