@@ -118,10 +118,10 @@ TEST(Cli, QuantizeSchemeRecipeAndExplicitFlags) {
   EXPECT_DOUBLE_EQ(rep["lr"].get<double>(), 5e-3);  // from the light recipe
   EXPECT_TRUE(rep["blocks"][0].contains("phase_seconds"));
   r = run("--model " + d + " --scheme W5A16 --output_dir " + q + "_bad");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);  // a bad option value is a usage error
   EXPECT_NE(r.out.find("--scheme 'W5A16' is not supported"), std::string::npos) << r.out;
   r = run("--model " + d + " --bits 5 --output_dir " + q + "_bad");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("--bits 5 is not supported"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(q + "_bad"));
   r = run("--model " + d + " --iters 0 --nsamples 2 --seqlen 32 --output_dir " + q);
@@ -145,13 +145,13 @@ TEST(Cli, ParallelQuantizationFlags) {
   EXPECT_GT(rep["blocks"][0]["exchange_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(rep["blocks"][0]["phase_seconds"].contains("tune_exchange"));
   r = run(base + "_x --parallel_quantization two");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("--parallel_quantization 'two'"), std::string::npos) << r.out;
   r = run(base + "_x --parallel_quantization 2 --devices cuda:0,cuda:1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("cuda:0 is not built into this binary"), std::string::npos) << r.out;
   r = run(base + "_x --parallel_quantization 3 --devices cpu:0,cpu:1");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("needs 3 devices"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(q + "_x"));
   fs::remove_all(d);

@@ -17,6 +17,9 @@
 #include "model/convert_llama2c.h"
 #include "model/loader.h"
 #include "model/tokenizer/tokenizer.h"
+#include "cli/option_checks.h"
+#include "parallel/devices.h"
+#include "pipeline/option_limits.h"
 #include "pipeline/quantize.h"
 #include <sstream>
 
@@ -36,7 +39,58 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
   if (s == "bf16" || s == "bfloat16") return DType::BF16;
   if (s == "fp16" || s == "float16") return DType::F16;
-  fail(ErrorKind::InvalidInput, "unknown dtype '" + s + "' (fp32, bf16, fp16)");
+  fail(ErrorKind::InvalidInput, "--dtype '" + s + "' is not supported (fp32, bf16, fp16)");
+}
+// --scheme and --recipe set defaults; explicit flags (given(name)) win.
+void apply_scheme_and_recipe(const std::string& scheme, const std::string& recipe,
+                             const std::function<bool(const char*)>& given, QuantizeOptions& qo,
+                             bool& disable_opt_rtn) {
+  if (!scheme.empty()) {
+    struct Scheme { const char* name; int bits; int64_t group; };
+    static const Scheme kSchemes[] = {{"W4A16", 4, 128}, {"W2A16", 2, 128}, {"W3A16", 3, 128}, {"W8A16", 8, 128},
+                                      {"W2A16G64", 2, 64}, {"W2A16G32", 2, 32}};
+    const Scheme* sc = nullptr;
+    for (const auto& k : kSchemes)
+      if (scheme == k.name) sc = &k;
+    if (!sc) usage_error("--scheme '" + scheme + "' is not supported (W4A16, W2A16, W3A16, W8A16, W2A16G64, W2A16G32)");
+    if (!given("--bits")) qo.fmt.bits = sc->bits;
+    if (!given("--group_size")) qo.fmt.group_size = sc->group;
+  }
+  if (recipe == "best") {
+    if (!given("--iters")) qo.tune.iters = 1000;
+    if (!given("--nsamples")) qo.calib.nsamples = 512;
+  } else if (recipe == "light") {
+    if (!given("--iters")) qo.tune.iters = 50;
+    if (!given("--lr")) qo.tune.lr = 5e-3;
+  } else if (recipe == "opt-rtn" || recipe == "rtn") {
+    if (!given("--iters")) qo.tune.iters = 0;
+    if (recipe == "rtn") {
+      if (!given("--nsamples")) qo.calib.nsamples = 1;
+      disable_opt_rtn = true;
+    }
+  } else if (recipe != "default") {
+    usage_error("--recipe '" + recipe + "' is not supported (default, best, light, opt-rtn, rtn)");
+  }
+}
+
+// Every quantize option on its own and against the others, after scheme and recipe are applied.
+void check_quantize_usage(const QuantizeOptions& qo) {
+  as_usage([&] { validate_quantize_options(qo); });
+  const int bits = qo.fmt.bits;
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+    usage_error("--bits " + std::to_string(bits) + " is not supported (2, 3, 4, 8)");
+  if (qo.format != "auto_round" && qo.format != "auto_gptq" && qo.format != "auto_awq" && qo.format != "fake")
+    usage_error("--format '" + qo.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
+  if (qo.format == "auto_awq" && bits != 4)
+    usage_error("--format auto_awq needs --bits 4 (got " + std::to_string(bits) + ")");
+  if (!qo.calib.dataset.empty()) as_usage([&] { quant::parse_dataset_spec(qo.calib.dataset); });
+  const auto devices = as_usage([&] { return parallel::parse_device_list(qo.devices); });
+  const auto& par = qo.parallel;
+  if (!devices.empty() && par.mode == parallel::ParallelSetting::Off)
+    usage_error("--devices " + qo.devices + " is only used with --parallel_quantization auto or N >= 2");
+  if (par.mode == parallel::ParallelSetting::Explicit && !devices.empty() && int(devices.size()) < par.world)
+    usage_error("--parallel_quantization " + std::to_string(par.world) + " needs " + std::to_string(par.world) +
+                " devices but --devices lists " + std::to_string(devices.size()));
 }
 }  // namespace
 
@@ -49,8 +103,8 @@ void register_convert(CLI::App& app) {
   sub->add_option("--out", o->out_dir, "output directory")->required();
   sub->add_option("--dtype", *dtype, "tensor dtype: fp32 (default), bf16, fp16");
   sub->add_flag("--overwrite", o->overwrite, "replace an existing output directory");
-  registry().runners[sub] = [o, dtype] {
-    o->dtype = parse_dtype(*dtype);
+  sub->parse_complete_callback([o, dtype] { o->dtype = as_usage([&] { return parse_dtype(*dtype); }); });
+  registry().runners[sub] = [o] {
     convert_llama2c(*o);
     std::fprintf(stderr, "wrote %s\n", o->out_dir.c_str());
   };
@@ -62,11 +116,15 @@ void register_generate(CLI::App& app) {
   auto o = std::make_shared<Opt>();
   sub->add_option("--model", o->model, "model directory")->required();
   sub->add_option("--prompt", o->prompt, "prompt text (default empty: start from BOS)");
-  sub->add_option("-n,--n_tokens", o->n, "tokens to generate after the prompt")->check(CLI::NonNegativeNumber);
-  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  sub->add_option("-n,--n_tokens", o->n, "tokens to generate after the prompt");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores; at most 1024)");
+  sub->parse_complete_callback([o] {
+    require_limit(limits::kTokens, o->n);
+    require_limit(limits::kThreads, o->threads);
+  });
   registry().runners[sub] = [o] {
     auto model = HfModel::open(o->model);
-    auto tok = load_tokenizer(o->model);
+    auto tok = load_tokenizer(*model);
     Context ctx(Device{}, o->threads);
     Transformer tf(*model, ctx, /*resident=*/true);
     std::vector<int32_t> ids = tok->encode(o->prompt);
@@ -97,12 +155,19 @@ void register_eval(CLI::App& app) {
   sub->add_option("--text-field", o->field, "JSONL field holding the text (default: text)");
   sub->add_option("--ref-model", o->ref, "reference (unquantized) model: adds KL divergence, top-1 agreement, delta ppl");
   sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
-  sub->add_option("--batch", o->batch, "windows per forward pass")->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  sub->add_option("--batch", o->batch, "windows per forward pass");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores; at most 1024)");
   sub->add_flag("--json", o->json, "print one JSON object");
+  sub->parse_complete_callback([o] {
+    require_limit(limits::kCtx, o->ctx);
+    if (o->ctx == 1) usage_error("--ctx 1 is too short (0 for the default, or at least 2)");
+    require_limit(limits::kEvalBatch, o->batch);
+    require_limit(limits::kThreads, o->threads);
+    if (o->field.empty()) usage_error("--text-field must name a JSONL field");
+  });
   registry().runners[sub] = [o] {
     auto model = HfModel::open(o->model);
-    auto tok = load_tokenizer(o->model);
+    auto tok = load_tokenizer(*model);
     std::string text = read_all_text(o->text, o->field);
     auto ids = tok->encode(text);
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
@@ -182,7 +247,9 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--gradient_accumulate_steps", q.tune.gradient_accumulate_steps, "micro-batches per step");
   sub->add_option("--lr", q.tune.lr, "learning rate of V (default 1/iters)");
   sub->add_option("--minmax_lr", q.tune.minmax_lr, "learning rate of alpha/beta (default lr)");
-  sub->add_option("--seed", q.tune.seed, "seed for sampling");
+  sub->add_option("--seed", q.tune.seed, "seed for sampling")
+      ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? v + " is out of range (0 to 2^64-1)" : ""; },
+                             "SEED", "non-negative"));
   sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
   sub->add_option("--format", q.format, "auto_round (default), auto_gptq, auto_awq or fake");
   sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
@@ -205,39 +272,13 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
   sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "
                                       "continue after a crash (output byte-identical to an uninterrupted run)");
-  registry().runners[sub] = [o, sub] {
-    auto& qo = o->q;
+  sub->parse_complete_callback([o, sub] {
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
-    // --scheme and --recipe set defaults; explicit flags win.
-    if (!o->scheme.empty()) {
-      struct Scheme { const char* name; int bits; int64_t group; };
-      static const Scheme kSchemes[] = {{"W4A16", 4, 128}, {"W2A16", 2, 128}, {"W3A16", 3, 128}, {"W8A16", 8, 128},
-                                        {"W2A16G64", 2, 64}, {"W2A16G32", 2, 32}};
-      const Scheme* sc = nullptr;
-      for (const auto& k : kSchemes)
-        if (o->scheme == k.name) sc = &k;
-      if (!sc) fail(ErrorKind::InvalidInput, "--scheme '" + o->scheme + "' is not supported (W4A16, W2A16, W3A16, W8A16, W2A16G64, W2A16G32)");
-      if (!given("--bits")) qo.fmt.bits = sc->bits;
-      if (!given("--group_size")) qo.fmt.group_size = sc->group;
-    }
-    if (o->recipe == "best") {
-      if (!given("--iters")) qo.tune.iters = 1000;
-      if (!given("--nsamples")) qo.calib.nsamples = 512;
-    } else if (o->recipe == "light") {
-      if (!given("--iters")) qo.tune.iters = 50;
-      if (!given("--lr")) qo.tune.lr = 5e-3;
-    } else if (o->recipe == "opt-rtn" || o->recipe == "rtn") {
-      if (!given("--iters")) qo.tune.iters = 0;
-      if (o->recipe == "rtn") {
-        if (!given("--nsamples")) qo.calib.nsamples = 1;
-        o->disable_opt_rtn = true;
-      }
-    } else if (o->recipe != "default") {
-      fail(ErrorKind::InvalidInput, "--recipe '" + o->recipe + "' is not supported (default, best, light, opt-rtn, rtn)");
-    }
+    apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn);
+    auto& qo = o->q;
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
-    if (Device::parse(o->device).kind != DeviceKind::CPU)
-      fail(ErrorKind::Unsupported, "--device " + o->device + ": this build has the CPU backend only");
+    if (as_usage([&] { return Device::parse(o->device); }).kind != DeviceKind::CPU)
+      usage_error("--device " + o->device + ": this build has the CPU backend only");
     qo.fmt.sym = !o->asym;
     qo.tune.use_best_mse = !o->not_use_best;
     qo.tune.enable_minmax_tuning = !o->disable_minmax;
@@ -245,10 +286,14 @@ void register_quantize(CLI::App& app) {
     qo.disable_opt_rtn = o->disable_opt_rtn;
     qo.quant_lm_head = o->quant_lm_head;
     qo.calib.seed = qo.tune.seed;
-    qo.parallel = parallel::ParallelSetting::parse(o->parallel);
+    qo.parallel = as_usage([&] { return parallel::ParallelSetting::parse(o->parallel); });
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) qo.fp_layers.push_back(item);
+    check_quantize_usage(qo);
+  });
+  registry().runners[sub] = [o] {
+    auto& qo = o->q;
     QuantizeReport r = quantize_model(qo);
     std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
                  r.peak_rss_mb, qo.output_dir.c_str());

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs"};
   app.require_subcommand(1);
+  // Usage errors (unknown or missing options, values out of range: cli/option_checks.h) print one line,
+  // like every other error, and exit 2.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) { return "error: " + std::string(e.what()) + "\n"; });
   ar::cli::register_convert(app);
   ar::cli::register_generate(app);
   ar::cli::register_eval(app);

@@ -105,7 +105,10 @@ Context::Context(Device device, int threads) : device_(device) {
     fail(ErrorKind::Unsupported, "device " + device.str() + " is not built into this binary (CPU only)");
   int hw = int(std::thread::hardware_concurrency());
   if (hw <= 0) hw = 1;
-  int n = threads > 0 ? threads : hw;
+  if (threads > ThreadPool::kMaxThreads)
+    fail(ErrorKind::InvalidInput, "threads " + std::to_string(threads) + " exceeds the limit of " +
+                                      std::to_string(ThreadPool::kMaxThreads));
+  int n = threads > 0 ? threads : std::min(hw, ThreadPool::kMaxThreads);
   pool_ = std::make_unique<ThreadPool>(n);
 }
 

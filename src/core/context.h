@@ -46,7 +46,8 @@ class Allocator {
 
 class Context {
  public:
-  // threads <= 0 means all hardware threads.
+  // threads <= 0 means all hardware threads; more than ThreadPool::kMaxThreads is refused
+  // (InvalidInput, "threads N exceeds the limit of 1024").
   explicit Context(Device device = {}, int threads = 0);
   // A device of the data-parallel lane: a pool pinned to `cores` (one thread each).
   Context(Device device, const std::vector<int>& cores);

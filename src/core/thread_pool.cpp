@@ -4,6 +4,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <string>
+
+#include "core/error.h"
 
 namespace ar {
 
@@ -16,6 +19,9 @@ bool pin_current_thread(const std::vector<int>& cpus) {
 }
 
 ThreadPool::ThreadPool(int n_threads, std::vector<int> cpus) : cpus_(std::move(cpus)) {
+  if (n_threads > kMaxThreads)
+    fail(ErrorKind::InvalidInput, "a pool of " + std::to_string(n_threads) + " threads exceeds the limit of " +
+                                      std::to_string(kMaxThreads));
   for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 

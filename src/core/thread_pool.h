@@ -18,6 +18,9 @@ class ThreadPool {
  public:
   // With `cpus`, worker i is pinned to cpus[i % cpus.size()] (the calling thread is not touched:
   // whoever calls parallel_for runs chunk 0 where it already runs).
+  // At most kMaxThreads threads (more is refused with InvalidInput: a bad count must not exhaust the
+  // host's process table).
+  static constexpr int kMaxThreads = 1024;
   explicit ThreadPool(int n_threads, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

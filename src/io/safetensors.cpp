@@ -1,12 +1,14 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_unique.h"
 
 namespace ar {
 
@@ -24,6 +26,25 @@ size_t as_size(const nlohmann::json& v, const std::string& what, const std::stri
   }
   return size_t(v.get<uint64_t>());
 }
+
+// Byte ranges are disjoint: sorted by (begin, end), every tensor starts at or after the furthest end
+// so far. A zero-size tensor may therefore sit at a boundary (where another tensor begins or ends, or
+// beside another zero-size tensor) but never strictly inside another tensor's bytes.
+void check_no_overlap(std::vector<StTensorInfo>& ts, const std::string& what) {
+  std::sort(ts.begin(), ts.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  size_t furthest = 0, owner = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (i > 0 && ts[i].begin < furthest)
+      bad(what, "tensors '" + ts[owner].name + "' and '" + ts[i].name + "' overlap (data bytes " +
+                    std::to_string(ts[i].begin) + " < " + std::to_string(furthest) + ")");
+    if (ts[i].end >= furthest) {
+      furthest = ts[i].end;
+      owner = i;
+    }
+  }
+}
 }  // namespace
 
 StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
@@ -34,12 +55,8 @@ StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& 
   if (n > size - 8)
     bad(what, "truncated: header length " + std::to_string(n) + " but only " + std::to_string(size - 8) +
                   " bytes follow");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(data + 8, data + 8 + n);
-  } catch (const std::exception& e) {
-    bad(what, std::string("header is not valid JSON: ") + e.what());
-  }
+  const char* text = reinterpret_cast<const char*>(data + 8);
+  nlohmann::json j = parse_json_unique(text, text + n, what + ": header", "tensor name");
   if (!j.is_object()) bad(what, "header is not a JSON object");
   StHeader h;
   h.data_start = 8 + size_t(n);
@@ -84,10 +101,7 @@ StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& 
                     std::to_string(data_size) + " bytes");
     h.tensors.push_back(std::move(t));
   }
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < h.tensors.size(); ++i)
-    if (h.tensors[i].begin < h.tensors[i - 1].end && h.tensors[i].end > h.tensors[i].begin)
-      bad(what, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+  check_no_overlap(h.tensors, what);
   return h;
 }
 
@@ -113,7 +127,48 @@ Tensor SafetensorsFile::load_f32(const std::string& name, Context& ctx) const {
   Tensor out = Tensor::empty(t->shape, DType::F32, ctx);
   convert_to_f32(bytes(*t), t->dtype, out.f32(), size_t(out.numel()));
   file_->release(bytes(*t), t->end - t->begin);
+  check_finite(out, name);
   return out;
+}
+
+void SafetensorsFile::check_finite(const Tensor& t, const std::string& name) const {
+  const float* p = t.f32();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i]))
+      fail(ErrorKind::InvalidInput, path() + ": tensor " + name + ": non-finite value " +
+                                        (std::isnan(p[i]) ? "nan" : p[i] > 0 ? "inf" : "-inf") + " at element " +
+                                        std::to_string(i) + " of " + std::to_string(n));
+}
+
+namespace {
+// Index of the first element whose exponent bits are all ones (NaN or Inf), or n.
+template <class U>
+size_t first_non_finite(const uint8_t* p, size_t n, U exp_mask) {
+  for (size_t i = 0; i < n; ++i) {
+    U v;
+    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+    if ((v & exp_mask) == exp_mask) return i;
+  }
+  return n;
+}
+}  // namespace
+
+void SafetensorsFile::check_finite_stored(const StTensorInfo& t) const {
+  const uint8_t* p = bytes(t);
+  const size_t n = (t.end - t.begin) / std::max<size_t>(1, dtype_size(t.dtype));
+  size_t bad_at = n;
+  if (t.dtype == DType::F32) bad_at = first_non_finite<uint32_t>(p, n, 0x7f800000u);
+  else if (t.dtype == DType::BF16) bad_at = first_non_finite<uint16_t>(p, n, uint16_t(0x7f80));
+  else if (t.dtype == DType::F16) bad_at = first_non_finite<uint16_t>(p, n, uint16_t(0x7c00));
+  else return;
+  file_->release(p, t.end - t.begin);
+  if (bad_at == n) return;
+  float v = 0;
+  convert_to_f32(p + bad_at * dtype_size(t.dtype), t.dtype, &v, 1);
+  fail(ErrorKind::InvalidInput, path() + ": tensor " + t.name + ": non-finite value " +
+                                    (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + " at element " +
+                                    std::to_string(bad_at) + " of " + std::to_string(n));
 }
 
 void write_safetensors(const std::string& path, const std::vector<StEntry>& tensors,

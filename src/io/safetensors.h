@@ -1,7 +1,9 @@
 // safetensors: [u64 LE header length N][N bytes JSON header][data]. Header maps tensor name ->
 // {dtype, shape, data_offsets [begin, end)} relative to the data section; "__metadata__" holds
-// string pairs. The reader validates every entry (known dtype, sizes agree with shapes, offsets in
-// bounds, no overlaps) before anything is read, and names the file and tensor in each error.
+// string pairs. The reader validates every entry (unique names, known dtype, sizes agree with
+// shapes, offsets in bounds, no overlaps: a zero-size tensor may sit at a boundary, never inside
+// another tensor's bytes) before anything is read, and names the file and tensor in each error.
+// Materialized tensors are checked to be finite (NaN/Inf refused naming the tensor and element).
 #pragma once
 #include <map>
 #include <memory>
@@ -37,10 +39,14 @@ class SafetensorsFile {
   const StTensorInfo* find(const std::string& name) const;
   // Raw bytes of a tensor (possibly unaligned; read with memcpy or convert_to_f32).
   const uint8_t* bytes(const StTensorInfo& t) const { return file_->data() + header_.data_start + t.begin; }
-  // Materializes a tensor as fp32 on ctx's device.
+  // Materializes a tensor as fp32 on ctx's device; a NaN or Inf in it is refused (InvalidInput).
   Tensor load_f32(const std::string& name, Context& ctx) const;
+  // Scans a stored F32/BF16/F16 tensor for NaN/Inf without converting it (exponent bits all ones)
+  // and refuses one naming the file, tensor and element; other dtypes are not scanned.
+  void check_finite_stored(const StTensorInfo& t) const;
 
  private:
+  void check_finite(const Tensor& t, const std::string& name) const;
   std::shared_ptr<MappedFile> file_;
   StHeader header_;
   std::map<std::string, size_t> index_;

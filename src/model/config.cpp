@@ -176,7 +176,9 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
 
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path) {
   try {
-    return parse_checked(j, path);
+    ModelConfig c = parse_checked(j, path);
+    check_config_limits(c, path);
+    return c;
   } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
     fail(ErrorKind::InvalidInput, path + ": " + e.what());
   }

@@ -45,5 +45,8 @@ struct ModelConfig {
 // `path` names the file in errors.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path);
 ModelConfig load_model_config(const std::string& config_json_path);
+// Refuses (InvalidInput, naming the field) sizes above generous per-field limits or whose products
+// would need absurd memory; called by parse_model_config before anything is allocated (config_limits.cpp).
+void check_config_limits(const ModelConfig& c, const std::string& path);
 
 }  // namespace ar

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "io/json_file.h"
+#include "io/json_unique.h"
 #include "io/gptq_pack.h"
 #include "io/mapped_file.h"
 
@@ -34,7 +35,8 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   const std::string index = dir + "/model.safetensors.index.json", single = dir + "/model.safetensors";
   std::vector<std::string> files;
   if (file_exists(index)) {
-    auto j = read_json_file(index);
+    const std::string text = read_text_file(index);
+    auto j = parse_json_unique(text.data(), text.data() + text.size(), index, "field");
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail(ErrorKind::InvalidInput, index + ": no weight_map object");
     std::map<std::string, size_t> shard_ids;
@@ -53,6 +55,7 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
       want[it.key()] = shard;
     }
     for (const auto& f : files) m->shards_.push_back(SafetensorsFile::open(dir + "/" + f));
+    m->check_unique_across_shards();
     for (const auto& [name, shard] : want) {
       size_t s = shard_ids[shard];
       if (!m->shards_[s]->find(name))
@@ -65,6 +68,8 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   } else {
     fail(ErrorKind::InvalidInput, dir + ": neither model.safetensors nor model.safetensors.index.json found");
   }
+  m->check_tensors();
+  m->check_values();
   return m;
 }
 

@@ -1,7 +1,9 @@
 // Hugging Face model directory: config.json + model.safetensors or a sharded
 // model.safetensors.index.json. Shards are memory-mapped once; tensors are materialized in fp32 one
 // decoder block at a time, so resident memory is about one block plus what the caller keeps.
-// Every tensor is checked for presence and shape against the config before use.
+// At open, every tensor the computation reads is checked for presence, shape (against config.json)
+// and a floating-point dtype, and scanned for NaN/Inf (model_check.cpp), so every command refuses a
+// bad model before any work; materialized tensors are checked to be finite once more.
 #pragma once
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "io/safetensors.h"
 #include "model/block_impl.h"
 #include "model/config.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace ar {
 
@@ -42,12 +45,22 @@ class HfModel {
   Tensor load_final_norm(Context& ctx) const;  // [hidden]
   Tensor load_lm_head(Context& ctx) const;     // [vocab, hidden]; the embeddings when tied
   static std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+  // Header entry of a tensor (nullptr if absent); `file` gets the shard's path.
+  const StTensorInfo* info(const std::string& name, std::string* file = nullptr) const;
 
  private:
+  void check_tensors() const;                  // model_check.cpp
+  void check_values() const;                   // model_check.cpp
+  void check_unique_across_shards() const;     // model_check.cpp
+  bool check_packed(const std::string& weight_name) const;
   std::string dir_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::map<std::string, size_t> where_;  // tensor name -> shard index
 };
+
+// The model directory's tokenizer, refused (InvalidInput) when one of its ids could reach or exceed
+// config.json's vocab_size (it would index past the embedding table). Every command loads it this way.
+std::unique_ptr<Tokenizer> load_tokenizer(const HfModel& model);
 
 }  // namespace ar

@@ -25,6 +25,7 @@
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
 #include "pipeline/lane_planner.h"
+#include "pipeline/option_limits.h"
 #include "pipeline/report.h"
 #include "quant/tune_linear.h"
 
@@ -63,6 +64,7 @@ void check_finite(const Tensor& t, const std::string& what) {
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
   const auto t_start = Clock::now();
+  validate_quantize_options(opt);  // counts and rates in range (option_limits.h)
   if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "auto_awq" && opt.format != "fake")
     fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
   if (opt.format == "auto_awq" && opt.fmt.bits != 4)
@@ -75,7 +77,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
-  auto tok = load_tokenizer(opt.model_dir);
+  auto tok = load_tokenizer(*model);  // ids checked against vocab_size
   QuantizeReport rep;
   // lm_head: AutoRound's rules, decided before anything is written.
   bool lm_head_q = opt.quant_lm_head;

@@ -1,6 +1,8 @@
 #include "quant/calib.h"
 
 #include <algorithm>
+#include <charconv>
+#include <set>
 #include <random>
 #include <sstream>
 
@@ -11,37 +13,64 @@
 namespace ar::quant {
 
 namespace {
-struct Source {
-  std::string path, field = "text";
-  bool concat = false;
-  int64_t num = -1;
-};
+[[noreturn]] void bad_spec(const std::string& item, const std::string& msg) {
+  fail(ErrorKind::InvalidInput, "--dataset '" + item + "': " + msg);
+}
 
-std::vector<Source> parse_dataset(const std::string& spec) {
-  std::vector<Source> out;
+int64_t parse_num(const std::string& item, const std::string& v) {
+  int64_t n = 0;
+  const char* end = v.data() + v.size();
+  auto [p, ec] = std::from_chars(v.data(), end, n);
+  if (v.empty() || ec != std::errc() || p != end)
+    bad_spec(item, ":num= '" + v + "' is not a whole number");
+  if (n < 1 || n > (int64_t(1) << 20))
+    bad_spec(item, ":num=" + v + " is out of range (1 to " + std::to_string(int64_t(1) << 20) + ")");
+  return n;
+}
+
+void set_key(DatasetSource& s, const std::string& item, const std::string& k, const std::string& v) {
+  if (k == "concat") {
+    if (v != "true" && v != "false" && v != "1" && v != "0")
+      bad_spec(item, ":concat= '" + v + "' must be true or false");
+    s.concat = v == "true" || v == "1";
+  } else if (k == "num") {
+    s.num = parse_num(item, v);
+  } else if (k == "field") {
+    if (v.empty()) bad_spec(item, ":field= must name a JSONL field");
+    s.field = v;
+  } else {
+    bad_spec(item, "sub-option '" + k + "' is unknown (concat, num, field)");
+  }
+}
+}  // namespace
+
+std::vector<DatasetSource> parse_dataset_spec(const std::string& spec) {
+  std::vector<DatasetSource> out;
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    Source s;
+    DatasetSource s;
     std::stringstream is(item);
     std::getline(is, s.path, ':');
+    if (s.path.empty()) bad_spec(item, "no PATH before the sub-options");
+    std::set<std::string> seen;
     std::string kv;
     while (std::getline(is, kv, ':')) {
       auto eq = kv.find('=');
-      if (eq == std::string::npos) fail(ErrorKind::InvalidInput, "--dataset option '" + kv + "' is not key=value");
-      std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-      if (k == "concat") s.concat = v == "true" || v == "1";
-      else if (k == "num") s.num = std::stoll(v);
-      else if (k == "field") s.field = v;
-      else fail(ErrorKind::InvalidInput, "--dataset option '" + k + "' is unknown (concat, num, field)");
+      if (eq == std::string::npos) bad_spec(item, "sub-option '" + kv + "' is not key=value");
+      const std::string k = kv.substr(0, eq);
+      if (!seen.insert(k).second) bad_spec(item, ":" + k + "= is given twice");
+      set_key(s, item, k, kv.substr(eq + 1));
     }
+    if (!item.empty() && item.back() == ':') bad_spec(item, "ends with an empty sub-option");
     out.push_back(s);
   }
   if (out.empty()) fail(ErrorKind::InvalidInput, "--dataset '" + spec + "' names no source");
   return out;
 }
 
+namespace {
 // AutoRound's repeat filter: the last token may occur at most seqlen/2 times in the sample.
 bool repetitive(const int32_t* s, int64_t seqlen) {
   int64_t c = 0;
@@ -87,12 +116,12 @@ CalibData build_calibration(const Tokenizer& tok, const CalibOptions& opt) {
   if (opt.seqlen < 2) fail(ErrorKind::InvalidInput, "--seqlen must be at least 2");
   CalibData d;
   d.seqlen = opt.seqlen;
-  std::vector<Source> sources;
+  std::vector<DatasetSource> sources;
   if (opt.dataset.empty()) {
     d.notes.push_back("no --dataset given: using the built-in calibration corpus (" +
                       std::to_string(builtin_corpus().size()) + " bytes, packed with concat=true)");
   } else {
-    sources = parse_dataset(opt.dataset);
+    sources = parse_dataset_spec(opt.dataset);
   }
   std::vector<std::vector<int32_t>> samples;
   const size_t n_src = std::max<size_t>(1, sources.size());

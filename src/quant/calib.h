@@ -30,6 +30,16 @@ struct CalibData {
 
 CalibData build_calibration(const Tokenizer& tok, const CalibOptions& opt);
 
+// One source of a --dataset spec. Parsing is strict: every key at most once, num= a decimal integer
+// in 1..2^20, concat= true|false|1|0, field= non-empty, PATH non-empty; anything else is refused
+// (InvalidInput) naming the sub-option and the value.
+struct DatasetSource {
+  std::string path, field = "text";
+  bool concat = false;
+  int64_t num = -1;  // -1: share of --nsamples
+};
+std::vector<DatasetSource> parse_dataset_spec(const std::string& spec);
+
 // The project's own calibration text (varied prose, dialogue, code, lists, numbers).
 const std::string& builtin_corpus();
 

@@ -1,0 +1,58 @@
+// Size limits of a model configuration, checked before anything is allocated from it. Each bound is
+// far above any released model of the supported architectures (largest today: hidden 16384,
+// intermediate 53248, 126 layers, 128 heads, vocab 262144, context 1M) and low enough that no product
+// of sizes used for an allocation overflows int64 or asks for more than ~1 TiB.
+#include "core/error.h"
+#include "model/config.h"
+
+namespace ar {
+
+namespace {
+struct Limit {
+  const char* field;
+  int64_t ModelConfig::*value;
+  int64_t max;
+};
+
+constexpr Limit kLimits[] = {
+    {"hidden_size", &ModelConfig::hidden_size, int64_t(1) << 17},
+    {"intermediate_size", &ModelConfig::intermediate_size, int64_t(1) << 20},
+    {"num_hidden_layers", &ModelConfig::num_layers, int64_t(1) << 12},
+    {"num_attention_heads", &ModelConfig::num_heads, int64_t(1) << 12},
+    {"num_key_value_heads", &ModelConfig::num_kv_heads, int64_t(1) << 12},
+    {"head_dim", &ModelConfig::head_dim, int64_t(1) << 12},
+    {"vocab_size", &ModelConfig::vocab_size, int64_t(1) << 24},
+    {"max_position_embeddings", &ModelConfig::max_position_embeddings, int64_t(1) << 24},
+};
+
+// Largest element count of one tensor or table derived from the config (2^36 fp32 = 256 GiB).
+constexpr int64_t kMaxElements = int64_t(1) << 36;
+
+[[noreturn]] void too_large(const std::string& path, const std::string& field, const std::string& msg) {
+  fail(ErrorKind::InvalidInput, path + ": field '" + field + "': " + msg);
+}
+}  // namespace
+
+void check_config_limits(const ModelConfig& c, const std::string& path) {
+  for (const Limit& l : kLimits)
+    if (c.*l.value > l.max)
+      too_large(path, l.field, std::to_string(c.*l.value) + " exceeds the limit of " + std::to_string(l.max) +
+                                   " (a model this size would need absurd memory)");
+  if (c.num_kv_heads > c.num_heads)
+    too_large(path, "num_key_value_heads", std::to_string(c.num_kv_heads) + " exceeds num_attention_heads " +
+                                               std::to_string(c.num_heads));
+  // Every product below is < 2^63 given the limits above (each factor <= 2^24).
+  struct Product { const char* field; int64_t n; };
+  const Product products[] = {
+      {"vocab_size", c.vocab_size * c.hidden_size},                  // embeddings, lm_head
+      {"intermediate_size", c.intermediate_size * c.hidden_size},    // MLP weights
+      {"num_attention_heads", c.num_heads * c.head_dim * c.hidden_size},  // q/o projections
+      {"max_position_embeddings", c.max_position_embeddings * c.head_dim},  // RoPE table
+  };
+  for (const Product& p : products)
+    if (p.n > kMaxElements)
+      too_large(path, p.field, "implies a tensor of " + std::to_string(p.n) + " elements, more than the limit of " +
+                                   std::to_string(kMaxElements));
+}
+
+}  // namespace ar

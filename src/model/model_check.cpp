@@ -1,0 +1,150 @@
+// Whole-model validation done once when a model directory is opened, before any command works on it:
+// every tensor the computation will read is present, has the shape config.json implies and a dtype
+// that fits its role and holds no NaN/Inf (an integer scan of the stored bytes, no conversion); no
+// tensor name is held by two shards; the tokenizer's ids fit the embeddings.
+#include "core/error.h"
+#include "model/loader.h"
+
+namespace ar {
+
+namespace {
+enum class Role { Norm, Embedding, Linear, Bias, LmHead };
+
+struct Expected {
+  std::string name;
+  Shape shape;
+  Role role;
+};
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::Norm: return "a norm weight";
+    case Role::Embedding: return "the embedding table";
+    case Role::Linear: return "a Linear weight";
+    case Role::Bias: return "a bias";
+    case Role::LmHead: return "lm_head";
+  }
+  return "a weight";
+}
+
+void add_block(std::vector<Expected>& out, const ModelConfig& c, int64_t layer) {
+  const std::string p = HfModel::layer_prefix(layer);
+  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
+                KD = c.num_kv_heads * c.head_dim;
+  out.push_back({p + "input_layernorm.weight", {C}, Role::Norm});
+  out.push_back({p + "self_attn.q_proj.weight", {QD, C}, Role::Linear});
+  out.push_back({p + "self_attn.k_proj.weight", {KD, C}, Role::Linear});
+  out.push_back({p + "self_attn.v_proj.weight", {KD, C}, Role::Linear});
+  out.push_back({p + "self_attn.o_proj.weight", {C, QD}, Role::Linear});
+  if (c.qkv_bias) {
+    out.push_back({p + "self_attn.q_proj.bias", {QD}, Role::Bias});
+    out.push_back({p + "self_attn.k_proj.bias", {KD}, Role::Bias});
+    out.push_back({p + "self_attn.v_proj.bias", {KD}, Role::Bias});
+  }
+  if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {C}, Role::Bias});
+  if (c.qk_norm) {
+    out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, Role::Norm});
+    out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Role::Norm});
+  }
+  out.push_back({p + "post_attention_layernorm.weight", {C}, Role::Norm});
+  out.push_back({p + "mlp.gate_proj.weight", {I, C}, Role::Linear});
+  out.push_back({p + "mlp.up_proj.weight", {I, C}, Role::Linear});
+  out.push_back({p + "mlp.down_proj.weight", {C, I}, Role::Linear});
+}
+
+// The tensors load_embeddings/load_block/load_final_norm/load_lm_head read, as load_block names them.
+std::vector<Expected> expected_tensors(const ModelConfig& c, bool has_lm_head) {
+  std::vector<Expected> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, Role::Embedding});
+  for (int64_t l = 0; l < c.num_layers; ++l) add_block(out, c, l);
+  out.push_back({"model.norm.weight", {c.hidden_size}, Role::Norm});
+  if (!c.tie_word_embeddings || has_lm_head)
+    out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, Role::LmHead});
+  return out;
+}
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+const std::string kWeight = ".weight";
+}  // namespace
+
+const StTensorInfo* HfModel::info(const std::string& name, std::string* file) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) return nullptr;
+  if (file) *file = shards_[it->second]->path();
+  return shards_[it->second]->find(name);
+}
+
+// A packed Linear ("<prefix>.qweight" with qzeros and scales) in a quantized model: integer codes,
+// floating-point scales. Shapes are checked when it is dequantized.
+bool HfModel::check_packed(const std::string& weight_name) const {
+  if (!cfg_.quant.present || weight_name.size() <= kWeight.size()) return false;
+  const std::string prefix = weight_name.substr(0, weight_name.size() - kWeight.size());
+  if (!has(prefix + ".qweight")) return false;
+  for (const char* part : {".qweight", ".qzeros", ".scales"}) {
+    std::string file;
+    const StTensorInfo* t = info(prefix + part, &file);
+    if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + prefix + part + "' is missing");
+    const bool ok = std::string(part) == ".scales" ? is_float(t->dtype) : t->dtype == DType::I32;
+    if (!ok)
+      fail(ErrorKind::InvalidInput, file + ": tensor '" + prefix + part + "' has dtype " +
+                                        dtype_safetensors_name(t->dtype) + "; a packed Linear's " + (part + 1) +
+                                        " must be " + (std::string(part) == ".scales" ? "F32, BF16 or F16" : "I32"));
+  }
+  return true;
+}
+
+void HfModel::check_tensors() const {
+  const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight");
+  if (!cfg_.tie_word_embeddings && !has_lm_head)
+    fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
+  for (const Expected& e : expected_tensors(cfg_, has_lm_head)) {
+    if ((e.role == Role::Linear || e.role == Role::LmHead) && !has(e.name) && check_packed(e.name)) continue;
+    std::string file;
+    const StTensorInfo* t = info(e.name, &file);
+    if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + e.name + "' is missing");
+    if (!is_float(t->dtype))
+      fail(ErrorKind::InvalidInput, file + ": tensor '" + e.name + "' has dtype " + dtype_safetensors_name(t->dtype) +
+                                        "; " + role_name(e.role) + " must be floating point (F32, BF16 or F16)");
+    if (t->shape != e.shape)
+      fail(ErrorKind::InvalidInput, file + ": tensor '" + e.name + "' has shape " + shape_str(t->shape) +
+                                        ", config.json implies " + shape_str(e.shape));
+  }
+}
+
+void HfModel::check_values() const {
+  const bool has_lm_head = has("lm_head.weight");
+  for (const Expected& e : expected_tensors(cfg_, has_lm_head)) {
+    auto it = where_.find(e.name);
+    if (it == where_.end()) continue;  // packed Linear: integer codes; its scales are checked on load
+    const auto& shard = *shards_[it->second];
+    shard.check_finite_stored(*shard.find(e.name));
+  }
+}
+
+void HfModel::check_unique_across_shards() const {
+  std::map<std::string, size_t> first;
+  for (size_t s = 0; s < shards_.size(); ++s)
+    for (const auto& t : shards_[s]->header().tensors) {
+      auto [it, fresh] = first.emplace(t.name, s);
+      if (!fresh)
+        fail(ErrorKind::InvalidInput, shards_[s]->path() + ": tensor '" + t.name + "' is also in " +
+                                          shards_[it->second]->path());
+    }
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const HfModel& model) {
+  auto tok = load_tokenizer(model.dir());
+  const int64_t n = tok->vocab_size(), v = model.config().vocab_size;
+  if (n > v)
+    fail(ErrorKind::InvalidInput, model.dir() + ": the tokenizer has " + std::to_string(n) + " tokens (ids up to " +
+                                      std::to_string(n - 1) + ") but config.json vocab_size is " + std::to_string(v) +
+                                      ": its ids would index past the embedding table");
+  for (int64_t id : {int64_t(tok->bos()), int64_t(tok->eos())})
+    if (id >= v)
+      fail(ErrorKind::InvalidInput, model.dir() + ": the tokenizer's special token id " + std::to_string(id) +
+                                        " is not below config.json vocab_size " + std::to_string(v));
+  return tok;
+}
+
+}  // namespace ar
