@@ -212,7 +212,9 @@ TEST(Stories260K, PerplexityIsDeterministicAndSane) {
   Transformer t1(*m, c1, false), t2(*m, c2, true);
   PplResult a = perplexity(t1, ids, 256, tok->bos(), 1), b = perplexity(t2, ids, 256, tok->bos(), 4);
   EXPECT_EQ(a.tokens_scored, b.tokens_scored);
-  EXPECT_NEAR(a.ppl, b.ppl, 1e-9 * a.ppl);
+  // Batching changes GEMM extents, and some OpenBLAS kernels (AMD EPYC) round by extent: fp32 noise only.
+  EXPECT_NEAR(a.ppl, b.ppl, 1e-6 * a.ppl);
+  EXPECT_EQ(perplexity(t1, ids, 256, tok->bos(), 1).ppl, a.ppl);  // same run twice: same bits
   EXPECT_GT(a.ppl, 2.0);
   EXPECT_LT(a.ppl, 30.0);  // a trained model: far below the uniform 512
   EXPECT_THROW(perplexity(t1, std::vector<int32_t>(100, 5), 256, 1), Error);

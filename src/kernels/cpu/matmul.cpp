@@ -20,28 +20,31 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m1 - m0), int(N),
                 int(K), alpha, a, int(lda), B, int(ldb), beta, C + m0 * ldc, int(ldc));
   };
-  // Blocks of at least 2^20 multiply-adds, rows (or, for short M such as decoding, columns) in
+  // Units of at least 2^20 multiply-adds, rows (or, for short M such as decoding, columns) in
   // multiples of 16: OpenBLAS takes another kernel path for small products (M N K <= 64^3) whose sums
-  // differ in the last bit, so no split ever produces one; above that its per-element arithmetic does
-  // not depend on the block's extent (tested), so the bits do not depend on the thread count.
+  // differ in the last bit, so no unit is ever that small. Each unit is its own SGEMM call whatever the
+  // thread count (threads only decide who runs which units): some OpenBLAS kernels (measured on AMD
+  // EPYC) round an element differently depending on the call's extent, so merging units per thread
+  // would make the bits depend on the thread count.
   constexpr int64_t kMinWork = int64_t(1) << 20;
   auto extent = [&](int64_t other) { return std::max<int64_t>(16, (kMinWork / std::max<int64_t>(1, other * K) + 16) / 16 * 16); };
-  if (ctx.threads() == 1) return run(0, M);
   const int64_t rows = extent(N), row_units = M / rows;
   if (row_units >= 2) {
     ctx.pool().parallel_for(row_units, [&](int64_t u0, int64_t u1) {
-      run(u0 * rows, u1 == row_units ? M : u1 * rows);
-    });
+      for (int64_t u = u0; u < u1; ++u) run(u * rows, u + 1 == row_units ? M : (u + 1) * rows);
+    }, 1);
     return;
   }
   const int64_t cols = extent(M), col_units = N / cols;
   if (col_units < 2) return run(0, M);
   ctx.pool().parallel_for(col_units, [&](int64_t u0, int64_t u1) {
-    const int64_t n0 = u0 * cols, n1 = u1 == col_units ? N : u1 * cols;
-    const float* b = tb ? B + n0 * ldb : B + n0;  // column n of op(B): row n of B when transposed
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(n1 - n0),
-                int(K), alpha, A, int(lda), b, int(ldb), beta, C + n0, int(ldc));
-  });
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n0 = u * cols, n1 = u + 1 == col_units ? N : (u + 1) * cols;
+      const float* b = tb ? B + n0 * ldb : B + n0;  // column n of op(B): row n of B when transposed
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(n1 - n0),
+                  int(K), alpha, A, int(lda), b, int(ldb), beta, C + n0, int(ldc));
+    }
+  }, 1);
 }
 
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
