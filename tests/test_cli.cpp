@@ -1,6 +1,11 @@
 // CLI contract: bad input gives one "error: ..." line naming the problem and a non-zero exit code;
 // the convert -> eval -> generate path works end to end on a synthetic model.
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <vector>
 
 #include <cstdio>
 #include <filesystem>
@@ -157,4 +162,58 @@ TEST(Cli, ParallelQuantizationFlags) {
   fs::remove_all(d);
   fs::remove_all(q);
   fs::remove(q + ".json");
+}
+
+// Interrupted runs leave nothing behind: SIGINT/SIGTERM/SIGHUP during tuning remove the temporary output
+// and exit with 128 + signal; with --resume the state saved so far is kept for the next run.
+TEST(Cli, SignalsRemoveTheTemporaryOutputAndExitWith128PlusSignal) {
+  std::string d = tmpdir("sig");
+  auto cfg = ar::tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  ar::write_synthetic_model(d + "/m", cfg, 3);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    for (bool resume : {false, true}) {
+      const std::string out = d + "/out";
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        if (!std::freopen("/dev/null", "w", stderr)) _exit(126);
+        std::vector<std::string> args = {AR_CLI_PATH, "--model", d + "/m", "--iters", "400", "--nsamples", "8",
+                                         "--seqlen", "64", "--output_dir", out};
+        if (resume) args.push_back("--resume");
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(AR_CLI_PATH, argv.data());
+        _exit(127);
+      }
+      // Signal once the run is inside its work (with --resume: after the first saved block).
+      const std::string wait_for = resume ? out + ".partial/resume_state.json" : out + ".autoround-tmp.";
+      bool seen = false;
+      for (int i = 0; i < 6000 && !seen; ++i) {
+        if (resume) {
+          seen = fs::exists(wait_for);
+        } else {
+          for (const auto& e : fs::directory_iterator(d))
+            if (e.path().string().rfind(wait_for, 0) == 0) seen = true;
+        }
+        if (!seen) usleep(10000);
+      }
+      ASSERT_TRUE(seen) << "the run never started writing";
+      kill(pid, sig);
+      int st = 0;
+      waitpid(pid, &st, 0);
+      ASSERT_TRUE(WIFEXITED(st)) << "signal " << sig << " killed the process instead of ending it cleanly";
+      EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+      std::vector<std::string> left;
+      for (const auto& e : fs::directory_iterator(d)) left.push_back(e.path().filename().string());
+      std::sort(left.begin(), left.end());
+      const std::vector<std::string> expect =
+          resume ? std::vector<std::string>{"m", "out.partial"} : std::vector<std::string>{"m"};
+      EXPECT_EQ(left, expect) << "signal " << sig << (resume ? " with --resume" : "");
+      fs::remove_all(out + ".partial");
+    }
+  }
+  fs::remove_all(d);
 }

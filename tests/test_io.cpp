@@ -128,37 +128,6 @@ TEST(Safetensors, FuzzParserWithSeededMutations) {
   EXPECT_GT(accepted, 0);  // some mutations (e.g. in the data section) stay valid
 }
 
-TEST(AtomicDir, FailureLeavesNothingAndExistingIsRefused) {
-  std::string d = tmpdir("ad");
-  std::string out = d + "/out";
-  try {
-    AtomicDir a(out, false);
-    write_file_atomic(a.file("x.txt"), "hello");
-    throw std::runtime_error("simulated failure before commit");
-  } catch (const std::runtime_error&) {
-  }
-  EXPECT_FALSE(fs::exists(out));
-  EXPECT_TRUE(fs::is_empty(d));
-  {
-    AtomicDir a(out, false);
-    write_file_atomic(a.file("x.txt"), "hello");
-    a.commit();
-  }
-  EXPECT_EQ(read_text_file(out + "/x.txt"), "hello");
-  EXPECT_THROW(AtomicDir(out, false), Error);
-  {
-    AtomicDir a(out, true);
-    write_file_atomic(a.file("y.txt"), "new");
-    a.commit();
-  }
-  EXPECT_FALSE(fs::exists(out + "/x.txt"));
-  fs::remove_all(d);
-}
-
-TEST(AtomicFile, UnwritableLocationIsAnIoError) {
-  EXPECT_THROW(write_file_atomic("/nonexistent_dir_ar/x", "a"), Error);
-}
-
 namespace {
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -176,6 +145,148 @@ std::vector<std::string> all_docs(const std::string& path, const std::string& fi
   return docs;
 }
 }  // namespace
+
+namespace {
+OutputSpec spec_for(const std::string& path, bool overwrite) {
+  OutputSpec s;
+  s.path = path;
+  s.overwrite = overwrite;
+  return s;
+}
+}  // namespace
+
+TEST(AtomicDir, FailureLeavesNothingAndExistingIsRefused) {
+  std::string d = tmpdir("ad");
+  std::string out = d + "/out";
+  try {
+    AtomicDir a(spec_for(out, false));
+    write_file_atomic(a.file("x.txt"), "hello");
+    throw std::runtime_error("simulated failure before commit");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(fs::is_empty(d));
+  {
+    AtomicDir a(spec_for(out, false));
+    write_file_atomic(a.file("x.txt"), "hello");
+    a.commit();
+  }
+  EXPECT_EQ(read_text_file(out + "/x.txt"), "hello");
+  EXPECT_TRUE(is_our_output(out));
+  EXPECT_THROW(AtomicDir(spec_for(out, false)), Error);
+  {
+    AtomicDir a(spec_for(out, true));
+    write_file_atomic(a.file("y.txt"), "new");
+    a.commit();
+  }
+  EXPECT_FALSE(fs::exists(out + "/x.txt"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 1);  // no temporaries left
+  fs::remove_all(d);
+}
+
+TEST(AtomicDir, OverwriteReplacesOnlyEmptyOrOurOwnDirectories) {
+  std::string d = tmpdir("adown");
+  fs::create_directories(d + "/user");
+  { std::ofstream(d + "/user/notes.txt") << "precious"; }
+  auto err = [&](const OutputSpec& s) { return error_of([&] { AtomicDir a(s); }); };
+  EXPECT_NE(err(spec_for(d + "/user", true)).find("not an output of autoround"), std::string::npos);
+  EXPECT_NE(err(spec_for(d + "/user/notes.txt", true)).find("exists and is not a directory"), std::string::npos);
+  // A forged-looking marker that is a symlink, or not ours, does not count.
+  fs::create_symlink(d + "/user/notes.txt", d + "/user/" + std::string(kOutputMarker));
+  EXPECT_NE(err(spec_for(d + "/user", true)).find("not an output of autoround"), std::string::npos);
+  EXPECT_EQ(read_text_file(d + "/user/notes.txt"), "precious");
+  // Every spelling of the same place is judged the same: trailing slash, ./, .., a symlink to it.
+  fs::create_symlink(d + "/user", d + "/link");
+  for (const std::string& p : {d + "/user/", d + "/./user", d + "/user/../user", d + "/link"})
+    EXPECT_NE(err(spec_for(p, true)).find(d + "/user: is not empty"), std::string::npos) << p;
+  // Inputs, their ancestors, the root and the current directory are never outputs.
+  OutputSpec s = spec_for(d + "/user", true);
+  s.inputs = {d + "/user/notes.txt"};
+  EXPECT_NE(err(s).find("contains an input of this run"), std::string::npos);
+  s = spec_for(d + "/link", true);
+  s.inputs = {d + "/user"};
+  EXPECT_NE(err(s).find("is an input of this run"), std::string::npos);
+  EXPECT_NE(err(spec_for("/", true)).find("root directory"), std::string::npos);
+  EXPECT_NE(err(spec_for(".", true)).find("current directory"), std::string::npos);
+  EXPECT_NE(err(spec_for("..", true)).find("contains the current directory"), std::string::npos);
+  // An empty directory is replaced.
+  fs::create_directories(d + "/empty");
+  {
+    AtomicDir a(spec_for(d + "/empty", true));
+    write_file_atomic(a.file("z.txt"), "z");
+    a.commit();
+  }
+  EXPECT_EQ(read_text_file(d + "/empty/z.txt"), "z");
+  EXPECT_EQ(read_text_file(d + "/user/notes.txt"), "precious");
+  fs::remove_all(d);
+}
+
+TEST(AtomicDir, StaleTemporaryOfAKilledRunIsRemovedAndALiveOneStopsTheRun) {
+  std::string d = tmpdir("adstale");
+  fs::create_directories(d);
+  const std::string stale = d + "/out.autoround-tmp.abc123";
+  fs::create_directories(stale);
+  { std::ofstream(stale + "/" + kOutputMarker) << output_marker_json("quantize"); }
+  { std::ofstream(stale + "/.shard_data.0") << "half written"; }
+  const std::string foreign = d + "/out.autoround-tmp.user";  // not ours: left alone
+  fs::create_directories(foreign);
+  {
+    AtomicDir a(spec_for(d + "/out", false));
+    EXPECT_NE(a.note().find("removed " + stale + ", left by an interrupted run"), std::string::npos) << a.note();
+    EXPECT_FALSE(fs::exists(stale));
+    // While this one is open, a second run on the same output sees a live temporary and stops.
+    EXPECT_NE(error_of([&] { AtomicDir b(spec_for(d + "/out", false)); }).find("another autoround run is writing"),
+              std::string::npos);
+  }
+  EXPECT_TRUE(fs::exists(foreign));
+  fs::remove_all(d);
+}
+
+TEST(AtomicDir, ResumableTemporaryIsKeptOnlyOnceItHoldsState) {
+  std::string d = tmpdir("adres");
+  fs::create_directories(d);
+  OutputSpec s = spec_for(d + "/out", false);
+  s.resumable = true;
+  { AtomicDir a(s); }
+  EXPECT_FALSE(fs::exists(d + "/out.partial"));  // nothing worth keeping yet
+  {
+    AtomicDir a(s);
+    a.keep();
+  }
+  EXPECT_TRUE(is_our_output(d + "/out.partial"));
+  {
+    AtomicDir a(s);
+    EXPECT_TRUE(a.resumed());
+    AtomicDir b(spec_for(d + "/out", false));  // a plain run reports the kept state, leaves it alone
+    EXPECT_NE(b.note().find("out.partial holds the resume state"), std::string::npos) << b.note();
+  }
+  fs::remove_all(d + "/out.partial");
+  fs::create_directories(d + "/out.partial");  // not ours: refused, untouched
+  { std::ofstream(d + "/out.partial/data") << "x"; }
+  EXPECT_NE(error_of([&] { AtomicDir a(s); }).find("is not autoround resume state"), std::string::npos);
+  EXPECT_TRUE(fs::exists(d + "/out.partial/data"));
+  fs::remove_all(d);
+}
+
+TEST(OutputFile, ExistingFilesAreReplacedOnlyWhenOursAndAsked) {
+  std::string d = tmpdir("ofile");
+  fs::create_directories(d);
+  { std::ofstream(d + "/r.json") << "{}"; }
+  auto ours = [](const std::string&) { return true; };
+  auto theirs = [](const std::string&) { return false; };
+  EXPECT_NE(error_of([&] { check_output_file(d + "/r.json", "--report", false, {}, ours); }).find("file exists"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_file(d + "/r.json", "--report", true, {}, theirs); }).find("not written by autoround"),
+            std::string::npos);
+  EXPECT_EQ(check_output_file(d + "/./r.json", "--report", true, {}, ours), canonical_path(d) + "/r.json");
+  EXPECT_NE(error_of([&] { check_output_file(d, "--report", true, {}, ours); }).find("not a regular file"), std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST(AtomicFile, UnwritableLocationIsAnIoError) {
+  EXPECT_THROW(write_file_atomic("/nonexistent_dir_ar/x", "a"), Error);
+}
+
 
 TEST(TextSource, PlainJsonlAndDirectory) {
   std::string d = tmpdir("ts");

@@ -2,6 +2,10 @@
 // QDQ weights; runs are byte-identical for the same seed; bad options leave no output behind; on the
 // real stories260K, SignRound beats RTN on KL divergence against the FP model.
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "eval/perplexity.h"
@@ -177,6 +181,68 @@ TEST(Pipeline, DiskFullAndUnwritableOutputLeaveNothing) {
   fs::remove_all(m);
 }
 
+namespace {
+using json = nlohmann::json;
+
+// Every file under `dir` with its content (a snapshot to show that nothing changed).
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    m[e.path().string()] = e.is_regular_file() ? read_text_file(e.path().string()) : "<dir>";
+  return m;
+}
+
+// Resume state is untrusted input: each tampered state is refused with one error naming the state
+// file, and neither the .partial directory nor a file outside it changes.
+void expect_tampered_states_refused(const QuantizeOptions& o, const std::string& partial) {
+  const std::string state_path = partial + "/resume_state.json", victim = partial + "/../victim.txt";
+  { std::ofstream(victim) << "not yours"; }
+  const std::string good = read_text_file(state_path);
+  const json st = json::parse(good);
+  const std::string act = partial + "/" + st["x_fp"].get<std::string>();
+  struct Case { const char* what; std::function<void()> tamper; const char* msg; };
+  auto with = [&](const std::function<void(json&)>& f) {
+    json j = st;
+    f(j);
+    std::ofstream(state_path, std::ios::trunc) << j.dump();
+  };
+  const std::vector<Case> cases = {
+      {"next_block past the model", [&] { with([](json& j) { j["next_block"] = 99; }); }, "'next_block' 99 is outside 1..4"},
+      {"next_block zero", [&] { with([](json& j) { j["next_block"] = 0; }); }, "is outside 1..4"},
+      {"activation path outside", [&] { with([](json& j) { j["x_fp"] = "../victim.txt"; }); }, "'x_fp' must be x_fp.1.bin"},
+      {"absolute activation path", [&] { with([&](json& j) { j["x_fp"] = fs::absolute(victim).string(); }); }, "'x_fp' must be"},
+      {"bad checksum field", [&] { with([](json& j) { j["x_fp_hash"] = "zz"; }); }, "with a checksum"},
+      {"writer total lies", [&] { with([](json& j) { j["writer"]["total"] = 12345; }); }, "disagree with the entries"},
+      {"writer byte range lies", [&] { with([](json& j) { j["writer"]["entries"][0]["end"] = 1u << 30; }); }, "byte range"},
+      {"writer extra shard", [&] { with([](json& j) { j["writer"]["closed"].push_back(json::array()); j["writer"]["closed_hash"].push_back("0000000000000000"); }); }, ".shard_0: missing"},
+      {"extra names a foreign key", [&] { with([](json& j) { j["extra"]["../../etc"] = {{"bits", 16}, {"data_type", "float"}}; }); }, "'extra' names"},
+      {"truncated state", [&] { std::ofstream(state_path, std::ios::trunc) << good.substr(0, good.size() / 2); }, "not a JSON object"},
+      {"truncated activations", [&] { fs::resize_file(act, fs::file_size(act) - 4); }, "size"},
+      {"flipped activation byte", [&] { std::fstream f(act, std::ios::in | std::ios::out | std::ios::binary); f.seekp(17); f.put('\x5a'); }, "checksum mismatch"},
+      {"truncated shard data", [&] { const std::string d = partial + "/.shard_data.0"; fs::resize_file(d, fs::file_size(d) / 2); }, "truncated"},
+  };
+  for (const auto& c : cases) {
+    const std::string act_bytes = read_text_file(act), data_bytes = read_text_file(partial + "/.shard_data.0");
+    c.tamper();
+    const auto before = snapshot(partial);
+    try {
+      quantize_model(o);
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput) << c.what;
+      EXPECT_NE(std::string(e.what()).find(state_path), std::string::npos) << c.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.msg), std::string::npos) << c.what << ": " << e.what();
+    }
+    EXPECT_EQ(snapshot(partial), before) << c.what << ": the refused resume changed its state";
+    EXPECT_EQ(read_text_file(victim), "not yours") << c.what;
+    std::ofstream(state_path, std::ios::trunc | std::ios::binary) << good;  // undo
+    std::ofstream(act, std::ios::trunc | std::ios::binary) << act_bytes;
+    std::ofstream(partial + "/.shard_data.0", std::ios::trunc | std::ios::binary) << data_bytes;
+  }
+  fs::remove(victim);
+}
+}  // namespace
+
 // --resume: a run killed with SIGKILL after some blocks, restarted with the same options, continues
 // from the last finished block and writes exactly the bytes of an uninterrupted run.
 TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
@@ -216,6 +282,7 @@ TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
   auto other = o;
   other.tune.seed = 99;
   EXPECT_THROW(quantize_model(other), Error);  // state from other options is refused
+  expect_tampered_states_refused(o, q + ".partial");
   QuantizeReport r = quantize_model(o);
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes.back().find("resumed after block"), std::string::npos);

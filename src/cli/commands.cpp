@@ -12,6 +12,7 @@
 #include "eval/generate.h"
 #include "eval/perplexity.h"
 #include "io/atomic_file.h"
+#include "io/output_guard.h"
 #include "io/mapped_file.h"
 #include "io/text_source.h"
 #include "model/convert_llama2c.h"
@@ -309,8 +310,11 @@ void register_logits(CLI::App& app) {
   sub->add_option("--text", o->text, "text (encoded with the model's tokenizer and special tokens)")->required();
   sub->add_option("--out", o->out, "output file; token ids go to OUT.ids (one per line)")->required();
   registry().runners[sub] = [o] {
+    // Raw logits carry no mark of ours, so an existing file is never replaced.
+    check_output_file(o->out, "--out", false, {o->model}, nullptr);
+    check_output_file(o->out + ".ids", "--out", false, {o->model}, nullptr);
     auto model = HfModel::open(o->model);
-    auto tok = load_tokenizer(o->model);
+    auto tok = load_tokenizer(*model);
     auto ids = tok->encode(o->text);
     Context ctx;
     Transformer tf(*model, ctx, false);

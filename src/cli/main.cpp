@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,8 @@ int main(int argc, char** argv) {
   // so peak RSS would creep up with depth (measured: +30 MiB per 1B-shaped block). A fixed threshold
   // keeps every large buffer in its own mapping, returned to the system when freed.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  // Before any thread starts: SIGINT/SIGTERM/SIGHUP remove temporary outputs and exit 128 + signal.
+  ar::install_interrupt_cleanup();
   CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs"};
   app.require_subcommand(1);
   // Usage errors (unknown or missing options, values out of range: cli/option_checks.h) print one line,

@@ -6,11 +6,20 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
 
 namespace ar {
+
+namespace {
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+}  // namespace
 
 ShardWriter::ShardWriter(std::string dir, uint64_t max_shard_bytes) : dir_(std::move(dir)), max_bytes_(max_shard_bytes) {}
 
@@ -30,9 +39,11 @@ void ShardWriter::add_raw(const std::string& name, DType dtype, const Shape& sha
     data_ = std::fopen(data_path_.c_str(), "wb");
     if (!data_) fail(ErrorKind::Io, data_path_ + ": cannot create: " + std::strerror(errno));
     offset_ = 0;
+    open_hash_ = Hash64();
   }
   if (bytes && std::fwrite(data, 1, bytes, data_) != bytes)
     fail(ErrorKind::Io, data_path_ + ": write failed (disk full?): " + std::strerror(errno));
+  open_hash_.update(data, bytes);
   entries_.push_back({name, dtype, shape, offset_, offset_ + bytes});
   offset_ += bytes;
   total_ += bytes;
@@ -51,17 +62,24 @@ void ShardWriter::close_shard() {
   const std::string final_path = dir_ + "/.shard_" + std::to_string(closed_.size());
   {
     AtomicFile out(final_path);
+    Hash64 hash;
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(hs.size()) >> (8 * i));
     out.write(len, 8);
     out.write(hs);
+    hash.update(len, 8);
+    hash.update(hs.data(), hs.size());
     std::FILE* in = std::fopen(data_path_.c_str(), "rb");
     if (!in) fail(ErrorKind::Io, data_path_ + ": cannot reopen");
     std::vector<char> buf(size_t(1) << 22);
     size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), in)) > 0) out.write(buf.data(), n);
+    while ((n = std::fread(buf.data(), 1, buf.size(), in)) > 0) {
+      out.write(buf.data(), n);
+      hash.update(buf.data(), n);
+    }
     std::fclose(in);
     out.commit();
+    closed_hash_.push_back(hash.digest());
   }
   stale_.push_back(data_path_);  // kept until the next checkpoint (a resume may still need it)
   closed_.push_back(std::move(entries_));
@@ -81,33 +99,121 @@ nlohmann::json ShardWriter::checkpoint() {
     return a;
   };
   nlohmann::json st = {{"total", total_}, {"offset", offset_}, {"open", data_ != nullptr},
-                       {"data_path", data_path_}, {"entries", ej(entries_)}, {"closed", nlohmann::json::array()}};
+                       {"open_hash", hex64(open_hash_.digest())}, {"entries", ej(entries_)},
+                       {"closed", nlohmann::json::array()}, {"closed_hash", nlohmann::json::array()}};
   for (const auto& c : closed_) st["closed"].push_back(ej(c));
+  for (uint64_t h : closed_hash_) st["closed_hash"].push_back(hex64(h));
   return st;
 }
 
 void ShardWriter::restore(const nlohmann::json& st) {
-  auto ej = [](const nlohmann::json& a) {
+  auto bad = [](const std::string& what) -> void { fail(ErrorKind::InvalidInput, "writer state: " + what); };
+  if (!st.is_object()) bad("not an object");
+  for (const char* k : {"total", "offset", "open", "open_hash", "entries", "closed", "closed_hash"})
+    if (!st.contains(k)) bad(std::string("missing '") + k + "'");
+  std::set<std::string> names;
+  uint64_t total = 0;
+  // One shard's entries: unique names, known dtypes, ranges contiguous from 0 and matching dtype x shape.
+  auto entries_of = [&](const nlohmann::json& a, const std::string& where) {
+    if (!a.is_array()) bad(where + ": not an array");
     std::vector<Entry> es;
+    uint64_t at = 0;
     for (const auto& e : a) {
-      DType t;
-      dtype_from_safetensors(e.at("dtype").get<std::string>(), &t);
-      es.push_back({e.at("name"), t, e.at("shape").get<Shape>(), e.at("begin"), e.at("end")});
+      if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("dtype") ||
+          !e["dtype"].is_string() || !e.contains("shape") || !e["shape"].is_array() || !e.contains("begin") ||
+          !e["begin"].is_number_unsigned() || !e.contains("end") || !e["end"].is_number_unsigned())
+        bad(where + ": malformed entry");
+      Entry x{e["name"].get<std::string>(), DType::F32, {}, e["begin"].get<uint64_t>(), e["end"].get<uint64_t>()};
+      if (x.name.empty() || x.name.size() > 1024 || !names.insert(x.name).second)
+        bad(where + ": empty, overlong or repeated tensor name '" + x.name.substr(0, 64) + "'");
+      if (!dtype_from_safetensors(e["dtype"].get<std::string>(), &x.dtype)) bad(where + ": unknown dtype of " + x.name);
+      uint64_t bytes = dtype_size(x.dtype);
+      for (const auto& d : e["shape"]) {
+        if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40)) bad(where + ": bad shape of " + x.name);
+        x.shape.push_back(int64_t(d.get<uint64_t>()));
+        if (d.get<uint64_t>() && bytes > (uint64_t(1) << 50) / d.get<uint64_t>()) bad(where + ": shape of " + x.name + " too large");
+        bytes *= d.get<uint64_t>();
+      }
+      if (x.begin != at || x.end < x.begin || x.end - x.begin != bytes) bad(where + ": byte range of " + x.name + " is wrong");
+      at = x.end;
+      es.push_back(std::move(x));
     }
-    return es;
+    total += at;
+    return std::pair{es, at};
   };
-  total_ = st.at("total");
-  offset_ = st.at("offset");
-  entries_ = ej(st.at("entries"));
-  closed_.clear();
-  for (const auto& c : st.at("closed")) closed_.push_back(ej(c));
-  if (st.at("open").get<bool>()) {
-    data_path_ = st.at("data_path");
+  if (!st["closed"].is_array() || !st["closed_hash"].is_array() || st["closed"].size() != st["closed_hash"].size() ||
+      st["closed"].size() > 100000)
+    bad("closed shards and their checksums do not match");
+  std::vector<std::vector<Entry>> closed;
+  std::vector<uint64_t> closed_hash;
+  for (size_t i = 0; i < st["closed"].size(); ++i) {
+    auto [es, bytes] = entries_of(st["closed"][i], "shard " + std::to_string(i));
+    const std::string path = dir_ + "/.shard_" + std::to_string(i);
+    verify_file(path, 0, true, st["closed_hash"][i], bytes);
+    closed.push_back(std::move(es));
+    closed_hash.push_back(std::stoull(st["closed_hash"][i].get<std::string>(), nullptr, 16));
+  }
+  auto [open_entries, offset] = entries_of(st["entries"], "open shard");
+  if (!st["open"].is_boolean() || !st["offset"].is_number_unsigned() || st["offset"].get<uint64_t>() != offset ||
+      !st["total"].is_number_unsigned() || st["total"].get<uint64_t>() != total || (!st["open"].get<bool>() && offset))
+    bad("offset, total or open flag disagree with the entries");
+  const std::string data_path = dir_ + "/.shard_data." + std::to_string(closed.size());
+  Hash64 open_hash;
+  if (st["open"].get<bool>()) open_hash = verify_file(data_path, offset, false, st["open_hash"], 0);
+  // Everything checked: now adopt the state and cut the data file back to the checkpoint.
+  total_ = total;
+  offset_ = offset;
+  entries_ = std::move(open_entries);
+  closed_ = std::move(closed);
+  closed_hash_ = std::move(closed_hash);
+  open_hash_ = open_hash;
+  if (st["open"].get<bool>()) {
+    data_path_ = data_path;
     if (truncate(data_path_.c_str(), off_t(offset_)) != 0)
       fail(ErrorKind::Io, data_path_ + ": cannot resume: " + std::strerror(errno));
     data_ = std::fopen(data_path_.c_str(), "ab");
     if (!data_) fail(ErrorKind::Io, data_path_ + ": cannot reopen: " + std::strerror(errno));
   }
+}
+
+// A file of the state: a regular file (not a link) inside dir_; a closed shard is exactly its header
+// plus `data_bytes` long, an open data file at least `prefix` long; the checksum covers the whole closed
+// shard or the open file's first `prefix` bytes. Returns the hash state of what it read.
+Hash64 ShardWriter::verify_file(const std::string& path, uint64_t prefix, bool closed, const nlohmann::json& want,
+                                uint64_t data_bytes) const {
+  auto bad = [&](const std::string& what) -> void { fail(ErrorKind::InvalidInput, "writer state: " + path + ": " + what); };
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) bad("missing or not a regular file");
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) bad(std::string("cannot open: ") + std::strerror(errno));
+  Hash64 h;
+  uint64_t want_size = prefix;
+  if (closed) {
+    uint8_t len[8] = {};
+    uint64_t hl = 0;
+    if (std::fread(len, 1, 8, f) == 8)
+      for (int i = 0; i < 8; ++i) hl |= uint64_t(len[i]) << (8 * i);
+    want_size = 8 + hl + data_bytes;
+    if (hl > (uint64_t(1) << 30) || size != want_size) {
+      std::fclose(f);
+      bad("size " + std::to_string(size) + " does not match the recorded shard");
+    }
+    std::rewind(f);
+  } else if (size < prefix) {
+    std::fclose(f);
+    bad("truncated: " + std::to_string(size) + " bytes, state records " + std::to_string(prefix));
+  }
+  std::vector<char> buf(size_t(1) << 22);
+  for (uint64_t left = want_size; left;) {
+    const size_t n = std::fread(buf.data(), 1, size_t(std::min<uint64_t>(left, buf.size())), f);
+    if (n == 0) break;
+    h.update(buf.data(), n);
+    left -= n;
+  }
+  std::fclose(f);
+  if (!want.is_string() || hex64(h.digest()) != want.get<std::string>()) bad("checksum mismatch");
+  return h;
 }
 
 uint64_t ShardWriter::finish() {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "core/tensor.h"
 
 namespace ar {
@@ -24,7 +25,10 @@ class ShardWriter {
   // and writes the index. Returns the total bytes of tensor data.
   uint64_t finish();
   // Resume support: checkpoint() makes everything added so far durable and returns the state;
-  // restore() continues from such a state (data added after it is discarded).
+  // restore() continues from such a state (data added after it is discarded). The state is untrusted
+  // input: restore() checks its structure (unique names, contiguous ranges matching dtype x shape,
+  // totals) and the files it names (derived from the state, always inside `dir`: regular files of the
+  // recorded sizes and checksums) before it truncates or opens anything; it throws ar::Error otherwise.
   nlohmann::json checkpoint();
   void restore(const nlohmann::json& state);
   void keep_files() { keep_ = true; }  // resumable runs: the destructor leaves the data file
@@ -37,6 +41,8 @@ class ShardWriter {
     uint64_t begin, end;
   };
   void close_shard();
+  Hash64 verify_file(const std::string& path, uint64_t prefix, bool closed, const nlohmann::json& want,
+                     uint64_t data_bytes) const;
   std::string dir_;
   uint64_t max_bytes_, total_ = 0;
   std::FILE* data_ = nullptr;
@@ -44,6 +50,8 @@ class ShardWriter {
   std::vector<Entry> entries_;
   uint64_t offset_ = 0;
   std::vector<std::vector<Entry>> closed_;  // entries per finished shard (temporary names shard_i)
+  std::vector<uint64_t> closed_hash_;       // Hash64 of each finished shard file
+  Hash64 open_hash_;                        // of the bytes written to the open data file
   std::vector<std::string> stale_;
   bool keep_ = false;           // data files of closed shards, deleted at the next checkpoint
 };

@@ -1,10 +1,15 @@
 #include "io/atomic_file.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 
@@ -12,9 +17,21 @@ namespace fs = std::filesystem;
 
 namespace ar {
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(getpid())) {
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_) fail(ErrorKind::Io, path + ": cannot create: " + std::strerror(errno));
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  std::vector<char> name(path.begin(), path.end());
+  for (char c : std::string(".tmp.XXXXXX")) name.push_back(c);
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());  // exclusive: never opens (or truncates) an existing file
+  if (fd < 0) fail(ErrorKind::Io, path + ": cannot create: " + std::strerror(errno));
+  tmp_ = name.data();
+  reg_.assign(tmp_, false);
+  fchmod(fd, 0644);
+  f_ = fdopen(fd, "wb");
+  if (!f_) {
+    close(fd);
+    std::remove(tmp_.c_str());
+    fail(ErrorKind::Io, path + ": cannot open: " + std::strerror(errno));
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -32,9 +49,12 @@ void AtomicFile::commit() {
   int rc = std::fclose(f_);
   f_ = nullptr;
   if (rc != 0) fail(ErrorKind::Io, path_ + ": close failed: " + std::strerror(errno));
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail(ErrorKind::Io, path_ + ": rename failed: " + std::strerror(errno));
-  committed_ = true;
+  without_interrupt_cleanup([&] {
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+      fail(ErrorKind::Io, path_ + ": rename failed: " + std::strerror(errno));
+    committed_ = true;
+    reg_.release();
+  });
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -43,40 +63,127 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   f.commit();
 }
 
-AtomicDir::AtomicDir(const std::string& path, bool overwrite)
-    : path_(path), tmp_(path + ".tmp." + std::to_string(getpid())), overwrite_(overwrite) {
-  std::error_code ec;
-  if (fs::exists(path_, ec) && !overwrite_)
-    fail(ErrorKind::InvalidInput, path_ + ": output directory exists (pass --overwrite to replace it)");
-  fs::remove_all(tmp_, ec);
-  if (!fs::create_directories(tmp_, ec) || ec)
-    fail(ErrorKind::Io, tmp_ + ": cannot create directory: " + ec.message());
+namespace {
+const char* kTempInfix = ".autoround-tmp.";
+
+// Opens `dir`'s marker and takes its exclusive lock; -1 when another process holds it.
+int lock_marker(const std::string& dir) {
+  const std::string marker = dir + "/" + kOutputMarker;
+  const int fd = open(marker.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) fail(ErrorKind::Io, marker + ": cannot open: " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
-AtomicDir::AtomicDir(const std::string& path, bool overwrite, bool resumable)
-    : path_(path), tmp_(path + ".partial"), overwrite_(overwrite), resumable_(resumable) {
+void write_marker(const std::string& dir, const std::string& kind) {
+  const std::string marker = dir + "/" + kOutputMarker, text = output_marker_json(kind);
+  const int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != ssize_t(text.size()) || close(fd) != 0)
+    fail(ErrorKind::Io, marker + ": cannot write: " + std::strerror(errno));
+}
+
+// Renames src onto dst; with `exchange`, dst exists and the two are swapped atomically (src then holds
+// the old dst). Falls back to two renames where the filesystem lacks renameat2.
+void move_into_place(const std::string& src, const std::string& dst, bool exchange) {
+  const unsigned flags = exchange ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+  if (renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), flags) == 0) return;
+  if (errno != EINVAL && errno != ENOSYS) fail(ErrorKind::Io, dst + ": rename failed: " + std::strerror(errno));
+  if (exchange) {
+    const std::string aside = src + ".old";
+    if (std::rename(dst.c_str(), aside.c_str()) != 0 || std::rename(src.c_str(), dst.c_str()) != 0 ||
+        std::rename(aside.c_str(), src.c_str()) != 0)
+      fail(ErrorKind::Io, dst + ": rename failed: " + std::strerror(errno));
+    return;
+  }
   std::error_code ec;
-  if (fs::exists(path_, ec) && !overwrite_)
-    fail(ErrorKind::InvalidInput, path_ + ": output directory exists (pass --overwrite to replace it)");
-  fs::create_directories(tmp_, ec);
-  if (ec || !fs::is_directory(tmp_)) fail(ErrorKind::Io, tmp_ + ": cannot create directory: " + ec.message());
+  if (fs::exists(fs::symlink_status(dst, ec))) fail(ErrorKind::InvalidInput, dst + ": appeared while writing");
+  if (std::rename(src.c_str(), dst.c_str()) != 0) fail(ErrorKind::Io, dst + ": rename failed: " + std::strerror(errno));
+}
+}  // namespace
+
+AtomicDir::AtomicDir(const OutputSpec& spec) : spec_(spec) {
+  path_ = check_output_dir(spec_);
+  std::error_code ec;
+  fs::create_directories(fs::path(path_).parent_path(), ec);
+  if (ec) fail(ErrorKind::Io, fs::path(path_).parent_path().string() + ": cannot create directory: " + ec.message());
+  clean_stale();
+  create_temp();
+}
+
+void AtomicDir::clean_stale() {
+  const fs::path parent = fs::path(path_).parent_path();
+  const std::string prefix = fs::path(path_).filename().string() + kTempInfix;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(parent, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && is_our_output(e.path().string()))
+      found.push_back(e.path().string());
+  for (const auto& dir : found) {
+    const int fd = lock_marker(dir);
+    if (fd < 0)
+      fail(ErrorKind::InvalidInput, spec_.flag + " " + path_ + ": another autoround run is writing it (" + dir +
+                                        " is in use)");
+    fs::remove_all(dir, ec);
+    close(fd);
+    note_ += (note_.empty() ? "" : "; ") + ("removed " + dir + ", left by an interrupted run");
+  }
+}
+
+void AtomicDir::create_temp() {
+  std::error_code ec;
+  const std::string partial = path_ + ".partial";
+  const auto st = fs::symlink_status(partial, ec);
+  if (spec_.resumable && fs::exists(st)) {
+    if (!fs::is_directory(st) || !is_our_output(partial))
+      fail(ErrorKind::InvalidInput, partial + ": exists and is not autoround resume state; remove it or choose another " +
+                                        spec_.flag);
+    tmp_ = partial;
+    resumed_ = true;
+  } else if (spec_.resumable) {
+    if (mkdir(partial.c_str(), 0755) != 0) fail(ErrorKind::Io, partial + ": cannot create: " + std::strerror(errno));
+    tmp_ = partial;
+    write_marker(tmp_, spec_.kind);
+  } else {
+    std::string name = path_ + kTempInfix + "XXXXXX";
+    if (!mkdtemp(name.data())) fail(ErrorKind::Io, name + ": cannot create: " + std::strerror(errno));
+    tmp_ = name;
+    write_marker(tmp_, spec_.kind);
+    if (fs::exists(st) && is_our_output(partial))
+      note_ += (note_.empty() ? "" : "; ") + partial +
+               " holds the resume state of an interrupted --resume run; kept (continue with --resume, or remove it)";
+  }
+  lock_fd_ = lock_marker(tmp_);
+  if (lock_fd_ < 0) fail(ErrorKind::InvalidInput, tmp_ + ": another autoround run is using it");
+  keep_ = resumed_;
+  reg_.assign(tmp_, keep_);
+}
+
+void AtomicDir::keep() {
+  if (!spec_.resumable || keep_) return;
+  keep_ = true;
+  reg_.assign(tmp_, true);
 }
 
 AtomicDir::~AtomicDir() {
   std::error_code ec;
-  if (!committed_ && !resumable_) fs::remove_all(tmp_, ec);
+  if (!committed_ && !keep_ && !tmp_.empty()) fs::remove_all(tmp_, ec);
+  reg_.release();
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 void AtomicDir::commit() {
-  std::error_code ec;
-  if (fs::exists(path_, ec)) {
-    if (!overwrite_) fail(ErrorKind::InvalidInput, path_ + ": output directory appeared while writing");
-    fs::remove_all(path_, ec);
-    if (ec) fail(ErrorKind::Io, path_ + ": cannot replace: " + ec.message());
-  }
-  fs::rename(tmp_, path_, ec);
-  if (ec) fail(ErrorKind::Io, path_ + ": rename failed: " + ec.message());
-  committed_ = true;
+  without_interrupt_cleanup([&] {
+    std::error_code ec;
+    const bool exists = fs::exists(fs::symlink_status(path_, ec));
+    if (exists) check_output_dir(spec_);  // still empty or ours, hours later
+    move_into_place(tmp_, path_, exists);
+    if (exists) fs::remove_all(tmp_, ec);  // the previous output, swapped out
+    committed_ = true;
+    reg_.release();
+  });
 }
 
 }  // namespace ar

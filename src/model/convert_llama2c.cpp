@@ -33,6 +33,13 @@ Tensor slice(Context& ctx, const std::vector<float>& src, size_t offset, Shape s
 }  // namespace
 
 void convert_llama2c(const ConvertOptions& opt) {
+  OutputSpec spec;
+  spec.path = opt.out_dir;
+  spec.flag = "--out";
+  spec.overwrite = opt.overwrite;
+  spec.inputs = {opt.checkpoint, opt.tokenizer};
+  spec.kind = "convert";
+  check_output_dir(spec);  // before any work
   Llama2cCheckpoint c = read_llama2c(opt.checkpoint);
   Llama2cTokenizer tok = Llama2cTokenizer::load(opt.tokenizer);  // validates the tokenizer file
   if (tok.vocab_size() != c.vocab_size)
@@ -87,7 +94,7 @@ void convert_llama2c(const ConvertOptions& opt) {
   tcfg["add_bos_token"] = true;
   tcfg["add_eos_token"] = false;
 
-  AtomicDir out(opt.out_dir, opt.overwrite);
+  AtomicDir out(spec);
   write_file_atomic(out.file("config.json"), cfg.dump(2) + "\n");
   write_file_atomic(out.file("tokenizer_config.json"), tcfg.dump(2) + "\n");
   write_safetensors(out.file("model.safetensors"), t, {{"format", "pt"}});

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "export/shard_writer.h"
 #include "io/atomic_file.h"
@@ -27,6 +28,7 @@
 #include "pipeline/lane_planner.h"
 #include "pipeline/option_limits.h"
 #include "pipeline/report.h"
+#include "pipeline/resume_state.h"
 #include "quant/tune_linear.h"
 
 namespace ar {
@@ -96,6 +98,19 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                  "] not a multiple of 32");
   for (const auto& f : opt.fp_layers)
     if (lm_head_q && !f.empty() && std::string("lm_head").find(f) != std::string::npos) lm_head_skip("--fp_layers " + f);
+  // The output is checked and its temporary created before any work (io/output_guard.h).
+  OutputSpec spec;
+  spec.path = opt.output_dir;
+  spec.overwrite = opt.overwrite;
+  spec.resumable = opt.resume;
+  spec.inputs = {opt.model_dir};
+  const std::string report_path =
+      opt.report_path.empty() ? "" : check_output_file(opt.report_path, "--report", opt.overwrite, {opt.model_dir}, is_report_file);
+  AtomicDir out(spec);
+  if (!out.note().empty()) {
+    log_info(out.note());
+    rep.notes.push_back(out.note());
+  }
   quant::CalibData calib = quant::build_calibration(*tok, opt.calib);
   for (const auto& n : calib.notes) {
     log_info(n);
@@ -109,50 +124,32 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                                       std::to_string(cfg.max_position_embeddings));
   Context ctx(Device{}, opt.threads);
   LanePlanner lanes(opt, ctx.device(), n, rep.notes);
-  auto out_ptr = opt.resume ? std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite, true)
-                            : std::make_unique<AtomicDir>(opt.output_dir, opt.overwrite);
-  AtomicDir& out = *out_ptr;
   ShardWriter writer(out.tmp(), kShardBytes);
   if (opt.resume) writer.keep_files();
 
   Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
   Tensor x_q, tmp;
-  // Everything that determines the output; a resume state from other options is refused.
+  // Everything that determines the output; a resume state from other options is refused. Paths are
+  // canonical and the calibration enters as a checksum of its tokens, so a resume works from any
+  // current directory.
   nlohmann::ordered_json fingerprint = {
-      {"model", opt.model_dir}, {"format", opt.format}, {"bits", opt.fmt.bits}, {"group_size", opt.fmt.group_size},
-      {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr}, {"minmax_lr", opt.tune.minmax_lr},
-      {"batch_size", opt.tune.batch_size}, {"gas", opt.tune.gradient_accumulate_steps},
-      {"minmax", opt.tune.enable_minmax_tuning}, {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
-      {"dataset", opt.calib.dataset}, {"nsamples", opt.calib.nsamples}, {"seqlen", opt.calib.seqlen},
+      {"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
+      {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
+      {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
+      {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
+      {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
+      {"calibration", {{"n", n}, {"seqlen", T}, {"tokens_hash", hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]))}}},
       {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
       {"quant_lm_head", lm_head_q},
       {"deterministic", opt.tune.deterministic},
       // Without --deterministic the bits depend on the world, so a resume must keep it.
       {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
-  const std::string state_path = out.tmp() + "/resume_state.json";
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  int64_t start_block = 0;
-  std::string last_act;  // activation files of the last checkpoint (removed when superseded)
-  auto read_act = [&](const std::string& name, Tensor& t) {
-    std::string bytes = read_text_file(out.tmp() + "/" + name);
-    if (bytes.size() != t.nbytes()) fail(ErrorKind::InvalidInput, out.tmp() + "/" + name + ": truncated resume state");
-    std::memcpy(t.raw(), bytes.data(), bytes.size());
-  };
-  if (opt.resume && file_exists(state_path)) {
-    auto st = nlohmann::ordered_json::parse(read_text_file(state_path));
-    if (st.at("fingerprint") != fingerprint)
-      fail(ErrorKind::InvalidInput, out.tmp() + ": the saved state belongs to a run with other options; remove it "
-                                                "or run with the same options");
-    writer.restore(nlohmann::json::parse(st.at("writer").dump()));
-    start_block = st.at("next_block");
-    extra = st.at("extra");
-    read_act(st.at("x_fp"), x_fp);
-    if (!st.at("x_q").is_null()) {
-      x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
-      read_act(st.at("x_q"), x_q);
-    }
-    last_act = st.at("tag");
-    log_info("resuming " + opt.output_dir + " after block " + std::to_string(start_block) + "/" +
+  ResumeKeeper keeper(out.tmp(), {fingerprint, cfg.num_layers});
+  const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, writer, extra, ctx) : 0;
+  if (start_block > 0) out.keep();
+  if (start_block > 0) {
+    log_info("resuming " + out.path() + " after block " + std::to_string(start_block) + "/" +
              std::to_string(cfg.num_layers));
     rep.notes.push_back("resumed after block " + std::to_string(start_block));
   } else {
@@ -160,30 +157,6 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     cpu::embedding_fwd(ctx, emb.f32(), calib.ids.data(), x_fp.f32(), n * T, C);
     copy_tensor(*model, writer, "model.embed_tokens.weight", fp16_out, ctx);
   }
-  // Durable state after block b: writer position, activations, extra_config; state file last.
-  auto checkpoint = [&](int64_t next_block) {
-    const std::string tag = std::to_string(next_block);
-    auto dump = [&](const Tensor& t, const std::string& name) {
-      AtomicFile f(out.tmp() + "/" + name);
-      f.write(t.raw(), t.nbytes());
-      f.commit();
-    };
-    dump(x_fp, "x_fp." + tag + ".bin");
-    if (x_q.defined()) dump(x_q, "x_q." + tag + ".bin");
-    nlohmann::ordered_json st = {{"fingerprint", fingerprint},
-                                 {"next_block", next_block},
-                                 {"writer", nlohmann::ordered_json::parse(writer.checkpoint().dump())},
-                                 {"extra", extra},
-                                 {"tag", tag},
-                                 {"x_fp", "x_fp." + tag + ".bin"},
-                                 {"x_q", x_q.defined() ? nlohmann::ordered_json("x_q." + tag + ".bin") : nullptr}};
-    write_file_atomic(state_path, st.dump());
-    if (!last_act.empty()) {
-      std::remove((out.tmp() + "/x_fp." + last_act + ".bin").c_str());
-      std::remove((out.tmp() + "/x_q." + last_act + ".bin").c_str());
-    }
-    last_act = tag;
-  };
   RopeTable rope = make_rope_table(cfg, T);
   std::vector<int32_t> pos(static_cast<size_t>(n * T));
   for (int64_t i = 0; i < n * T; ++i) pos[size_t(i)] = int32_t(i % T);
@@ -328,7 +301,10 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       log_info(line);
     }
     rep.blocks.push_back(std::move(br));
-    if (opt.resume) checkpoint(b + 1);
+    if (opt.resume) {
+      keeper.save(b + 1, x_fp, x_q, writer, extra);
+      out.keep();
+    }
   }
   copy_tensor(*model, writer, "model.norm.weight", fp16_out, ctx);
   if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
@@ -375,15 +351,11 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                         "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
     if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
-  if (opt.resume) {  // the resume state is not part of the output
-    std::remove(state_path.c_str());
-    std::remove((out.tmp() + "/x_fp." + last_act + ".bin").c_str());
-    std::remove((out.tmp() + "/x_q." + last_act + ".bin").c_str());
-  }
+  if (opt.resume) keeper.discard();  // the resume state is not part of the output
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   rep.peak_rss_mb = peak_rss_mb();
-  if (!opt.report_path.empty()) write_report(opt, rep);
+  if (!report_path.empty()) write_report(opt, rep, report_path);
   return rep;
 }
 

@@ -3,11 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/mapped_file.h"
+
+#include <filesystem>
 
 namespace ar {
 
-void write_report(const QuantizeOptions& opt, const QuantizeReport& rep) {
+void write_report(const QuantizeOptions& opt, const QuantizeReport& rep, const std::string& path) {
   nlohmann::ordered_json r;
+  r["generator"] = "autoround.cpp";  // lets --overwrite replace this file (is_report_file)
   r["bits"] = opt.fmt.bits;
   r["group_size"] = opt.fmt.group_size;
   r["sym"] = opt.fmt.sym;
@@ -30,8 +34,14 @@ void write_report(const QuantizeOptions& opt, const QuantizeReport& rep) {
                            {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
                            {"exchange_bytes", b.exchange_bytes},
                            {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
-  write_file_atomic(opt.report_path, r.dump(2) + "\n");
+  write_file_atomic(path, r.dump(2) + "\n");
+}
 
+bool is_report_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) > (64u << 20) || ec) return false;
+  const auto j = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  return j.is_object() && j.contains("generator") && j["generator"] == "autoround.cpp";
 }
 
 }  // namespace ar

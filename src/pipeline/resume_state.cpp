@@ -1,0 +1,169 @@
+#include "pipeline/resume_state.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+
+namespace ar {
+
+namespace {
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+bool parse_hex64(const nlohmann::json& j, uint64_t* out) {
+  if (!j.is_string()) return false;
+  const std::string s = j.get<std::string>();
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  *out = std::stoull(s, nullptr, 16);
+  return true;
+}
+
+// extra_config entries may only name Linears of blocks already written, with a 16-bit or int setting.
+void check_extra(const nlohmann::json& extra, int64_t next_block, const std::function<void(const std::string&)>& bad) {
+  if (!extra.is_object()) bad("'extra' is not an object");
+  static const std::regex kLayer(R"(model\.layers\.(\d{1,6})\.(self_attn|mlp)\.[a-z_]{1,16})");
+  for (const auto& [k, v] : extra.items()) {
+    std::smatch m;
+    if (!std::regex_match(k, m, kLayer) || std::stoll(m[1].str()) >= next_block)
+      bad("'extra' names '" + k.substr(0, 80) + "', not a layer of a written block");
+    if (!v.is_object() || !v.contains("bits") || !v["bits"].is_number_integer() || !v.contains("data_type") ||
+        !v["data_type"].is_string() || v.size() > 6)
+      bad("'extra' entry of '" + k + "' is malformed");
+  }
+}
+}  // namespace
+
+std::string resume_act_name(const char* which, int64_t next_block) {
+  return std::string(which) + "." + std::to_string(next_block) + ".bin";
+}
+
+ResumeState parse_resume_state(const std::string& bytes, const std::string& state_path, const ResumeExpect& expect) {
+  auto bad = [&](const std::string& what) { fail(ErrorKind::InvalidInput, state_path + ": corrupt or foreign resume state: " + what); };
+  const auto j = nlohmann::json::parse(bytes, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) bad("not a JSON object");
+  for (const char* k : {"version", "fingerprint", "next_block", "x_fp", "x_fp_hash", "x_q", "x_q_hash", "writer", "extra"})
+    if (!j.contains(k)) bad(std::string("missing '") + k + "'");
+  if (j["version"] != 2) bad("unknown version");
+  if (j["fingerprint"] != nlohmann::json::parse(expect.fingerprint.dump()))  // key order does not matter
+    bad("it belongs to a run with other options or another model or calibration set; remove " + state_path +
+        "'s directory or run with the same options");
+  ResumeState s;
+  if (!j["next_block"].is_number_integer()) bad("'next_block' is not an integer");
+  s.next_block = j["next_block"].get<int64_t>();
+  if (s.next_block < 1 || s.next_block > expect.num_layers)
+    bad("'next_block' " + std::to_string(s.next_block) + " is outside 1.." + std::to_string(expect.num_layers));
+  if (j["x_fp"] != resume_act_name("x_fp", s.next_block) || !parse_hex64(j["x_fp_hash"], &s.x_fp_hash))
+    bad("'x_fp' must be " + resume_act_name("x_fp", s.next_block) + " with a checksum");
+  s.x_fp = resume_act_name("x_fp", s.next_block);
+  if (!j["x_q"].is_null()) {
+    if (j["x_q"] != resume_act_name("x_q", s.next_block) || !parse_hex64(j["x_q_hash"], &s.x_q_hash))
+      bad("'x_q' must be null or " + resume_act_name("x_q", s.next_block) + " with a checksum");
+    s.x_q = resume_act_name("x_q", s.next_block);
+  }
+  if (!j["writer"].is_object()) bad("'writer' is not an object");
+  s.writer = j["writer"];
+  check_extra(j["extra"], s.next_block, bad);
+  s.extra = nlohmann::ordered_json::parse(j["extra"].dump());
+  return s;
+}
+
+std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json& fingerprint) {
+  nlohmann::ordered_json j = {{"version", 2},
+                              {"fingerprint", fingerprint},
+                              {"next_block", s.next_block},
+                              {"x_fp", s.x_fp},
+                              {"x_fp_hash", hex64(s.x_fp_hash)},
+                              {"x_q", s.x_q.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.x_q)},
+                              {"x_q_hash", hex64(s.x_q_hash)},
+                              {"writer", nlohmann::ordered_json::parse(s.writer.dump())},
+                              {"extra", s.extra}};
+  return j.dump();
+}
+
+void ResumeKeeper::read_act(const std::string& name, uint64_t hash, Tensor& t) const {
+  const std::string path = dir_ + "/" + name;
+  auto bad = [&](const std::string& what) {
+    fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: " + path + ": " + what);
+  };
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) bad("missing or not a regular file");
+  if (std::filesystem::file_size(path, ec) != t.nbytes())
+    bad("size " + std::to_string(std::filesystem::file_size(path, ec)) + " bytes, expected " + std::to_string(t.nbytes()));
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) bad(std::string("cannot open: ") + std::strerror(errno));
+  auto* dst = static_cast<char*>(t.raw());
+  size_t got = 0;
+  while (got < t.nbytes()) {
+    const ssize_t r = ::read(fd, dst + got, t.nbytes() - got);
+    if (r <= 0) break;
+    got += size_t(r);
+  }
+  close(fd);
+  if (got != t.nbytes()) bad("short read");
+  if (hash64(t.raw(), t.nbytes()) != hash) bad("checksum mismatch");
+}
+
+int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, ShardWriter& writer, nlohmann::ordered_json& extra, Context& ctx) {
+  std::error_code ec;
+  const auto st = std::filesystem::symlink_status(state_path(), ec);
+  if (!std::filesystem::exists(st)) return 0;
+  if (!std::filesystem::is_regular_file(st) || std::filesystem::file_size(state_path(), ec) > (64u << 20))
+    fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: not a regular file of sane size");
+  ResumeState s = parse_resume_state(read_text_file(state_path()), state_path(), expect_);
+  read_act(s.x_fp, s.x_fp_hash, x_fp);
+  if (!s.x_q.empty()) {
+    x_q = Tensor::empty(x_fp.shape(), x_fp.dtype(), ctx);
+    read_act(s.x_q, s.x_q_hash, x_q);
+  }
+  try {
+    writer.restore(s.writer);
+  } catch (const Error& e) {
+    fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: " + e.what());
+  }
+  extra = s.extra;
+  last_ = s.next_block;
+  return s.next_block;
+}
+
+void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, ShardWriter& writer,
+                        const nlohmann::ordered_json& extra) {
+  ResumeState s;
+  s.next_block = next_block;
+  auto dump = [&](const Tensor& t, const char* which, uint64_t* hash) {
+    const std::string name = resume_act_name(which, next_block);
+    AtomicFile f(dir_ + "/" + name);
+    f.write(t.raw(), t.nbytes());
+    f.commit();
+    *hash = hash64(t.raw(), t.nbytes());
+    return name;
+  };
+  s.x_fp = dump(x_fp, "x_fp", &s.x_fp_hash);
+  if (x_q.defined()) s.x_q = dump(x_q, "x_q", &s.x_q_hash);
+  s.writer = writer.checkpoint();
+  s.extra = extra;
+  write_file_atomic(state_path(), resume_state_json(s, expect_.fingerprint));
+  if (last_ >= 0 && last_ != next_block)
+    for (const char* which : {"x_fp", "x_q"}) std::remove((dir_ + "/" + resume_act_name(which, last_)).c_str());
+  last_ = next_block;
+}
+
+void ResumeKeeper::discard() {
+  std::remove(state_path().c_str());
+  if (last_ >= 0)
+    for (const char* which : {"x_fp", "x_q"}) std::remove((dir_ + "/" + resume_act_name(which, last_)).c_str());
+}
+
+}  // namespace ar

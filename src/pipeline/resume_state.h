@@ -1,0 +1,63 @@
+// The durable state of a --resume run: <output>.partial/resume_state.json, written after every block.
+// It is untrusted input (the file may be truncated, edited or crafted): parse_resume_state() accepts it
+// only when every field is valid for this run, and names the state file in one error otherwise.
+//   version       2
+//   fingerprint   everything that determines the output (must equal this run's)
+//   next_block    1 .. num_layers: blocks [0, next_block) are written
+//   x_fp / x_q    activation file names, exactly "x_fp.<next_block>.bin" / "x_q.<next_block>.bin" (x_q may
+//                 be null): names, not paths, so they can only resolve inside the .partial directory
+//   x_fp_hash ... Hash64 (hex) of those files, which must be exactly the activation size
+//   writer        ShardWriter state (validated against its files by ShardWriter::restore)
+//   extra         extra_config so far: keys are Linears of blocks < next_block, values {bits, data_type}
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "export/shard_writer.h"
+
+namespace ar {
+
+struct ResumeExpect {
+  nlohmann::ordered_json fingerprint;
+  int64_t num_layers = 0;
+};
+
+struct ResumeState {
+  int64_t next_block = 0;
+  std::string x_fp, x_q;            // file names inside the .partial directory (x_q empty: none)
+  uint64_t x_fp_hash = 0, x_q_hash = 0;
+  nlohmann::json writer;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+};
+
+// Throws ar::Error (InvalidInput) "<state_path>: corrupt or foreign resume state: <what>".
+ResumeState parse_resume_state(const std::string& bytes, const std::string& state_path, const ResumeExpect& expect);
+std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json& fingerprint);
+std::string resume_act_name(const char* which, int64_t next_block);  // "x_fp.3.bin"
+
+// Saves and restores the state of a run in `dir` (the .partial directory of a resumable AtomicDir).
+class ResumeKeeper {
+ public:
+  ResumeKeeper(std::string dir, ResumeExpect expect) : dir_(std::move(dir)), expect_(std::move(expect)) {}
+  // When a state exists: validates it completely (state, activation sizes and checksums, then the
+  // writer's files) before changing anything, then loads x_fp (and x_q, allocated like x_fp when saved),
+  // restores the writer and extra_config. Returns the next block to run, 0 when there is no state.
+  int64_t restore(Tensor& x_fp, Tensor& x_q, ShardWriter& writer, nlohmann::ordered_json& extra, Context& ctx);
+  // Durable state after `next_block` blocks: activations, writer position, extra_config; state file last.
+  void save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, ShardWriter& writer,
+            const nlohmann::ordered_json& extra);
+  // Removes the state and its activations (before the directory becomes the output).
+  void discard();
+
+ private:
+  std::string state_path() const { return dir_ + "/resume_state.json"; }
+  void read_act(const std::string& name, uint64_t hash, Tensor& t) const;
+  std::string dir_;
+  ResumeExpect expect_;
+  int64_t last_ = -1;  // next_block of the newest saved state
+};
+
+}  // namespace ar
