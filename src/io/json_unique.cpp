@@ -17,12 +17,12 @@ struct DuplicateKey {
 nlohmann::json parse_json_unique(const char* first, const char* last, const std::string& what,
                                  const std::string& top_label) {
   std::vector<std::set<std::string>> open;  // keys seen so far in each enclosing object
-  auto cb = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+  auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
     using E = nlohmann::json::parse_event_t;
     if (ev == E::object_start) open.emplace_back();
     else if (ev == E::object_end && !open.empty()) open.pop_back();
     else if (ev == E::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second)
-      throw DuplicateKey{parsed.get<std::string>(), open.size() == 1};
+      throw DuplicateKey{parsed.get<std::string>(), depth == 1};  // depth 1: a key of the outermost object
     return true;
   };
   try {

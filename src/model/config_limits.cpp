@@ -25,8 +25,9 @@ constexpr Limit kLimits[] = {
     {"max_position_embeddings", &ModelConfig::max_position_embeddings, int64_t(1) << 24},
 };
 
-// Largest element count of one tensor or table derived from the config (2^36 fp32 = 256 GiB).
-constexpr int64_t kMaxElements = int64_t(1) << 36;
+// Largest element count of one tensor derived from the config (2^36 fp32 = 256 GiB), and of the RoPE
+// cos/sin tables every command builds for max_position_embeddings (2^32 floats = 16 GiB).
+constexpr int64_t kMaxElements = int64_t(1) << 36, kMaxRopeElements = int64_t(1) << 32;
 
 [[noreturn]] void too_large(const std::string& path, const std::string& field, const std::string& msg) {
   fail(ErrorKind::InvalidInput, path + ": field '" + field + "': " + msg);
@@ -42,17 +43,17 @@ void check_config_limits(const ModelConfig& c, const std::string& path) {
     too_large(path, "num_key_value_heads", std::to_string(c.num_kv_heads) + " exceeds num_attention_heads " +
                                                std::to_string(c.num_heads));
   // Every product below is < 2^63 given the limits above (each factor <= 2^24).
-  struct Product { const char* field; int64_t n; };
+  struct Product { const char* field; int64_t n, max; };
   const Product products[] = {
-      {"vocab_size", c.vocab_size * c.hidden_size},                  // embeddings, lm_head
-      {"intermediate_size", c.intermediate_size * c.hidden_size},    // MLP weights
-      {"num_attention_heads", c.num_heads * c.head_dim * c.hidden_size},  // q/o projections
-      {"max_position_embeddings", c.max_position_embeddings * c.head_dim},  // RoPE table
+      {"vocab_size", c.vocab_size * c.hidden_size, kMaxElements},                        // embeddings, lm_head
+      {"intermediate_size", c.intermediate_size * c.hidden_size, kMaxElements},          // MLP weights
+      {"num_attention_heads", c.num_heads * c.head_dim * c.hidden_size, kMaxElements},   // q/o projections
+      {"max_position_embeddings", c.max_position_embeddings * c.head_dim, kMaxRopeElements},  // RoPE tables
   };
   for (const Product& p : products)
-    if (p.n > kMaxElements)
+    if (p.n > p.max)
       too_large(path, p.field, "implies a tensor of " + std::to_string(p.n) + " elements, more than the limit of " +
-                                   std::to_string(kMaxElements));
+                                   std::to_string(p.max));
 }
 
 }  // namespace ar
