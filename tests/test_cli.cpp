@@ -217,3 +217,42 @@ TEST(Cli, SignalsRemoveTheTemporaryOutputAndExitWith128PlusSignal) {
   }
   fs::remove_all(d);
 }
+
+// A --resume run started with relative paths from one directory, killed, continues from any other
+// current directory (absolute paths this time) and writes the bytes of an uninterrupted run.
+TEST(Cli, ResumeWorksFromAnotherCurrentDirectory) {
+  std::string d = fs::absolute(tmpdir("rcwd")).string();
+  auto cfg = ar::tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  ar::write_synthetic_model(d + "/m", cfg, 5);
+  const std::string opts = " --iters 60 --nsamples 8 --seqlen 64";
+  CliResult r = run("--model " + d + "/m" + opts + " --output_dir " + d + "/ref");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (chdir(d.c_str()) != 0 || !std::freopen("/dev/null", "w", stderr)) _exit(126);
+    execl(AR_CLI_PATH, AR_CLI_PATH, "--model", "m", "--iters", "60", "--nsamples", "8", "--seqlen", "64",
+          "--output_dir", "./out/", "--resume", nullptr);
+    _exit(127);
+  }
+  const std::string state = d + "/out.partial/resume_state.json";
+  bool killed = false;
+  for (int i = 0; i < 6000 && !killed; ++i) {
+    if (fs::exists(state) && ar::read_text_file(state).find("\"next_block\":1") != std::string::npos) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    usleep(5000);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(killed) << "the run finished before it could be killed";
+  r = run("--model " + d + "/m" + opts + " --output_dir " + d + "/out --resume");  // cwd: the test's own
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resuming " + d + "/out after block 1/4"), std::string::npos) << r.out;
+  EXPECT_EQ(ar::read_text_file(d + "/out/model.safetensors"), ar::read_text_file(d + "/ref/model.safetensors"));
+  EXPECT_FALSE(fs::exists(d + "/out.partial"));
+  fs::remove_all(d);
+}

@@ -209,6 +209,12 @@ TEST(AtomicDir, OverwriteReplacesOnlyEmptyOrOurOwnDirectories) {
   EXPECT_NE(err(spec_for("/", true)).find("root directory"), std::string::npos);
   EXPECT_NE(err(spec_for(".", true)).find("current directory"), std::string::npos);
   EXPECT_NE(err(spec_for("..", true)).find("contains the current directory"), std::string::npos);
+  const char* home = std::getenv("HOME");
+  const std::string saved = home ? home : "";
+  setenv("HOME", (d + "/user").c_str(), 1);
+  EXPECT_NE(err(spec_for(d, true)).find("is or contains the home directory"), std::string::npos);
+  EXPECT_NE(err(spec_for(d + "/link", true)).find("is or contains the home directory"), std::string::npos);
+  if (home) setenv("HOME", saved.c_str(), 1); else unsetenv("HOME");
   // An empty directory is replaced.
   fs::create_directories(d + "/empty");
   {

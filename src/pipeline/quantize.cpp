@@ -104,8 +104,10 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   spec.overwrite = opt.overwrite;
   spec.resumable = opt.resume;
   spec.inputs = {opt.model_dir};
+  if (!opt.calib.dataset.empty())
+    for (const auto& src : quant::parse_dataset_spec(opt.calib.dataset)) spec.inputs.push_back(src.path);
   const std::string report_path =
-      opt.report_path.empty() ? "" : check_output_file(opt.report_path, "--report", opt.overwrite, {opt.model_dir}, is_report_file);
+      opt.report_path.empty() ? "" : check_output_file(opt.report_path, "--report", opt.overwrite, spec.inputs, is_report_file);
   AtomicDir out(spec);
   if (!out.note().empty()) {
     log_info(out.note());
