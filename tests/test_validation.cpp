@@ -110,6 +110,29 @@ TEST(Validation, TokenizerMayFillButNotExceedTheVocabulary) {
   fs::remove_all(d);
 }
 
+TEST(Validation, TensorHeldByTwoShardsIsRefused) {
+  const std::string d = test::temp_path("val_shards");
+  write_synthetic_model(d, tiny_llama_config(1), 3, DType::F32, 2);
+  ASSERT_NO_THROW(HfModel::open(d));
+  const std::string s1 = d + "/model-00001-of-00002.safetensors", s2 = d + "/model-00002-of-00002.safetensors";
+  Context ctx(Device{}, 1);
+  std::vector<StEntry> second;
+  {
+    auto f2 = SafetensorsFile::open(s2);
+    for (const auto& t : f2->header().tensors) second.push_back({t.name, f2->load_f32(t.name, ctx)});
+    auto f1 = SafetensorsFile::open(s1);
+    const std::string& name = f1->header().tensors.front().name;
+    second.push_back({name, f1->load_f32(name, ctx)});
+  }
+  write_safetensors(s2, second);
+  const std::string err = error_of([&] { HfModel::open(d); });
+  // Shards are opened in the index's order; either file may be named first.
+  EXPECT_NE(err.find("' is also in "), std::string::npos) << err;
+  EXPECT_NE(err.find(s1), std::string::npos) << err;
+  EXPECT_NE(err.find(s2), std::string::npos) << err;
+  fs::remove_all(d);
+}
+
 TEST(Validation, NonFiniteValuesFoundInHalfPrecisionStorage) {
   for (DType dt : {DType::BF16, DType::F16}) {
     const std::string d = test::temp_path("val_half");
