@@ -14,24 +14,31 @@ Llama2cCheckpoint read_llama2c(const std::string& path) {
   std::memcpy(h, f->data(), 28);
   Llama2cCheckpoint c;
   c.dim = h[0]; c.hidden_dim = h[1]; c.n_layers = h[2]; c.n_heads = h[3]; c.n_kv_heads = h[4];
-  c.shared_classifier = h[5] > 0;
-  c.vocab_size = h[5] > 0 ? h[5] : -h[5];
-  c.seq_len = h[6];
   auto bad = [&](const std::string& m) { fail(ErrorKind::InvalidInput, path + ": " + m); };
   for (int i = 0; i < 7; ++i)
-    if (h[i] == 0 || (i != 5 && h[i] < 0) || std::abs(h[i]) > (1 << 24))
+    if (h[i] == 0 || (i != 5 && h[i] < 0) || h[i] > (1 << 24) || h[i] < -(1 << 24))
       bad("implausible header field " + std::to_string(i) + " = " + std::to_string(h[i]));
+  c.shared_classifier = h[5] > 0;
+  c.vocab_size = h[5] > 0 ? h[5] : -h[5];  // |h[5]| <= 2^24: no overflow
+  c.seq_len = h[6];
   if (c.dim % c.n_heads) bad("dim " + std::to_string(c.dim) + " not divisible by n_heads");
   if (c.n_heads % c.n_kv_heads) bad("n_heads not divisible by n_kv_heads");
   const size_t hs = size_t(c.dim / c.n_heads), kv = hs * size_t(c.n_kv_heads), L = size_t(c.n_layers),
                D = size_t(c.dim), H = size_t(c.hidden_dim), V = size_t(c.vocab_size);
   if (hs % 2) bad("odd head size");
-  const size_t sizes[] = {V * D, L * D, L * D * D, L * kv * D, L * kv * D, L * D * D, L * D, L * H * D, L * D * H,
-                          L * H * D, D, size_t(c.seq_len) * hs / 2, size_t(c.seq_len) * hs / 2,
-                          c.shared_classifier ? 0 : V * D};
+  // Each factor is at most 2^24, so a product of two fits; the products of three (L*D*D, ...) are
+  // checked against the file size before they are formed, so no size can wrap around.
+  const size_t avail = (f->size() - 28) / 4;  // floats in the file
+  auto times = [&](size_t a, size_t b) -> size_t {
+    if (a != 0 && b > avail / a) bad("truncated: " + std::to_string(f->size()) + " bytes cannot hold the weights the header implies");
+    return a * b;
+  };
+  const size_t sizes[] = {V * D, L * D, times(L * D, D), times(L * kv, D), times(L * kv, D), times(L * D, D), L * D,
+                          times(L * H, D), times(L * D, H), times(L * H, D), D, size_t(c.seq_len) * hs / 2,
+                          size_t(c.seq_len) * hs / 2, c.shared_classifier ? 0 : V * D};
   size_t total = 0;
-  for (size_t s : sizes) total += s;
-  if (f->size() < 28 + total * 4)
+  for (size_t s : sizes) total += s;  // at most 14 terms each <= max(avail, 2^48): no overflow
+  if (total > avail)
     bad("truncated: " + std::to_string(f->size()) + " bytes, header implies " + std::to_string(28 + total * 4));
   const uint8_t* p = f->data() + 28;
   std::vector<float>* dst[] = {&c.token_embedding, &c.rms_att, &c.wq, &c.wk, &c.wv, &c.wo, &c.rms_ffn,

@@ -28,7 +28,8 @@ float tree_sum(const float* const* p, int a, int b, int64_t i) {
 }  // namespace
 
 void GradExchange::reduce_scatter(int rank, ThreadPool* pool) {
-  const auto [c0, c1] = chunk(rank);
+  // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
+  const int64_t c0 = chunk(rank).first, c1 = chunk(rank).second;
   if (pool && pool->size() > 1) {
     pool->parallel_for(c1 - c0, [&](int64_t i0, int64_t i1) { reduce_range(rank, c0 + i0, c0 + i1); }, 1 << 15);
   } else {

@@ -17,21 +17,46 @@ const std::string kSpace = "\xE2\x96\x81";  // U+2581 "▁"
   fail(ErrorKind::Unsupported, path + ": " + what + " is not supported");
 }
 
+// Largest token id accepted from a file: far above real vocabularies (~260K), small enough that the
+// id -> piece table stays bounded for a lying file.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 22) - 1;
+
+int32_t token_id_in_range(const JsonIn& v) {
+  const int64_t id = v.i64();
+  if (id < 0 || id > kMaxTokenId) v.bad("token id " + std::to_string(id) + " is outside [0, " + std::to_string(kMaxTokenId) + "]");
+  return int32_t(id);
+}
+
+// tokenizer_config.json next to `tokenizer_path` (for error messages).
+std::string config_name(const std::string& tokenizer_path) {
+  const size_t slash = tokenizer_path.find_last_of('/');
+  return (slash == std::string::npos ? std::string() : tokenizer_path.substr(0, slash + 1)) + "tokenizer_config.json";
+}
+
 // Applies tokenizer_config.json: BOS/EOS names, add_bos_token, added_tokens_decoder.
-void apply_config(HfBpeTokenizer::Spec& s, const nlohmann::json& cfg) {
-  if (!cfg.is_object()) return;
-  if (cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object())
-    for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end(); ++it) {
-      int32_t id = int32_t(std::stol(it.key()));
-      std::string content = it.value().value("content", std::string());
-      bool special = it.value().value("special", false);
+void apply_config(HfBpeTokenizer::Spec& s, const nlohmann::json& json, const std::string& file) {
+  if (!json.is_object()) return;
+  const JsonIn cfg(json, file);
+  if (cfg.has("added_tokens_decoder") && cfg.at("added_tokens_decoder").is_object()) {
+    const JsonIn dec = cfg.at("added_tokens_decoder");
+    for (auto it = dec.json().begin(); it != dec.json().end(); ++it) {
+      const JsonIn entry = dec.at(it.key());
+      const std::string& key = it.key();
+      if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos)
+        entry.bad("key is not a token id");
+      const int32_t id = int32_t(std::stol(key));
+      if (id > kMaxTokenId) entry.bad("token id " + key + " is too large");
+      std::string content = entry.str("content", std::string());
+      bool special = entry.boolean("special", false);
       if (content.empty()) continue;
       bool known = std::any_of(s.added.begin(), s.added.end(), [&](const auto& a) { return a.id == id; });
       if (!known) s.added.push_back({content, id, special});
     }
+  }
   auto token_id = [&](const char* key) -> int32_t {
-    if (!cfg.contains(key) || cfg[key].is_null()) return -1;
-    std::string name = cfg[key].is_string() ? cfg[key].get<std::string>() : cfg[key].value("content", std::string());
+    if (!cfg.has(key)) return -1;
+    const JsonIn v = cfg.at(key);
+    std::string name = v.is_string() ? v.str() : v.str("content", std::string());
     for (const auto& a : s.added)
       if (a.content == name) return a.id;
     for (size_t i = 0; i < s.pieces.size(); ++i)
@@ -40,8 +65,9 @@ void apply_config(HfBpeTokenizer::Spec& s, const nlohmann::json& cfg) {
   };
   if (int32_t b = token_id("bos_token"); b >= 0) s.bos = b;
   if (int32_t e = token_id("eos_token"); e >= 0) s.eos = e;
-  if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) s.add_bos = cfg["add_bos_token"].get<bool>();
-  if (cfg.value("tokenizer_class", std::string()).rfind("Qwen2Tokenizer", 0) == 0) {
+  if (cfg.has("add_bos_token") && cfg.at("add_bos_token").json().is_boolean()) s.add_bos = cfg.at("add_bos_token").boolean();
+  const JsonIn cls = cfg.opt("tokenizer_class");
+  if (cls.is_string() && cls.str().rfind("Qwen2Tokenizer", 0) == 0) {
     s.nfc = true;
     s.splits = {tok::kQwen2Pattern};
   }
@@ -53,42 +79,43 @@ void place(std::vector<std::string>& pieces, int32_t id, const std::string& p) {
   pieces[size_t(id)] = p;
 }
 
-std::vector<std::pair<std::string, std::string>> parse_merges_json(const nlohmann::json& m, const std::string& path) {
+std::vector<std::pair<std::string, std::string>> parse_merges_json(const JsonIn& m) {
   std::vector<std::pair<std::string, std::string>> out;
   out.reserve(m.size());
-  for (const auto& e : m) {
+  for (const JsonIn& e : m.elements()) {
     if (e.is_string()) {
-      const std::string s = e.get<std::string>();
+      const std::string s = e.str();
       size_t sp = s.find(' ', 1);
-      if (sp == std::string::npos) fail(ErrorKind::InvalidInput, path + ": bad merge '" + s + "'");
+      if (sp == std::string::npos) e.bad("bad merge '" + s + "'");
       out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else if (e.is_array() && e.size() == 2) {
-      out.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      out.emplace_back(e.at(0).str(), e.at(1).str());
     } else {
-      fail(ErrorKind::InvalidInput, path + ": merges entry is neither \"a b\" nor [a, b]");
+      e.bad("merges entry is neither \"a b\" nor [a, b]");
     }
   }
   return out;
 }
 
 // Walks a pre_tokenizer description and records what we support; anything else is refused by name.
-void read_pretokenizer(HfBpeTokenizer::Spec& s, const nlohmann::json& p, const std::string& path) {
+void read_pretokenizer(HfBpeTokenizer::Spec& s, const JsonIn& p, const std::string& path, int depth = 0) {
   if (p.is_null()) return;
-  std::string type = p.value("type", std::string());
+  if (depth > 8) p.bad("pre-tokenizer Sequences nested too deeply");
+  std::string type = p.str("type", std::string());
   if (type == "Sequence") {
-    for (const auto& q : p["pretokenizers"]) read_pretokenizer(s, q, path);
+    for (const JsonIn& q : p.at("pretokenizers").elements()) read_pretokenizer(s, q, path, depth + 1);
   } else if (type == "ByteLevel") {
-    if (p.value("add_prefix_space", false)) unsupported(path, "ByteLevel add_prefix_space=true");
-    if (p.value("use_regex", true)) s.splits.push_back(tok::kGpt2Pattern);
+    if (p.boolean("add_prefix_space", false)) unsupported(path, "ByteLevel add_prefix_space=true");
+    if (p.boolean("use_regex", true)) s.splits.push_back(tok::kGpt2Pattern);
   } else if (type == "Split") {
-    const auto& pat = p["pattern"];
-    if (!pat.contains("Regex")) unsupported(path, "Split with a string pattern");
-    std::string behavior = p.value("behavior", std::string("Isolated"));
+    const JsonIn pat = p.at("pattern");
+    if (!pat.has("Regex")) unsupported(path, "Split with a string pattern");
+    std::string behavior = p.str("behavior", std::string("Isolated"));
     if (behavior != "Isolated") unsupported(path, "Split behavior '" + behavior + "'");
-    if (p.value("invert", false)) unsupported(path, "Split invert=true");
-    s.splits.push_back(pat["Regex"].get<std::string>());
+    if (p.boolean("invert", false)) unsupported(path, "Split invert=true");
+    s.splits.push_back(pat.at("Regex").str());
   } else if (type == "Digits") {
-    if (!p.value("individual_digits", false)) unsupported(path, "Digits individual_digits=false");
+    if (!p.boolean("individual_digits", false)) unsupported(path, "Digits individual_digits=false");
     s.splits.push_back("\\p{N}");
   } else {
     unsupported(path, "pre-tokenizer '" + type + "'");
@@ -215,65 +242,64 @@ std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_sp
 
 std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tokenizer_json(const std::string& path,
                                                                     const nlohmann::json& config) {
-  nlohmann::json j = read_json_file(path);
-  try {
-    Spec s;
-    s.source = "tokenizer.json";
-    const auto& m = j.at("model");
-    std::string type = m.value("type", std::string("BPE"));
-    if (type != "BPE") unsupported(path, "model type '" + type + "'");
-    for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) place(s.pieces, it.value().get<int32_t>(), it.key());
-    s.merges = parse_merges_json(m.at("merges"), path);
-    s.bpe.byte_fallback = m.value("byte_fallback", false);
-    s.bpe.ignore_merges = m.value("ignore_merges", false);
-    s.bpe.fuse_unk = m.value("fuse_unk", false);
-    if (m.contains("unk_token") && m["unk_token"].is_string()) {
-      auto it = m["vocab"].find(m["unk_token"].get<std::string>());
-      if (it != m["vocab"].end()) s.bpe.unk_id = it->get<int32_t>();
-    }
-    if (j.contains("added_tokens"))
-      for (const auto& a : j["added_tokens"]) s.added.push_back({a.at("content"), a.at("id"), a.value("special", false)});
-    // Normalizer: NFC (Qwen) or the SentencePiece Prepend/Replace pair.
-    std::vector<nlohmann::json> norms;
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      const auto& n = j["normalizer"];
-      if (n.value("type", std::string()) == "Sequence") for (const auto& x : n["normalizers"]) norms.push_back(x);
-      else norms.push_back(n);
-    }
-    bool spm = false;
-    for (const auto& n : norms) {
-      std::string t = n.value("type", std::string());
-      if (t == "NFC") s.nfc = true;
-      else if (t == "Prepend" && n.value("prepend", std::string()) == kSpace) spm = true;
-      else if (t == "Replace" && n["pattern"].value("String", std::string()) == " " && n.value("content", std::string()) == kSpace) spm = true;
-      else unsupported(path, "normalizer '" + t + "'");
-    }
-    if (spm) {
-      s.kind = Kind::SentencePiece;
-      if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
-        unsupported(path, "a pre-tokenizer together with the SentencePiece normalizer");
-    } else {
-      s.kind = Kind::ByteLevel;
-      read_pretokenizer(s, j.value("pre_tokenizer", nlohmann::json()), path);
-    }
-    // BOS from a TemplateProcessing post-processor (a special token before sequence A).
-    if (j.contains("post_processor") && j["post_processor"].is_object() &&
-        j["post_processor"].value("type", std::string()) == "TemplateProcessing") {
-      const auto& single = j["post_processor"]["single"];
-      if (!single.empty() && single[0].contains("SpecialToken")) {
-        std::string name = single[0]["SpecialToken"]["id"].get<std::string>();
-        for (const auto& a : s.added)
-          if (a.content == name) { s.bos = a.id; s.add_bos = true; }
-      }
-    }
-    bool add_bos = s.add_bos;
-    apply_config(s, config);
-    if (!config.contains("add_bos_token")) s.add_bos = add_bos || s.add_bos;
-    if (spm) s.splits.clear();
-    return std::make_unique<HfBpeTokenizer>(std::move(s));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::InvalidInput, path + ": " + e.what());
+  const nlohmann::json json = read_json_file(path);
+  const JsonIn j(json, path);
+  Spec s;
+  s.source = "tokenizer.json";
+  const JsonIn m = j.at("model");
+  std::string type = m.str("type", std::string("BPE"));
+  if (type != "BPE") unsupported(path, "model type '" + type + "'");
+  const JsonIn vocab = m.at("vocab");
+  if (!vocab.is_object()) vocab.bad("must be an object");
+  for (auto it = vocab.json().begin(); it != vocab.json().end(); ++it)
+    place(s.pieces, token_id_in_range(vocab.at(it.key())), it.key());
+  s.merges = parse_merges_json(m.at("merges"));
+  s.bpe.byte_fallback = m.boolean("byte_fallback", false);
+  s.bpe.ignore_merges = m.boolean("ignore_merges", false);
+  s.bpe.fuse_unk = m.boolean("fuse_unk", false);
+  if (m.has("unk_token") && m.at("unk_token").is_string()) {
+    const std::string unk = m.at("unk_token").str();
+    if (vocab.has(unk)) s.bpe.unk_id = token_id_in_range(vocab.at(unk));
   }
+  for (const JsonIn& a : j.opt("added_tokens").is_null() ? std::vector<JsonIn>() : j.at("added_tokens").elements())
+    s.added.push_back({a.at("content").str(), token_id_in_range(a.at("id")), a.boolean("special", false)});
+  // Normalizer: NFC (Qwen) or the SentencePiece Prepend/Replace pair.
+  std::vector<JsonIn> norms;
+  if (j.has("normalizer")) {
+    const JsonIn n = j.at("normalizer");
+    if (n.str("type", std::string()) == "Sequence") norms = n.at("normalizers").elements();
+    else norms.push_back(n);
+  }
+  bool spm = false;
+  for (const JsonIn& n : norms) {
+    std::string t = n.str("type", std::string());
+    if (t == "NFC") s.nfc = true;
+    else if (t == "Prepend" && n.str("prepend", std::string()) == kSpace) spm = true;
+    else if (t == "Replace" && n.at("pattern").str("String", std::string()) == " " && n.str("content", std::string()) == kSpace) spm = true;
+    else unsupported(path, "normalizer '" + t + "'");
+  }
+  if (spm) {
+    s.kind = Kind::SentencePiece;
+    if (j.has("pre_tokenizer")) unsupported(path, "a pre-tokenizer together with the SentencePiece normalizer");
+  } else {
+    s.kind = Kind::ByteLevel;
+    read_pretokenizer(s, j.opt("pre_tokenizer"), path);
+  }
+  // BOS from a TemplateProcessing post-processor (a special token before sequence A).
+  if (j.has("post_processor") && j.at("post_processor").is_object() &&
+      j.at("post_processor").str("type", std::string()) == "TemplateProcessing") {
+    const JsonIn single = j.at("post_processor").at("single");
+    if (single.size() > 0 && single.at(0).has("SpecialToken")) {
+      std::string name = single.at(0).at("SpecialToken").at("id").str();
+      for (const auto& a : s.added)
+        if (a.content == name) { s.bos = a.id; s.add_bos = true; }
+    }
+  }
+  bool add_bos = s.add_bos;
+  apply_config(s, config, config_name(path));
+  if (!config.contains("add_bos_token")) s.add_bos = add_bos || s.add_bos;
+  if (spm) s.splits.clear();
+  return std::make_unique<HfBpeTokenizer>(std::move(s));
 }
 
 std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_vocab_merges(const std::string& vocab_json,
@@ -285,8 +311,7 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_vocab_merges(const std::str
   nlohmann::json v = read_json_file(vocab_json);
   if (!v.is_object()) fail(ErrorKind::InvalidInput, vocab_json + ": not a JSON object");
   for (auto it = v.begin(); it != v.end(); ++it) {
-    if (!it.value().is_number_integer()) fail(ErrorKind::InvalidInput, vocab_json + ": id of '" + it.key() + "' is not an integer");
-    place(s.pieces, it.value().get<int32_t>(), it.key());
+    place(s.pieces, token_id_in_range(JsonIn(it.value(), vocab_json, it.key())), it.key());
   }
   std::istringstream in(read_text_file(merges_txt));
   std::string line;
@@ -296,7 +321,7 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_vocab_merges(const std::str
     if (sp == std::string::npos) fail(ErrorKind::InvalidInput, merges_txt + ": bad merge line '" + line + "'");
     s.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
-  apply_config(s, config);
+  apply_config(s, config, config_name(vocab_json));
   return std::make_unique<HfBpeTokenizer>(std::move(s));
 }
 
@@ -343,7 +368,10 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tiktoken(const std::string&
     if (line.empty()) continue;
     size_t sp = line.find(' ');
     if (sp == std::string::npos) fail(ErrorKind::InvalidInput, path + ": line " + std::to_string(lineno) + " is not 'base64 rank'");
-    int32_t rank = int32_t(std::stol(line.substr(sp + 1)));
+    const std::string r = line.substr(sp + 1);
+    if (r.empty() || r.size() > 9 || r.find_first_not_of("0123456789") != std::string::npos || std::stol(r) > kMaxTokenId)
+      fail(ErrorKind::InvalidInput, path + ": line " + std::to_string(lineno) + ": rank '" + r + "' is not a token id");
+    int32_t rank = int32_t(std::stol(r));
     place(s.pieces, rank, bl.encode(base64_decode(line.substr(0, sp), path)));
   }
   // Llama-3 special tokens follow the regular ones (ids 128000..128255 for the 128000-token vocab).
@@ -359,7 +387,7 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tiktoken(const std::string&
   s.bos = base;
   s.eos = base + 1;
   s.add_bos = true;
-  apply_config(s, config);
+  apply_config(s, config, config_name(path));
   return std::make_unique<HfBpeTokenizer>(std::move(s));
 }
 
