@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace ar {
 
@@ -49,6 +50,14 @@ class Hash64 {
   uint8_t buf_[8] = {};
   size_t fill_ = 0;
 };
+
+// Fixed-width lowercase hex (16 digits), as checksums are stored in JSON state files.
+inline std::string hex64(uint64_t v) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[size_t(i)] = kDigits[v & 15];
+  return s;
+}
 
 inline uint64_t hash64(const void* data, size_t n) {
   Hash64 h;

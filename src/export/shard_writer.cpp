@@ -13,14 +13,6 @@
 
 namespace ar {
 
-namespace {
-std::string hex64(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
-  return b;
-}
-}  // namespace
-
 ShardWriter::ShardWriter(std::string dir, uint64_t max_shard_bytes) : dir_(std::move(dir)), max_bytes_(max_shard_bytes) {}
 
 ShardWriter::~ShardWriter() {

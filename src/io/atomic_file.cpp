@@ -21,10 +21,13 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   std::vector<char> name(path.begin(), path.end());
   for (char c : std::string(".tmp.XXXXXX")) name.push_back(c);
   name.push_back('\0');
-  const int fd = mkstemp(name.data());  // exclusive: never opens (or truncates) an existing file
-  if (fd < 0) fail(ErrorKind::Io, path + ": cannot create: " + std::strerror(errno));
-  tmp_ = name.data();
-  reg_.assign(tmp_, false);
+  int fd = -1;
+  without_interrupt_cleanup([&] {  // created and registered as one step: a signal sees both or neither
+    fd = mkstemp(name.data());     // exclusive: never opens (or truncates) an existing file
+    if (fd < 0) fail(ErrorKind::Io, path + ": cannot create: " + std::strerror(errno));
+    tmp_ = name.data();
+    reg_.assign(tmp_, false);
+  });
   fchmod(fd, 0644);
   f_ = fdopen(fd, "wb");
   if (!f_) {
@@ -110,7 +113,7 @@ AtomicDir::AtomicDir(const OutputSpec& spec) : spec_(spec) {
   fs::create_directories(fs::path(path_).parent_path(), ec);
   if (ec) fail(ErrorKind::Io, fs::path(path_).parent_path().string() + ": cannot create directory: " + ec.message());
   clean_stale();
-  create_temp();
+  without_interrupt_cleanup([&] { create_temp(); });  // a signal sees the temporary registered or absent
 }
 
 void AtomicDir::clean_stale() {

@@ -46,19 +46,22 @@ int64_t token_id(const nlohmann::json& j, const char* key) {
 // choice could silently run the wrong positions.
 void parse_scaling(const nlohmann::json& rs, const std::string& path, const std::string& field, RopeScaling& out) {
   if (!rs.is_object()) bad_field(path, field, "must be an object or null");
-  const std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
-                           : rs.contains("type")    ? rs["type"].get<std::string>()
+  const JsonIn in(rs, path, field);
+  const std::string type = rs.contains("rope_type") ? in.at("rope_type").str()
+                           : rs.contains("type")    ? in.at("type").str()
                                                     : std::string("default");
   if (type == "default") return;
   if (type != "llama3") bad_field(path, field, "rope_type '" + type + "' is not supported (default, llama3)");
   out.type = type;
   for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-    if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0))
-      bad_field(path, field + "." + k, "missing or not a positive number for rope_type llama3");
+    if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0) || !(rs[k].get<double>() <= 0x1p53))
+      bad_field(path, field + "." + k, "missing or not a positive number (at most 2^53) for rope_type llama3");
+  if (rs["original_max_position_embeddings"].get<double>() != std::floor(rs["original_max_position_embeddings"].get<double>()))
+    bad_field(path, field + ".original_max_position_embeddings", "must be a whole number");
   out.factor = rs["factor"].get<double>();
   out.low_freq_factor = rs["low_freq_factor"].get<double>();
   out.high_freq_factor = rs["high_freq_factor"].get<double>();
-  out.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int64_t>();
+  out.original_max_position_embeddings = int64_t(rs["original_max_position_embeddings"].get<double>());
   if (out.high_freq_factor <= out.low_freq_factor) bad_field(path, field + ".high_freq_factor", "must exceed low_freq_factor");
 }
 
@@ -128,7 +131,8 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   c.vocab_size = req_int(j, path, "vocab_size");
   c.max_position_embeddings = opt_int(j, path, "max_position_embeddings", 2048);
   c.rms_norm_eps = opt_num(j, path, "rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  const JsonIn in(j, path);  // checked access: wrong types are refused naming the field
+  c.tie_word_embeddings = in.boolean("tie_word_embeddings", false);
   c.bos_token_id = token_id(j, "bos_token_id");
   c.eos_token_id = token_id(j, "eos_token_id");
   if (c.num_heads % c.num_kv_heads)
@@ -143,17 +147,25 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2) bad_field(path, "head_dim", "must be even for rotary embeddings");
-  std::string act = j.value("hidden_act", std::string("silu"));
+  std::string act = in.str("hidden_act", std::string("silu"));
   if (act != "silu") bad_field(path, "hidden_act", "'" + act + "' is not supported (only silu)");
-  if (j.value("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
+  if (in.boolean("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
   if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number() &&
       j["partial_rotary_factor"].get<double>() != 1.0)
     bad_field(path, "partial_rotary_factor", "only 1.0 is supported");
   parse_rope(j, path, c);
   if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
     const auto& q = j["quantization_config"];
-    std::string method = q.value("quant_method", std::string());
-    std::string packing = q.value("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
+    const JsonIn qi = in.at("quantization_config");
+    // Integers of the quantization_config, range-checked before any narrowing.
+    auto q_int = [&](const char* k, int64_t def) -> int64_t {
+      if (!qi.has(k)) return def;
+      const int64_t v = qi.at(k).i64();
+      if (v < -1 || v > (int64_t(1) << 30)) qi.at(k).bad(std::to_string(v) + " is out of range");
+      return v;
+    };
+    std::string method = qi.str("quant_method", std::string());
+    std::string packing = qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
     if (method != "auto-round" && method != "gptq" && method != "awq")
       bad_field(path, "quantization_config.quant_method", "'" + method + "' is not supported (auto-round, gptq, awq)");
     if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&
@@ -161,12 +173,12 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
         packing != "auto_awq")
       bad_field(path, "quantization_config.packing_format", "'" + packing + "' is not supported");
     c.quant.present = packing != "auto_round:fake";  // fake: dense QDQ weights, nothing to unpack
-    c.quant.bits = q.value("bits", 4);
-    c.quant.group_size = q.value("group_size", int64_t(128));
-    c.quant.sym = q.value("sym", true);
+    c.quant.bits = int(q_int("bits", 4));
+    c.quant.group_size = q_int("group_size", 128);
+    c.quant.sym = qi.boolean("sym", true);
     c.quant.zero_minus_one = packing == "auto_round:auto_gptq" || packing == "auto_gptq";
     c.quant.awq = packing == "auto_round:auto_awq" || packing == "auto_awq";
-    if (c.quant.awq) c.quant.sym = q.contains("zero_point") ? !q.value("zero_point", true) : c.quant.sym;
+    if (c.quant.awq) c.quant.sym = q.contains("zero_point") ? !qi.boolean("zero_point", true) : c.quant.sym;
     if (c.quant.present && (c.quant.awq ? c.quant.bits != 4 : (c.quant.bits != 2 && c.quant.bits != 3 && c.quant.bits != 4 && c.quant.bits != 8)))
       bad_field(path, "quantization_config.bits", std::to_string(c.quant.bits) + "-bit packed weights are not supported");
   }

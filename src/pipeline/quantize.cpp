@@ -62,6 +62,54 @@ void check_finite(const Tensor& t, const std::string& what) {
     if (!std::isfinite(t.f32()[i])) fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
 }
 
+// The output's rules (io/output_guard.h): inputs are the model and the --dataset files; the report
+// path is checked too (an existing one is replaced only with --overwrite and only if it is ours).
+OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path) {
+  OutputSpec spec;
+  spec.path = opt.output_dir;
+  spec.overwrite = opt.overwrite;
+  spec.resumable = opt.resume;
+  spec.inputs = {opt.model_dir};
+  if (!opt.calib.dataset.empty())
+    for (const auto& src : quant::parse_dataset_spec(opt.calib.dataset)) spec.inputs.push_back(src.path);
+  if (!opt.report_path.empty())
+    *report_path = check_output_file(opt.report_path, "--report", opt.overwrite, spec.inputs, is_report_file);
+  return spec;
+}
+
+// Everything that determines the output; a resume state from other options is refused. Paths are
+// canonical and the calibration enters as a checksum of its tokens, so a resume works from any
+// current directory.
+nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::CalibData& calib, bool lm_head_q) {
+  const uint64_t tokens = hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]));
+  return {{"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
+          {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
+          {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
+          {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
+          {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
+          {"calibration", {{"n", calib.n}, {"seqlen", calib.seqlen}, {"tokens_hash", hex64(tokens)}}},
+          {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
+          {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic},
+          // Without --deterministic the bits depend on the world, so a resume must keep it.
+          {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
+}
+
+// config.json with quantization_config (and fp16 dtype for GPTQ/AWQ), quantization_config.json and
+// the source's tokenizer and generation files.
+void write_metadata(const QuantizeOptions& opt, const AtomicDir& out, const nlohmann::ordered_json& q, bool fp16_out) {
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
+  config["quantization_config"] = q;
+  if (fp16_out) {
+    if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
+    if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";
+  }
+  write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
+  write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
+    if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
+}
+
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
@@ -98,17 +146,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                  "] not a multiple of 32");
   for (const auto& f : opt.fp_layers)
     if (lm_head_q && !f.empty() && std::string("lm_head").find(f) != std::string::npos) lm_head_skip("--fp_layers " + f);
-  // The output is checked and its temporary created before any work (io/output_guard.h).
-  OutputSpec spec;
-  spec.path = opt.output_dir;
-  spec.overwrite = opt.overwrite;
-  spec.resumable = opt.resume;
-  spec.inputs = {opt.model_dir};
-  if (!opt.calib.dataset.empty())
-    for (const auto& src : quant::parse_dataset_spec(opt.calib.dataset)) spec.inputs.push_back(src.path);
-  const std::string report_path =
-      opt.report_path.empty() ? "" : check_output_file(opt.report_path, "--report", opt.overwrite, spec.inputs, is_report_file);
-  AtomicDir out(spec);
+  std::string report_path;
+  AtomicDir out(output_spec(opt, &report_path));  // checked, temporary created: before any work
   if (!out.note().empty()) {
     log_info(out.note());
     rep.notes.push_back(out.note());
@@ -131,23 +170,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
 
   Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
   Tensor x_q, tmp;
-  // Everything that determines the output; a resume state from other options is refused. Paths are
-  // canonical and the calibration enters as a checksum of its tokens, so a resume works from any
-  // current directory.
-  nlohmann::ordered_json fingerprint = {
-      {"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
-      {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
-      {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
-      {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
-      {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
-      {"calibration", {{"n", n}, {"seqlen", T}, {"tokens_hash", hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]))}}},
-      {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
-      {"quant_lm_head", lm_head_q},
-      {"deterministic", opt.tune.deterministic},
-      // Without --deterministic the bits depend on the world, so a resume must keep it.
-      {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  ResumeKeeper keeper(out.tmp(), {fingerprint, cfg.num_layers});
+  ResumeKeeper keeper(out.tmp(), {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers});
   const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, writer, extra, ctx) : 0;
   if (start_block > 0) out.keep();
   if (start_block > 0) {
@@ -341,18 +365,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   }
   writer.finish();
 
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
-  const nlohmann::ordered_json q = quantization_config(opt, awq, lm_head_q, extra);
-  config["quantization_config"] = q;
-  if (fp16_out) {
-    if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
-    if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";
-  }
-  write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
-  write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                        "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
-    if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
+  write_metadata(opt, out, quantization_config(opt, awq, lm_head_q, extra), fp16_out);
   if (opt.resume) keeper.discard();  // the resume state is not part of the output
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();

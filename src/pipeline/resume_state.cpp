@@ -17,12 +17,6 @@
 namespace ar {
 
 namespace {
-std::string hex64(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
-  return b;
-}
-
 bool parse_hex64(const nlohmann::json& j, uint64_t* out) {
   if (!j.is_string()) return false;
   const std::string s = j.get<std::string>();

@@ -1,10 +1,11 @@
 // Llama (1/2/3/3.x, TinyLlama, SmolLM): optional attention_bias on q/k/v/o; llama3 rope scaling.
 #include "core/error.h"
 #include "model/arch/arch.h"
+#include "io/json_file.h"
 
 namespace ar {
-void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::string&) {
-  bool bias = j.value("attention_bias", false);
+void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
+  bool bias = JsonIn(j, path).boolean("attention_bias", false);
   cfg.qkv_bias = cfg.o_bias = bias;
 }
 }  // namespace ar
