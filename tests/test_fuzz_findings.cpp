@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "io/llama2c.h"
+#include "model/config.h"
 #include "model/tokenizer/hf_bpe.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -186,4 +187,57 @@ TEST(FuzzFindings, Llama2cSizesCannotWrap) {
   const size_t n = V * D + L * D * 2 + L * D * D * 2 + L * kv * D * 2 + L * H * D * 3 + D + 4 * hs;
   EXPECT_EQ(ar::read_llama2c(llama2c_file(d, ok, n)).wq.size(), D * D);
   expect_llama2c_refused(llama2c_file(d, ok, n - 1), "truncated");
+}
+
+namespace {
+json tiny_config() {
+  return json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+                         "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 300})");
+}
+
+void expect_config_refused(const json& j, std::initializer_list<const char*> parts) {
+  try {
+    ar::parse_model_config(j, "m/config.json");
+    ADD_FAILURE() << "accepted: " << j.dump();
+  } catch (const ar::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("m/config.json"), std::string::npos) << msg;
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+}  // namespace
+
+// Was: quantization_config.bits = 1e300 converted to int by nlohmann's value<int>() (float-cast
+// overflow, UBSan); likewise rope_scaling.original_max_position_embeddings to int64.
+TEST(FuzzFindings, ConfigNumbersOutOfRange) {
+  json j = tiny_config();
+  j["quantization_config"] = {{"quant_method", "auto-round"}, {"packing_format", "auto_round:auto_gptq"}, {"bits", 1e300}};
+  expect_config_refused(j, {"quantization_config.bits", "must be an integer"});
+  j["quantization_config"]["bits"] = int64_t(1) << 40;
+  expect_config_refused(j, {"quantization_config.bits", "out of range"});
+  j = tiny_config();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 1e300}};
+  expect_config_refused(j, {"rope_scaling.original_max_position_embeddings"});
+  j["rope_scaling"]["original_max_position_embeddings"] = 8192.5;
+  expect_config_refused(j, {"rope_scaling.original_max_position_embeddings", "whole number"});
+  j["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  EXPECT_EQ(ar::parse_model_config(j, "m/config.json").rope_scaling.original_max_position_embeddings, 8192);
+}
+
+// Was: one line "[json.exception.type_error.302] type must be boolean, but is string" that named no field.
+TEST(FuzzFindings, ConfigWrongTypesNameTheField) {
+  json j = tiny_config();
+  j["tie_word_embeddings"] = "yes";
+  expect_config_refused(j, {"tie_word_embeddings", "must be true or false"});
+  j = tiny_config();
+  j["attention_bias"] = 1;
+  expect_config_refused(j, {"attention_bias", "must be true or false"});
+  j = tiny_config();
+  j["hidden_act"] = 3;
+  expect_config_refused(j, {"hidden_act", "must be a string"});
+  j = tiny_config();
+  j["rope_scaling"] = {{"rope_type", 3}};
+  expect_config_refused(j, {"rope_scaling.rope_type", "must be a string"});
 }
