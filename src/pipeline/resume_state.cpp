@@ -38,6 +38,24 @@ void check_extra(const nlohmann::json& extra, int64_t next_block, const std::fun
       bad("'extra' entry of '" + k + "' is malformed");
   }
 }
+// The writer may only hold tensors of what is written so far: the embeddings and blocks < next_block
+// (structure, ranges and files are ShardWriter::restore's to check).
+void check_writer_names(const nlohmann::json& w, int64_t next_block, const std::function<void(const std::string&)>& bad) {
+  static const std::regex kName(R"(model\.embed_tokens\.weight|model\.layers\.(\d{1,6})\.[A-Za-z0-9_.]{1,64})");
+  auto check = [&](const nlohmann::json& entries) {
+    if (!entries.is_array()) bad("'writer' entries are not an array");
+    for (const auto& e : entries) {
+      if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) bad("'writer' entry without a name");
+      const std::string name = e["name"].get<std::string>();
+      std::smatch m;
+      if (!std::regex_match(name, m, kName) || (m[1].matched && std::stoll(m[1].str()) >= next_block))
+        bad("'writer' holds '" + name.substr(0, 80) + "', not a tensor of the embeddings or a written block");
+    }
+  };
+  if (w.contains("entries")) check(w["entries"]);
+  if (w.contains("closed") && w["closed"].is_array())
+    for (const auto& c : w["closed"]) check(c);
+}
 }  // namespace
 
 std::string resume_act_name(const char* which, int64_t next_block) {
@@ -68,6 +86,7 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
     s.x_q = resume_act_name("x_q", s.next_block);
   }
   if (!j["writer"].is_object()) bad("'writer' is not an object");
+  check_writer_names(j["writer"], s.next_block, bad);
   s.writer = j["writer"];
   check_extra(j["extra"], s.next_block, bad);
   s.extra = nlohmann::ordered_json::parse(j["extra"].dump());
