@@ -1,0 +1,49 @@
+// bf16 mixed-precision GEMM groundwork (issue 10): CPU feature detection, fp32 <-> bf16 conversion and
+// oneDNN matmuls (bf16 operands with fp32 accumulation, and oneDNN's fp32 matmul for comparison with
+// OpenBLAS). Same layout conventions as cpu::gemm (kernels/cpu/ops.h): row-major, op(X) = X or X^T,
+// leading dimensions in elements. bf16 values are raw uint16_t (the top half of an fp32, core/dtype.h).
+// Tested in tests/test_kernels_bf16.cpp; measured by bench/gemm_bench.cpp (docs/benchmarks.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/context.h"
+
+namespace ar::cpu {
+
+// isa.cpp — cpuid + xgetbv (the OS must save the ZMM / tile state), read on every call (cheap).
+struct CpuIsa {
+  bool avx512 = false;       // AVX512F + BW + VL usable
+  bool avx512_bf16 = false;  // VDPBF16PS / VCVTNEPS2BF16 usable
+  bool amx_bf16 = false;     // AMX-BF16 + AMX-TILE present and tile state enabled in XCR0
+};
+CpuIsa cpu_isa();
+
+// bf16_convert.cpp — elementwise, spread over the context's pool (bits independent of threads).
+// fp32 -> bf16 rounds to nearest even as PyTorch does (subnormals kept, overflow to +-inf, NaN stays a
+// quiet NaN with its sign and top payload bits); equals ar::f32_to_bf16 element by element.
+void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n);
+// bf16 -> fp32 is exact.
+void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n);
+
+// matmul_dnnl.cpp — oneDNN matmuls.
+// True where the CPU has bf16 dot products (AVX512_BF16 or AMX-BF16) and oneDNN will use them (its
+// effective ISA, which ONEDNN_MAX_CPU_ISA may lower, includes bf16). gemm_bf16 requires it;
+// callers fall back to the fp32 path (cpu::gemm) where it is false.
+bool bf16_gemm_supported();
+// One line for logs: "avx512_bf16", "amx_bf16", or why bf16 GEMMs are unavailable.
+std::string bf16_support_summary();
+
+// C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C (beta == 0: C is not read).
+// A and B bf16, C fp32, products and sums in fp32 (exact bf16 products). Throws Unsupported where
+// bf16_gemm_supported() is false.
+void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The same on fp32 operands with oneDNN's fp32 matmul (any x86-64 CPU).
+void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The oneDNN implementation that runs the first unit of such a GEMM on dense operands
+// (e.g. "brg:avx512_core_bf16"), for logs and benchmarks.
+std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K);
+
+}  // namespace ar::cpu

@@ -1,0 +1,172 @@
+// GEMMs on oneDNN's matmul primitive: bf16 operands with fp32 accumulation (gemm_bf16) and fp32
+// (gemm_f32_dnnl). Layout as cpu::gemm: C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C, row-major,
+// op(A) = A^T when ta (A stored [K,M]), op(B) = B^T when tb (B stored [N,K]); transposes are strides of
+// the memory descriptors, nothing is copied here. bf16 products are exact in fp32, sums are fp32.
+// Threads: oneDNN (Debian's build uses OpenMP) runs single-threaded inside the context's pool. The
+// output is cut into fixed units, each its own matmul call, chosen from the shape only (never from the
+// thread count): threads only decide who runs which units, so the bits do not depend on the thread
+// count (same scheme as cpu::gemm, kernels/cpu/matmul.cpp). Units are column blocks of C when A is not
+// transposed (each slice of B is packed once, A is read in place) and row blocks otherwise, in
+// multiples of 64 (oneDNN's brgemm block) of at least kMinWork multiply-adds.
+// Reference: ref::gemm in double on the bf16-rounded operands (tests/test_kernels_bf16.cpp).
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cpu/bf16_ops.h"
+
+extern "C" {  // libgomp (oneDNN's threading runtime); the nthreads ICV is per calling thread
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+}
+
+namespace ar::cpu {
+
+namespace {
+using dnnl::memory;
+using dt = memory::data_type;
+
+// Makes oneDNN single-threaded on this thread for the guard's lifetime (OpenMP's nthreads-var is a
+// per-thread setting; the previous value is restored).
+class OneThread {
+ public:
+  OneThread() : prev_(omp_get_max_threads()) {
+    if (prev_ != 1) omp_set_num_threads(1);
+  }
+  ~OneThread() {
+    if (prev_ != 1) omp_set_num_threads(prev_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int prev_;
+};
+
+struct Gemm {
+  dt type;
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha;
+  const void* A;
+  int64_t lda;
+  const void* B;
+  int64_t ldb;
+  float beta;
+  float* C;
+  int64_t ldc;
+};
+
+dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, bool tb, int64_t m, int64_t n,
+                                     int64_t K, int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
+  const memory::desc a({m, K}, type, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+  const memory::desc b({K, n}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c({m, n}, dt::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
+}
+
+// Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread.
+void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const size_t es = g.type == dt::bf16 ? 2 : 4;
+  auto at = [](const void* p, int64_t elems, size_t size) {
+    return const_cast<char*>(static_cast<const char*>(p)) + size_t(elems) * size;
+  };
+  void* a = at(g.A, g.ta ? m0 : m0 * g.lda, es);  // row m of op(A): column m of A when transposed
+  void* b = at(g.B, g.tb ? n0 * g.ldb : n0, es);  // column n of op(B): row n of B when transposed
+  float* c = g.C + m0 * g.ldc + n0;
+  OneThread one;
+  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.lda, g.ldb, g.ldc, g.alpha, g.beta);
+  dnnl::stream s(eng);
+  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
+                               {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
+                               {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)}});
+  s.wait();
+}
+
+constexpr int64_t kMinWork = int64_t(1) << 24;  // multiply-adds per unit
+constexpr int64_t kAlign = 64;
+
+// Units along one dimension of extent `len` whose unit of width 1 costs `per` multiply-adds.
+int64_t unit_extent(int64_t per) {
+  const int64_t e = kMinWork / std::max<int64_t>(1, per);
+  return std::max<int64_t>(kAlign, (e + kAlign - 1) / kAlign * kAlign);
+}
+
+struct Plan {
+  bool by_rows;          // units are row blocks of C (else column blocks)
+  int64_t extent, units;  // rows (or columns) per unit, the last one takes the remainder
+};
+
+Plan plan(bool ta, int64_t M, int64_t N, int64_t K) {
+  const int64_t rows = unit_extent(N * K), row_units = M / rows;
+  const int64_t cols = unit_extent(M * K), col_units = N / cols;
+  const bool by_rows = ta ? row_units >= 2 || col_units < 2 : col_units < 2 && row_units >= 2;
+  if (by_rows) return {true, row_units >= 2 ? rows : M, std::max<int64_t>(1, row_units)};
+  return {false, col_units >= 2 ? cols : N, std::max<int64_t>(1, col_units)};
+}
+
+void gemm_dnnl(Context& ctx, const Gemm& g) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions)
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = g.beta == 0.f ? 0.f : g.beta * g.C[i * g.ldc + j];
+    return;
+  }
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const Plan p = plan(g.ta, g.M, g.N, g.K);
+  if (p.units == 1) return run_unit(eng, g, 0, g.M, 0, g.N);
+  const int64_t len = p.by_rows ? g.M : g.N;
+  ctx.pool().parallel_for(p.units, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u * p.extent, e = u + 1 == p.units ? len : b + p.extent;
+      if (p.by_rows) run_unit(eng, g, b, e, 0, g.N);
+      else run_unit(eng, g, 0, g.M, b, e);
+    }
+  }, 1);
+}
+}  // namespace
+
+bool bf16_gemm_supported() {
+  const CpuIsa isa = cpu_isa();
+  if (!isa.avx512_bf16 && !isa.amx_bf16) return false;
+  const auto eff = dnnl::get_effective_cpu_isa();
+  return eff == dnnl::cpu_isa::avx512_core_bf16 || eff == dnnl::cpu_isa::avx512_core_amx;
+}
+
+std::string bf16_support_summary() {
+  const CpuIsa isa = cpu_isa();
+  if (!isa.avx512_bf16 && !isa.amx_bf16) return "no bf16 dot products on this CPU (AVX512_BF16 or AMX-BF16)";
+  std::string s = isa.amx_bf16 ? "amx_bf16" : "avx512_bf16";
+  if (!bf16_gemm_supported()) return s + " present but oneDNN's ISA is limited below it (ONEDNN_MAX_CPU_ISA)";
+  return s;
+}
+
+void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
+  gemm_dnnl(ctx, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+}
+
+void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_dnnl(ctx, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+}
+
+std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const Plan p = plan(ta, M, N, K);
+  const int64_t m = p.by_rows ? p.extent : M, n = p.by_rows ? N : p.extent;
+  OneThread one;
+  return unit_pd(eng, bf16 ? dt::bf16 : dt::f32, ta, tb, m, n, K, ta ? M : K, tb ? K : N, N, 1.f, 0.f)
+      .impl_info_str();
+}
+
+}  // namespace ar::cpu

@@ -1,0 +1,327 @@
+// bf16 groundwork kernels (kernels/cpu/bf16_ops.h): CPU detection, fp32 <-> bf16 conversion against the
+// scalar reference (ar::f32_to_bf16, PyTorch's round to nearest even), oneDNN GEMMs against ref::gemm in
+// double on the bf16-rounded operands, and bit-identical GEMM results for 1, 2 and 3 threads.
+//
+// GEMM tolerance, per element: with bf16 operands every product is exact in fp32 (8 + 8 significant
+// bits), and a sum of K terms in fp32 in any order and blocking is off by at most gamma_K * sum|a b|,
+// gamma_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability, 3.1). With alpha and beta
+// two more roundings: |C - C_ref| <= (K + 2) u (|alpha| sum_k |a_ik b_kj| + |beta C0_ij|) (x 1.01).
+// The fp32 GEMM gets one more rounding per product, covered by the same (K + 2) u.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/context.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/bf16_ops.h"
+#include "kernels/ref/matmul_ref.h"
+#include "test_util.h"
+
+using namespace ar;
+using namespace ar::test;
+
+namespace {
+
+#define AR_REQUIRE_BF16()                                                                            \
+  if (!cpu::bf16_gemm_supported())                                                                   \
+  GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary()
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+  return h;
+}
+
+struct Shape {
+  bool ta, tb;
+  int64_t M, N, K;
+  int64_t pad = 0;  // extra leading-dimension elements
+};
+
+// Stored extents (rows, leading dim) of A and B for op(A)[M,K], op(B)[K,N].
+int64_t lda_of(const Shape& s) { return (s.ta ? s.M : s.K) + s.pad; }
+int64_t ldb_of(const Shape& s) { return (s.tb ? s.K : s.N) + s.pad; }
+size_t a_size(const Shape& s) { return size_t((s.ta ? s.K : s.M) * lda_of(s)); }
+size_t b_size(const Shape& s) { return size_t((s.tb ? s.N : s.K) * ldb_of(s)); }
+
+// Checks C against the double reference with the bound stated at the top. A and B are the operand
+// values as the kernel saw them (bf16-rounded for gemm_bf16).
+void expect_within_bound(const char* what, const Shape& s, float alpha, float beta, const std::vector<float>& A,
+                         const std::vector<float>& B, const std::vector<float>& C0, const std::vector<float>& C) {
+  const int64_t lda = lda_of(s), ldb = ldb_of(s), ldc = s.N + s.pad;
+  const auto Ad = cast<double>(A), Bd = cast<double>(B);
+  auto Cd = cast<double>(C0);
+  ref::gemm<double>(s.ta, s.tb, s.M, s.N, s.K, alpha, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
+  std::vector<double> absA(Ad.size()), absB(Bd.size());
+  for (size_t i = 0; i < Ad.size(); ++i) absA[i] = std::abs(Ad[i]);
+  for (size_t i = 0; i < Bd.size(); ++i) absB[i] = std::abs(Bd[i]);
+  std::vector<double> mag(size_t(s.M * ldc), 0.0);
+  ref::gemm<double>(s.ta, s.tb, s.M, s.N, s.K, std::abs(alpha), absA.data(), lda, absB.data(), ldb, 0.0, mag.data(),
+                    ldc);
+  const double u = std::ldexp(1.0, -24);
+  int bad = 0;
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = 0; j < s.N; ++j) {
+      const size_t e = size_t(i * ldc + j);
+      const double bound = 1.01 * double(s.K + 2) * u * (mag[e] + std::abs(double(beta) * C0[e]));
+      if (std::abs(double(C[e]) - Cd[e]) > bound && ++bad <= 5)
+        ADD_FAILURE() << what << " ta=" << s.ta << " tb=" << s.tb << " M=" << s.M << " N=" << s.N << " K=" << s.K
+                      << " C[" << i << "," << j << "] = " << C[e] << ", reference " << Cd[e] << ", bound " << bound;
+    }
+  // Padding columns of C are never written.
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = s.N; j < ldc; ++j) EXPECT_EQ(bits(C[size_t(i * ldc + j)]), bits(C0[size_t(i * ldc + j)]));
+}
+
+std::vector<Shape> all_transposes(int64_t M, int64_t N, int64_t K, int64_t pad = 0) {
+  std::vector<Shape> v;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) v.push_back({ta, tb, M, N, K, pad});
+  return v;
+}
+
+}  // namespace
+
+TEST(Bf16Isa, MatchesProcCpuinfo) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("flags", 0) == 0) break;
+  if (line.empty()) GTEST_SKIP() << "/proc/cpuinfo has no flags line";
+  auto has = [&](const std::string& flag) { return (line + " ").find(" " + flag + " ") != std::string::npos; };
+  const cpu::CpuIsa isa = cpu::cpu_isa();
+  EXPECT_EQ(isa.avx512, has("avx512f") && has("avx512bw") && has("avx512vl"));
+  EXPECT_EQ(isa.avx512_bf16, has("avx512_bf16"));
+  EXPECT_EQ(isa.amx_bf16, has("amx_bf16") && has("amx_tile"));
+  if (!isa.avx512_bf16 && !isa.amx_bf16) {
+    EXPECT_FALSE(cpu::bf16_gemm_supported());
+  }
+}
+
+TEST(Bf16Convert, SpecialValuesMatchPyTorchRounding) {
+  // {fp32 bits, bf16 bits} as torch.tensor([x]).to(torch.bfloat16) gives them.
+  const std::vector<std::pair<uint32_t, uint16_t>> cases = {
+      {0x3f800000, 0x3f80},  // 1
+      {0x3f808000, 0x3f80},  // tie, even below: down
+      {0x3f818000, 0x3f82},  // tie, odd below: up
+      {0x3f808001, 0x3f81},  // just above the tie
+      {0x3f807fff, 0x3f80},  // just below the tie
+      {0xbf818000, 0xbf82},  // negative tie, odd: away from zero
+      {0x7f7fffff, 0x7f80},  // largest finite float rounds to +inf
+      {0xff7fffff, 0xff80},  // ... and to -inf
+      {0x7f7f7fff, 0x7f7f},  // largest value that stays finite
+      {0x7f800000, 0x7f80},  // +inf
+      {0xff800000, 0xff80},  // -inf
+      {0x7fc00000, 0x7fc0},  // quiet NaN
+      {0x7f800001, 0x7fc0},  // signaling NaN, low payload: quieted
+      {0xffa12345, 0xffe1},  // negative NaN keeps sign and top payload bits
+      {0x00000000, 0x0000},  // +0
+      {0x80000000, 0x8000},  // -0
+      {0x00000001, 0x0000},  // smallest subnormal rounds to 0
+      {0x00008000, 0x0000},  // subnormal tie, even: down
+      {0x00018000, 0x0002},  // subnormal tie, odd: up
+      {0x00008001, 0x0001},  // subnormal kept (no flush to zero)
+      {0x807fffff, 0x8080},  // largest negative subnormal rounds up to the smallest normal
+  };
+  std::vector<float> src;
+  for (const auto& c : cases) src.push_back(from_bits(c.first));
+  // Repeat so that both the 16-wide and the tail code paths see every case.
+  std::vector<float> big;
+  for (int r = 0; r < 5; ++r) big.insert(big.end(), src.begin(), src.end());
+  Context ctx(Device{}, 1);
+  std::vector<uint16_t> got(big.size());
+  cpu::fp32_to_bf16(ctx, big.data(), got.data(), int64_t(big.size()));
+  for (size_t i = 0; i < big.size(); ++i) {
+    const auto& c = cases[i % cases.size()];
+    EXPECT_EQ(got[i], c.second) << std::hex << "fp32 0x" << c.first << " at " << std::dec << i;
+    EXPECT_EQ(f32_to_bf16(from_bits(c.first)), c.second) << std::hex << "scalar reference, fp32 0x" << c.first;
+  }
+}
+
+TEST(Bf16Convert, RandomBitPatternsMatchScalarReference) {
+  // Every exponent with random mantissas and signs (NaNs, infinities and subnormals included), lengths
+  // that are not multiples of the vector width, 1 to 3 threads.
+  std::mt19937 rng(7);
+  std::vector<float> src;
+  for (uint32_t e = 0; e < 256; ++e)
+    for (int r = 0; r < 4099; ++r) src.push_back(from_bits(uint32_t(rng() & 0x807fffffu) | e << 23));
+  for (int t : {1, 2, 3}) {
+    Context ctx(Device{}, t);
+    for (size_t n : {size_t(1), size_t(15), size_t(17), src.size()}) {
+      std::vector<uint16_t> got(n + 1, 0xabcd);
+      cpu::fp32_to_bf16(ctx, src.data(), got.data(), int64_t(n));
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += got[i] != f32_to_bf16(src[i]);
+      EXPECT_EQ(bad, 0u) << "threads " << t << " n " << n;
+      EXPECT_EQ(got[n], 0xabcd) << "wrote past the end";
+    }
+  }
+}
+
+TEST(Bf16Convert, ToFp32IsExactForEveryPattern) {
+  std::vector<uint16_t> src(65536 + 3);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i);
+  Context ctx(Device{}, 2);
+  std::vector<float> got(src.size());
+  cpu::bf16_to_fp32(ctx, src.data(), got.data(), int64_t(src.size()));
+  for (size_t i = 0; i < src.size(); ++i) ASSERT_EQ(bits(got[i]), uint32_t(src[i]) << 16) << i;
+  // Round trip: bf16 -> fp32 -> bf16 is the identity except that NaNs become quiet.
+  std::vector<uint16_t> back(src.size());
+  cpu::fp32_to_bf16(ctx, got.data(), back.data(), int64_t(got.size()));
+  for (size_t i = 0; i < src.size(); ++i) {
+    const bool nan = (src[i] & 0x7fff) > 0x7f80;
+    ASSERT_EQ(back[i], nan ? uint16_t(src[i] | 0x40) : src[i]) << i;
+  }
+}
+
+TEST(Bf16Gemm, MatchesDoubleReferenceOnRoundedOperands) {
+  AR_REQUIRE_BF16();
+  Context ctx(Device{}, 2);
+  std::vector<Shape> shapes;
+  for (auto v : {all_transposes(37, 65, 129), all_transposes(1, 200, 300), all_transposes(5, 33, 7, 3),
+                 all_transposes(256, 512, 512)})  // the last one runs as several units
+    shapes.insert(shapes.end(), v.begin(), v.end());
+  const std::pair<float, float> ab[] = {{1.f, 0.f}, {0.5f, 1.f}, {-1.5f, 0.75f}};
+  uint32_t seed = 100;
+  for (const auto& s : shapes)
+    for (const auto& [alpha, beta] : ab) {
+      if (s.M * s.N * s.K > (int64_t(1) << 24) && !(alpha == 1.f && beta == 0.f)) continue;  // keep it quick
+      const auto Af = randn<float>(a_size(s), ++seed), Bf = randn<float>(b_size(s), ++seed);
+      const auto C0 = randn<float>(size_t(s.M * (s.N + s.pad)), ++seed);
+      const auto Ah = to_bf16(Af), Bh = to_bf16(Bf);
+      std::vector<float> Ar(Ah.size()), Br(Bh.size());
+      for (size_t i = 0; i < Ah.size(); ++i) Ar[i] = bf16_to_f32(Ah[i]);
+      for (size_t i = 0; i < Bh.size(); ++i) Br[i] = bf16_to_f32(Bh[i]);
+      auto C = C0;
+      cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, alpha, Ah.data(), lda_of(s), Bh.data(), ldb_of(s), beta,
+                     C.data(), s.N + s.pad);
+      expect_within_bound("gemm_bf16", s, alpha, beta, Ar, Br, C0, C);
+    }
+}
+
+TEST(DnnlGemm, Fp32MatchesDoubleReference) {
+  Context ctx(Device{}, 2);
+  std::vector<Shape> shapes;
+  for (auto v : {all_transposes(37, 65, 129), all_transposes(1, 200, 300), all_transposes(5, 33, 7, 3),
+                 all_transposes(256, 512, 512)})
+    shapes.insert(shapes.end(), v.begin(), v.end());
+  uint32_t seed = 200;
+  for (const auto& s : shapes) {
+    const float alpha = s.M == 37 ? 0.5f : 1.f, beta = s.M == 37 ? 1.f : 0.f;
+    const auto A = randn<float>(a_size(s), ++seed), B = randn<float>(b_size(s), ++seed);
+    const auto C0 = randn<float>(size_t(s.M * (s.N + s.pad)), ++seed);
+    auto C = C0;
+    cpu::gemm_f32_dnnl(ctx, s.ta, s.tb, s.M, s.N, s.K, alpha, A.data(), lda_of(s), B.data(), ldb_of(s), beta, C.data(),
+                       s.N + s.pad);
+    expect_within_bound("gemm_f32_dnnl", s, alpha, beta, A, B, C0, C);
+  }
+}
+
+TEST(Bf16Gemm, EmptyReductionScalesC) {
+  AR_REQUIRE_BF16();
+  Context ctx(Device{}, 1);
+  std::vector<float> C = {1.f, 2.f, 3.f, 4.f};
+  cpu::gemm_bf16(ctx, false, false, 2, 2, 0, 1.f, nullptr, 1, nullptr, 2, 0.5f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+  cpu::gemm_bf16(ctx, false, false, 2, 2, 0, 1.f, nullptr, 1, nullptr, 2, 0.f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>(4, 0.f)));
+}
+
+// The --deterministic promise: the bits of C do not depend on the thread count. Shapes that split into
+// several row units (A transposed) or column units (A not transposed), and short-M shapes (decoding).
+TEST(Bf16Gemm, BitsIndependentOfThreadCount) {
+  AR_REQUIRE_BF16();
+  std::vector<Shape> shapes;
+  for (auto v : {all_transposes(512, 384, 256), all_transposes(16, 2048, 2048), all_transposes(7, 8192, 1024),
+                 all_transposes(1, 4096, 4096), all_transposes(300, 1000, 200, 5)})
+    shapes.insert(shapes.end(), v.begin(), v.end());
+  Context c1(Device{}, 1), c2(Device{}, 2), c3(Device{}, 3);
+  uint32_t seed = 300;
+  for (const auto& s : shapes) {
+    const auto A = to_bf16(randn<float>(a_size(s), ++seed)), B = to_bf16(randn<float>(b_size(s), ++seed));
+    const auto C0 = randn<float>(size_t(s.M * (s.N + s.pad)), ++seed);
+    std::vector<std::vector<float>> out;
+    for (Context* c : {&c1, &c2, &c3})
+      for (float beta : {0.f, 1.f}) {
+        auto C = C0;
+        cpu::gemm_bf16(*c, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), beta, C.data(),
+                       s.N + s.pad);
+        out.push_back(std::move(C));
+      }
+    for (size_t r = 2; r < out.size(); ++r)
+      EXPECT_EQ(std::memcmp(out[r].data(), out[r % 2].data(), out[r].size() * 4), 0)
+          << "threads " << r / 2 + 1 << " beta " << r % 2 << " ta=" << s.ta << " tb=" << s.tb << " M=" << s.M
+          << " N=" << s.N << " K=" << s.K;
+  }
+}
+
+TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
+  Context c1(Device{}, 1), c2(Device{}, 2), c3(Device{}, 3);
+  uint32_t seed = 400;
+  std::vector<Shape> shapes;
+  for (auto v : {all_transposes(512, 384, 256), all_transposes(16, 2048, 2048), all_transposes(3, 4096, 2048)})
+    shapes.insert(shapes.end(), v.begin(), v.end());
+  for (const auto& s : shapes) {
+    const auto A = randn<float>(a_size(s), ++seed), B = randn<float>(b_size(s), ++seed);
+    std::vector<std::vector<float>> out;
+    for (Context* c : {&c1, &c2, &c3}) {
+      std::vector<float> C(size_t(s.M * s.N));
+      cpu::gemm_f32_dnnl(*c, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), 0.f, C.data(),
+                         s.N);
+      out.push_back(std::move(C));
+    }
+    for (size_t r = 1; r < out.size(); ++r)
+      EXPECT_EQ(std::memcmp(out[r].data(), out[0].data(), out[r].size() * 4), 0)
+          << "threads " << r + 1 << " ta=" << s.ta << " tb=" << s.tb << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+  }
+}
+
+// Without bf16 dot products gemm_bf16 refuses with Unsupported (run with oneDNN limited below bf16 by
+// the next test; skipped where bf16 is available, as in a plain run here).
+TEST(Bf16Gemm, RefusesWithoutBf16) {
+  if (cpu::bf16_gemm_supported()) GTEST_SKIP() << "bf16 available; exercised by RefusalWhenIsaLimited";
+  Context ctx(Device{}, 1);
+  std::vector<uint16_t> A(4, 0x3f80), B(4, 0x3f80);
+  std::vector<float> C(4);
+  try {
+    cpu::gemm_bf16(ctx, false, false, 2, 2, 2, 1.f, A.data(), 2, B.data(), 2, 0.f, C.data(), 2);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("bf16 GEMM: "), std::string::npos) << e.what();
+  }
+}
+
+TEST(Bf16Gemm, RefusalWhenIsaLimited) {
+  AR_REQUIRE_BF16();
+  // A fresh process of this test binary with oneDNN capped at AVX-512 without bf16.
+  const std::string cmd = "ONEDNN_MAX_CPU_ISA=AVX512_CORE /proc/" + std::to_string(getpid()) +
+                          "/exe --gtest_filter=Bf16Gemm.RefusesWithoutBf16 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;
+}
