@@ -7,7 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <regex>
+#include <cctype>
+#include <functional>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -25,13 +26,30 @@ bool parse_hex64(const nlohmann::json& j, uint64_t* out) {
   return true;
 }
 
+// The block index of "model.layers.<i>.<rest>" (rest: 1..64 of [A-Za-z0-9_.]), or -1 when `name` is
+// not of that form. Hand-written rather than std::regex (libstdc++'s regex trips -Wmaybe-uninitialized
+// under the sanitizer builds).
+int64_t layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
+  size_t i = prefix.size(), digits = 0;
+  int64_t block = 0;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && digits < 6; ++i, ++digits)
+    block = block * 10 + (name[i] - '0');
+  if (digits == 0 || i >= name.size() || name[i] != '.') return -1;
+  const std::string rest = name.substr(i + 1);
+  if (rest.empty() || rest.size() > 64) return -1;
+  for (char c : rest)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return -1;
+  return block;
+}
+
 // extra_config entries may only name Linears of blocks already written, with a 16-bit or int setting.
 void check_extra(const nlohmann::json& extra, int64_t next_block, const std::function<void(const std::string&)>& bad) {
   if (!extra.is_object()) bad("'extra' is not an object");
-  static const std::regex kLayer(R"(model\.layers\.(\d{1,6})\.(self_attn|mlp)\.[a-z_]{1,16})");
   for (const auto& [k, v] : extra.items()) {
-    std::smatch m;
-    if (!std::regex_match(k, m, kLayer) || std::stoll(m[1].str()) >= next_block)
+    const int64_t block = layer_of(k);
+    if (block < 0 || block >= next_block)
       bad("'extra' names '" + k.substr(0, 80) + "', not a layer of a written block");
     if (!v.is_object() || !v.contains("bits") || !v["bits"].is_number_integer() || !v.contains("data_type") ||
         !v["data_type"].is_string() || v.size() > 6)
@@ -41,14 +59,13 @@ void check_extra(const nlohmann::json& extra, int64_t next_block, const std::fun
 // The writer may only hold tensors of what is written so far: the embeddings and blocks < next_block
 // (structure, ranges and files are ShardWriter::restore's to check).
 void check_writer_names(const nlohmann::json& w, int64_t next_block, const std::function<void(const std::string&)>& bad) {
-  static const std::regex kName(R"(model\.embed_tokens\.weight|model\.layers\.(\d{1,6})\.[A-Za-z0-9_.]{1,64})");
   auto check = [&](const nlohmann::json& entries) {
     if (!entries.is_array()) bad("'writer' entries are not an array");
     for (const auto& e : entries) {
       if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) bad("'writer' entry without a name");
       const std::string name = e["name"].get<std::string>();
-      std::smatch m;
-      if (!std::regex_match(name, m, kName) || (m[1].matched && std::stoll(m[1].str()) >= next_block))
+      const int64_t block = layer_of(name);
+      if (name != "model.embed_tokens.weight" && (block < 0 || block >= next_block))
         bad("'writer' holds '" + name.substr(0, 80) + "', not a tensor of the embeddings or a written block");
     }
   };
