@@ -241,3 +241,20 @@ TEST(FuzzFindings, ConfigWrongTypesNameTheField) {
   j["rope_scaling"] = {{"rope_type", 3}};
   expect_config_refused(j, {"rope_scaling.rope_type", "must be a string"});
 }
+
+// Was: tokenizer.ggml.token_type stored as F64 with 1e300 was converted to int unchecked (float-cast
+// overflow, UBSan). The reproducer is the committed fuzz regression input.
+TEST(FuzzFindings, GgufTokenTypeOutOfRange) {
+  const std::string path = std::string(AR_SOURCE_DIR) + "/fuzz/regressions/gguf/token_type_f64_1e300.gguf";
+  try {
+    ar::HfBpeTokenizer::from_gguf(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const ar::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.token_type[1]"), std::string::npos) << e.what();
+  }
+  // The hand-made seeds next to it are valid vocabularies.
+  for (const char* seed : {"gpt2_f32_types.gguf", "llama_spm_tiny.gguf"}) {
+    auto t = ar::HfBpeTokenizer::from_gguf(std::string(AR_SOURCE_DIR) + "/fuzz/corpus/gguf/" + seed);
+    EXPECT_FALSE(t->encode("ab", false).empty()) << seed;
+  }
+}

@@ -49,7 +49,13 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_gguf(const std::string& pat
     if (t->nums.size() != s.pieces.size())
       fail(ErrorKind::InvalidInput, path + ": tokenizer.ggml.token_type has " + std::to_string(t->nums.size()) +
                                         " entries for " + std::to_string(s.pieces.size()) + " tokens");
-    for (size_t i = 0; i < types.size(); ++i) types[i] = int(t->nums[i]);
+    for (size_t i = 0; i < types.size(); ++i) {
+      const double v = t->nums[i];  // llama.cpp token types 0..6; checked before the conversion to int
+      if (!(v >= 0 && v <= 6) || v != double(int(v)))
+        fail(ErrorKind::InvalidInput, path + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                                          std::to_string(v) + " is not a token type (0..6)");
+      types[i] = int(v);
+    }
   }
   auto id = [&](const char* key) {
     double v = g.number(key, -1);
