@@ -5,13 +5,14 @@
 // Threads: oneDNN (Debian's build uses OpenMP) runs single-threaded inside the context's pool. The
 // output is cut into fixed units, each its own matmul call, chosen from the shape only (never from the
 // thread count): threads only decide who runs which units, so the bits do not depend on the thread
-// count (same scheme as cpu::gemm, kernels/cpu/matmul.cpp). Units are column blocks of C when A is not
-// transposed (each slice of B is packed once, A is read in place) and row blocks otherwise, in
-// multiples of 64 (oneDNN's brgemm block) of at least kMinWork multiply-adds.
+// count (same scheme as cpu::gemm, kernels/cpu/matmul.cpp). Units are row blocks of C (column blocks for
+// short M or transposed A), multiples of 64 rows or columns of at least kMinWork multiply-adds (plan()).
 // Reference: ref::gemm in double on the bf16-rounded operands (tests/test_kernels_bf16.cpp).
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -73,7 +74,9 @@ dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, 
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
 }
 
-// Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread.
+// Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread. A transposed A's column block
+// (strided) is first copied into a dense [K, m1 - m0] buffer: the copies of all units together read A
+// once, and the call then runs on dense operands (brgemm).
 void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const size_t es = g.type == dt::bf16 ? 2 : 4;
   auto at = [](const void* p, int64_t elems, size_t size) {
@@ -82,8 +85,17 @@ void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, in
   void* a = at(g.A, g.ta ? m0 : m0 * g.lda, es);  // row m of op(A): column m of A when transposed
   void* b = at(g.B, g.tb ? n0 * g.ldb : n0, es);  // column n of op(B): row n of B when transposed
   float* c = g.C + m0 * g.ldc + n0;
+  int64_t lda = g.lda;
+  std::unique_ptr<char[]> dense;
+  if (g.ta && m1 - m0 != lda) {
+    const size_t row = size_t(m1 - m0) * es;
+    dense.reset(new char[size_t(g.K) * row]);
+    for (int64_t k = 0; k < g.K; ++k) std::memcpy(dense.get() + size_t(k) * row, at(a, k * g.lda, es), row);
+    a = dense.get();
+    lda = m1 - m0;
+  }
   OneThread one;
-  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, g.lda, g.ldb, g.ldc, g.alpha, g.beta);
+  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta);
   dnnl::stream s(eng);
   dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
                                {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
@@ -93,6 +105,7 @@ void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, in
 
 constexpr int64_t kMinWork = int64_t(1) << 24;  // multiply-adds per unit
 constexpr int64_t kAlign = 64;
+constexpr int64_t kRowsNN = 256;  // rows per unit at least when B is not transposed
 
 // Units along one dimension of extent `len` whose unit of width 1 costs `per` multiply-adds.
 int64_t unit_extent(int64_t per) {
@@ -105,12 +118,16 @@ struct Plan {
   int64_t extent, units;  // rows (or columns) per unit, the last one takes the remainder
 };
 
-Plan plan(bool ta, int64_t M, int64_t N, int64_t K) {
-  const int64_t rows = unit_extent(N * K), row_units = M / rows;
+Plan plan(bool tb, int64_t M, int64_t N, int64_t K) {
+  // Row blocks keep C dense, and op(A) too (a transposed A is copied dense per unit, see run_unit):
+  // dense operands get oneDNN's brgemm kernels, strided sub-matrices its slower gemm:jit kernels.
+  // B is re-packed by every unit: cheap when stored [N, K] (tb), amortized over >= kRowsNN rows
+  // otherwise (measured, bench/gemm_bench). Column blocks only for short M.
+  const int64_t rows = std::max(unit_extent(N * K), tb ? kAlign : kRowsNN), row_units = M / rows;
   const int64_t cols = unit_extent(M * K), col_units = N / cols;
-  const bool by_rows = ta ? row_units >= 2 || col_units < 2 : col_units < 2 && row_units >= 2;
-  if (by_rows) return {true, row_units >= 2 ? rows : M, std::max<int64_t>(1, row_units)};
-  return {false, col_units >= 2 ? cols : N, std::max<int64_t>(1, col_units)};
+  if (row_units >= 2) return {true, rows, row_units};
+  if (col_units >= 2) return {false, cols, col_units};
+  return {true, M, 1};
 }
 
 void gemm_dnnl(Context& ctx, const Gemm& g) {
@@ -121,7 +138,7 @@ void gemm_dnnl(Context& ctx, const Gemm& g) {
     return;
   }
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  const Plan p = plan(g.ta, g.M, g.N, g.K);
+  const Plan p = plan(g.tb, g.M, g.N, g.K);
   if (p.units == 1) return run_unit(eng, g, 0, g.M, 0, g.N);
   const int64_t len = p.by_rows ? g.M : g.N;
   ctx.pool().parallel_for(p.units, [&](int64_t u0, int64_t u1) {
@@ -162,10 +179,10 @@ void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  const Plan p = plan(ta, M, N, K);
+  const Plan p = plan(tb, M, N, K);
   const int64_t m = p.by_rows ? p.extent : M, n = p.by_rows ? N : p.extent;
   OneThread one;
-  return unit_pd(eng, bf16 ? dt::bf16 : dt::f32, ta, tb, m, n, K, ta ? M : K, tb ? K : N, N, 1.f, 0.f)
+  return unit_pd(eng, bf16 ? dt::bf16 : dt::f32, ta, tb, m, n, K, ta ? m : K, tb ? K : N, N, 1.f, 0.f)
       .impl_info_str();
 }
 

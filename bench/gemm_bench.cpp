@@ -1,0 +1,278 @@
+// GEMM throughput against the machine's limits measured in the same run (issue 10 groundwork).
+//  - fp32 FMA peak: a tight loop of independent AVX-512 FMAs (16 accumulators) on 1 and on T threads;
+//    the bf16 limit is twice that (VDPBF16PS does two multiply-adds per fp32 lane); the loop of
+//    VDPBF16PS is measured too where the CPU has it.
+//  - GEMMs of a Llama-3.2-1B-like block (hidden 2048, intermediate 8192, --tokens 4096): per Linear
+//    (2048->2048, 2048->8192, 8192->2048) forward x W^T, backward dY W and dY^T X; and 2048^3.
+//  - paths: OpenBLAS fp32 (cpu::gemm, the project's fp32 path), oneDNN fp32 (cpu::gemm_f32_dnnl),
+//    oneDNN bf16 (cpu::gemm_bf16) without and with the fp32->bf16 conversion of both operands, and
+//    for comparison one oneDNN bf16 matmul call with oneDNN's own OpenMP threads ("bf16_dnnl_omp": what
+//    PyTorch does; fastest splitting, but the bits may depend on the thread count).
+// Output: one JSON line per (shape, path, threads), then one summary line per path and thread count
+// over the block's nine GEMMs. Times are the best of --reps calls after one warm-up call.
+#include <cblas.h>
+#include <immintrin.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/dtype.h"
+#include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/ops.h"
+
+extern "C" {  // libgomp, oneDNN's threading runtime (for the bf16_dnnl_omp comparison path)
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+}
+
+using namespace ar;
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int64_t arg(int argc, char** argv, const char* name, int64_t def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+  return def;
+}
+
+constexpr int kAcc = 16;  // independent accumulators: > FMA latency x pipes on current cores
+
+__attribute__((target("avx512f"))) float sum16(__m512 v) {
+  alignas(64) float x[16];
+  _mm512_store_ps(x, v);
+  float s = 0;
+  for (float e : x) s += e;
+  return s;
+}
+
+__attribute__((target("avx512f"), noinline)) float fma_loop(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
+  __m512 s = acc[0];
+  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
+  return sum16(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) float dpbf16_loop(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3a83), y = (__m512bh)_mm512_set1_epi16(0x3a83);  // ~1e-3
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], x, y);
+  __m512 s = acc[0];
+  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
+  return sum16(s);
+}
+
+// GFLOP/s of `loop` on every thread of ctx at once (flops per iteration per thread given); best of 3.
+double loop_peak(Context& ctx, float (*loop)(int64_t), double flops_per_iter, int64_t iters) {
+  double best = 0;
+  std::vector<float> sink(size_t(ctx.threads()));
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = now();
+    ctx.pool().parallel_for(ctx.threads(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sink[size_t(i)] = loop(iters);
+    }, 1);
+    best = std::max(best, flops_per_iter * double(iters) * ctx.threads() / (now() - t0) / 1e9);
+  }
+  if (sink[0] == 12345.f) std::printf(" ");  // keep the results alive
+  return best;
+}
+
+struct Shape {
+  std::string op;  // fwd (x W^T), bwd_dx (dY W), bwd_dw (dY^T X), square
+  int64_t in, out;
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+// One GEMM shape: operands allocated once, every path timed.
+struct Bufs {
+  std::vector<float> A, B, C;
+  std::vector<uint16_t> Ah, Bh;
+};
+
+double best_time(int reps, const std::function<void()>& f) {
+  f();  // warm-up (page faults, oneDNN primitive creation)
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now();
+    f();
+    best = std::min(best, now() - t0);
+  }
+  return best;
+}
+
+// One oneDNN matmul over the whole shape with `threads` OpenMP threads (PyTorch's way).
+void dnnl_omp_bf16(const Shape& s, const uint16_t* A, const uint16_t* B, float* C, int threads) {
+  using dnnl::memory;
+  using dt = memory::data_type;
+  const int prev = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const memory::desc a({s.M, s.K}, dt::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
+  const memory::desc b({s.K, s.N}, dt::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
+  const memory::desc c({s.M, s.N}, dt::f32, memory::dims{s.N, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+  dnnl::stream st(eng);
+  dnnl::matmul(pd).execute(st, {{DNNL_ARG_SRC, memory(a, eng, const_cast<uint16_t*>(A))},
+                                {DNNL_ARG_WEIGHTS, memory(b, eng, const_cast<uint16_t*>(B))},
+                                {DNNL_ARG_DST, memory(c, eng, C)}});
+  st.wait();
+  omp_set_num_threads(prev);
+}
+
+std::string dnnl_omp_impl(const Shape& s, int threads) {
+  using dnnl::memory;
+  using dt = memory::data_type;
+  const int prev = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const memory::desc a({s.M, s.K}, dt::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
+  const memory::desc b({s.K, s.N}, dt::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
+  const memory::desc c({s.M, s.N}, dt::f32, memory::dims{s.N, 1});
+  std::string impl = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), eng).impl_info_str();
+  omp_set_num_threads(prev);
+  return impl;
+}
+
+struct Total {
+  double flop = 0, time = 0;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
+                "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n");
+    return 0;
+  }
+  const int64_t T = arg(argc, argv, "--tokens", 4096), H = arg(argc, argv, "--hidden", 2048),
+                I = arg(argc, argv, "--inter", 8192), S = arg(argc, argv, "--square", 2048);
+  const int reps = int(arg(argc, argv, "--reps", 2));
+  const int64_t peak_iters = arg(argc, argv, "--peak_iters", 100000000);
+  const int only = int(arg(argc, argv, "--threads", 0));
+  const cpu::CpuIsa isa = cpu::cpu_isa();
+  const bool bf16 = cpu::bf16_gemm_supported();
+  const dnnl_version_t* v = dnnl_version();
+  std::printf("gemm_bench: tokens %lld, hidden %lld, intermediate %lld, square %lld, best of %d\n", (long long)T,
+              (long long)H, (long long)I, (long long)S, reps);
+  std::printf("OpenBLAS kernel: %s | %s\n", openblas_get_corename(), openblas_get_config());
+  std::printf("oneDNN %d.%d.%d, effective ISA %d; bf16: %s\n", v->major, v->minor, v->patch,
+              int(dnnl::get_effective_cpu_isa()), cpu::bf16_support_summary().c_str());
+  if (!isa.avx512) {
+    std::printf("no AVX-512 on this CPU: the peak loops need it\n");
+    return 1;
+  }
+
+  std::vector<Shape> shapes;
+  for (auto [in, out] : {std::pair{H, H}, std::pair{H, I}, std::pair{I, H}}) {
+    shapes.push_back({"fwd", in, out, false, true, T, out, in});
+    shapes.push_back({"bwd_dx", in, out, false, false, T, in, out});
+    shapes.push_back({"bwd_dw", in, out, true, false, out, in, T});
+  }
+  shapes.push_back({"square", S, S, false, false, S, S, S});
+
+  std::vector<int> thread_counts;
+  if (only > 0) thread_counts = {only};
+  else thread_counts = {1, Context().threads()};
+  if (thread_counts.size() == 2 && thread_counts[1] == 1) thread_counts.pop_back();
+
+  for (int t : thread_counts) {
+    Context ctx(Device{}, t);
+    const double fp32_peak = loop_peak(ctx, fma_loop, kAcc * 16 * 2, peak_iters);
+    const double dp_peak = isa.avx512_bf16 ? loop_peak(ctx, dpbf16_loop, kAcc * 16 * 4, peak_iters) : 0.0;
+    const double bf16_limit = 2 * fp32_peak;
+    std::printf("{\"bench\":\"gemm_peak\",\"threads\":%d,\"fp32_fma_peak_gflops\":%.1f,\"bf16_limit_gflops\":%.1f,"
+                "\"dpbf16_loop_gflops\":%.1f}\n",
+                t, fp32_peak, bf16_limit, dp_peak);
+    std::fflush(stdout);
+    const char* paths[] = {"f32_openblas", "f32_dnnl", "bf16_dnnl", "bf16_dnnl_incl_conv", "bf16_dnnl_omp"};
+    Total totals[5];
+    for (const Shape& s : shapes) {
+      const size_t na = size_t(s.M * s.K), nb = size_t(s.K * s.N);
+      Bufs b;
+      b.A.assign(na, 0.f);
+      b.B.assign(nb, 0.f);
+      for (size_t i = 0; i < na; ++i) b.A[i] = float(int(i * 7919 % 1999) - 999) * 1e-3f;
+      for (size_t i = 0; i < nb; ++i) b.B[i] = float(int(i * 104729 % 2003) - 1001) * 1e-3f;
+      b.C.assign(size_t(s.M * s.N), 0.f);
+      b.Ah.resize(na);
+      b.Bh.resize(nb);
+      cpu::fp32_to_bf16(ctx, b.A.data(), b.Ah.data(), int64_t(na));
+      cpu::fp32_to_bf16(ctx, b.B.data(), b.Bh.data(), int64_t(nb));
+      const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+      const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
+      for (int p = 0; p < 5; ++p) {
+        if (p >= 2 && !bf16) continue;
+        std::function<void()> f;
+        std::string kernel;
+        switch (p) {
+          case 0:
+            f = [&] { cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.A.data(), lda, b.B.data(), ldb, 0.f, b.C.data(), s.N); };
+            kernel = std::string("openblas:") + openblas_get_corename();
+            break;
+          case 1:
+            f = [&] {
+              cpu::gemm_f32_dnnl(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.A.data(), lda, b.B.data(), ldb, 0.f, b.C.data(),
+                                 s.N);
+            };
+            kernel = cpu::dnnl_matmul_impl(false, s.ta, s.tb, s.M, s.N, s.K);
+            break;
+          case 2:
+            f = [&] {
+              cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.Ah.data(), lda, b.Bh.data(), ldb, 0.f, b.C.data(),
+                             s.N);
+            };
+            kernel = cpu::dnnl_matmul_impl(true, s.ta, s.tb, s.M, s.N, s.K);
+            break;
+          case 3:
+            f = [&] {
+              cpu::fp32_to_bf16(ctx, b.A.data(), b.Ah.data(), int64_t(na));
+              cpu::fp32_to_bf16(ctx, b.B.data(), b.Bh.data(), int64_t(nb));
+              cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.Ah.data(), lda, b.Bh.data(), ldb, 0.f, b.C.data(),
+                             s.N);
+            };
+            kernel = cpu::dnnl_matmul_impl(true, s.ta, s.tb, s.M, s.N, s.K) + "+convert";
+            break;
+          default:
+            f = [&] { dnnl_omp_bf16(s, b.Ah.data(), b.Bh.data(), b.C.data(), t); };
+            kernel = dnnl_omp_impl(s, t);
+            break;
+        }
+        const double sec = best_time(reps, f), gf = flop / sec / 1e9;
+        if (s.op != "square") {
+          totals[p].flop += flop;
+          totals[p].time += sec;
+        }
+        std::printf("{\"bench\":\"gemm\",\"op\":\"%s\",\"in\":%lld,\"out\":%lld,\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+                    "\"ta\":%d,\"tb\":%d,\"threads\":%d,\"path\":\"%s\",\"kernel\":\"%s\",\"ms\":%.2f,\"gflops\":%.1f,"
+                    "\"of_fp32_peak\":%.3f,\"of_bf16_limit\":%.3f}\n",
+                    s.op.c_str(), (long long)s.in, (long long)s.out, (long long)s.M, (long long)s.N, (long long)s.K,
+                    int(s.ta), int(s.tb), t, paths[p], kernel.c_str(), sec * 1e3, gf, gf / fp32_peak, gf / bf16_limit);
+        std::fflush(stdout);
+      }
+    }
+    for (int p = 0; p < 5; ++p) {
+      if (totals[p].time == 0) continue;
+      const double gf = totals[p].flop / totals[p].time / 1e9;
+      std::printf("{\"bench\":\"gemm_block\",\"threads\":%d,\"path\":\"%s\",\"gemms\":9,\"s\":%.3f,\"gflops\":%.1f,"
+                  "\"of_fp32_peak\":%.3f,\"of_bf16_limit\":%.3f,\"fp32_fma_peak_gflops\":%.1f,"
+                  "\"bf16_limit_gflops\":%.1f}\n",
+                  t, paths[p], totals[p].time, gf, gf / fp32_peak, gf / bf16_limit, fp32_peak, bf16_limit);
+    }
+  }
+  return 0;
+}
