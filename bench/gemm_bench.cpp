@@ -156,7 +156,8 @@ struct Total {
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
-                "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n");
+                "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n"
+                "           [--paths f32_openblas,f32_dnnl,bf16_dnnl,bf16_dnnl_incl_conv,bf16_dnnl_omp]\n");
     return 0;
   }
   const int64_t T = arg(argc, argv, "--tokens", 4096), H = arg(argc, argv, "--hidden", 2048),
@@ -164,6 +165,9 @@ int main(int argc, char** argv) {
   const int reps = int(arg(argc, argv, "--reps", 2));
   const int64_t peak_iters = arg(argc, argv, "--peak_iters", 100000000);
   const int only = int(arg(argc, argv, "--threads", 0));
+  std::string path_filter;  // --paths a,b: only these paths
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--paths") == 0) path_filter = std::string(",") + argv[i + 1] + ",";
   const cpu::CpuIsa isa = cpu::cpu_isa();
   const bool bf16 = cpu::bf16_gemm_supported();
   const dnnl_version_t* v = dnnl_version();
@@ -217,6 +221,7 @@ int main(int argc, char** argv) {
       const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
       for (int p = 0; p < 5; ++p) {
         if (p >= 2 && !bf16) continue;
+        if (!path_filter.empty() && path_filter.find(std::string(",") + paths[p] + ",") == std::string::npos) continue;
         std::function<void()> f;
         std::string kernel;
         switch (p) {
