@@ -13,6 +13,9 @@
 #include "eval/perplexity.h"
 #include "io/atomic_file.h"
 #include "io/output_guard.h"
+#include "cli/autoround_compat.h"
+#include "cli/model_path.h"
+#include "core/log.h"
 #include "io/mapped_file.h"
 #include "io/text_source.h"
 #include "model/convert_llama2c.h"
@@ -43,6 +46,11 @@ DType parse_dtype(const std::string& s) {
   fail(ErrorKind::InvalidInput, "--dtype '" + s + "' is not supported (fp32, bf16, fp16)");
 }
 // --scheme and --recipe set defaults; explicit flags (given(name)) win.
+std::string upper(std::string s) {
+  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 void apply_scheme_and_recipe(const std::string& scheme, const std::string& recipe,
                              const std::function<bool(const char*)>& given, QuantizeOptions& qo,
                              bool& disable_opt_rtn) {
@@ -52,7 +60,7 @@ void apply_scheme_and_recipe(const std::string& scheme, const std::string& recip
                                       {"W2A16G64", 2, 64}, {"W2A16G32", 2, 32}};
     const Scheme* sc = nullptr;
     for (const auto& k : kSchemes)
-      if (scheme == k.name) sc = &k;
+      if (upper(scheme) == k.name) sc = &k;  // w4a16 as auto-round accepts it
     if (!sc) usage_error("--scheme '" + scheme + "' is not supported (W4A16, W2A16, W3A16, W8A16, W2A16G64, W2A16G32)");
     if (!given("--bits")) qo.fmt.bits = sc->bits;
     if (!given("--group_size")) qo.fmt.group_size = sc->group;
@@ -124,6 +132,7 @@ void register_generate(CLI::App& app) {
     require_limit(limits::kThreads, o->threads);
   });
   registry().runners[sub] = [o] {
+    o->model = resolve_model_dir(o->model);
     auto model = HfModel::open(o->model);
     auto tok = load_tokenizer(*model);
     Context ctx(Device{}, o->threads);
@@ -167,6 +176,8 @@ void register_eval(CLI::App& app) {
     if (o->field.empty()) usage_error("--text-field must name a JSONL field");
   });
   registry().runners[sub] = [o] {
+    o->model = resolve_model_dir(o->model);
+    if (!o->ref.empty()) o->ref = resolve_model_dir(o->ref, "--ref-model");
     auto model = HfModel::open(o->model);
     auto tok = load_tokenizer(*model);
     std::string text = read_all_text(o->text, o->field);
@@ -231,6 +242,7 @@ void register_quantize(CLI::App& app) {
     bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
     bool disable_opt_rtn = false, quant_lm_head = false;
     std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off";
+    CompatFlags compat;
   };
   auto o = std::make_shared<Opt>();
   auto& q = o->q;
@@ -268,13 +280,17 @@ void register_quantize(CLI::App& app) {
                                           "host's cores, NUMA-aware; default: one per NUMA node)");
   sub->add_option("--deterministic", q.tune.deterministic,
                   "true (default) | false: per-sample gradient leaves summed by a fixed tree, so every world "
-                  "writes identical files; false batches micro-batches (faster, world-dependent rounding)");
+                  "writes identical files; false batches micro-batches (faster, world-dependent rounding)")
+      ->expected(0, 1)
+      ->default_str("true");  // a bare --deterministic means true, as in auto-round
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
   sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "
                                       "continue after a crash (output byte-identical to an uninterrupted run)");
+  register_compat_flags(sub, o->compat);
   sub->parse_complete_callback([o, sub] {
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
+    for (const auto& note : apply_compat_flags(o->compat, given, o->asym)) log_info(note);
     apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn);
     auto& qo = o->q;
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
@@ -295,6 +311,7 @@ void register_quantize(CLI::App& app) {
   });
   registry().runners[sub] = [o] {
     auto& qo = o->q;
+    qo.model_dir = resolve_model_dir(qo.model_dir);
     QuantizeReport r = quantize_model(qo);
     std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
                  r.peak_rss_mb, qo.output_dir.c_str());
@@ -310,6 +327,7 @@ void register_logits(CLI::App& app) {
   sub->add_option("--text", o->text, "text (encoded with the model's tokenizer and special tokens)")->required();
   sub->add_option("--out", o->out, "output file; token ids go to OUT.ids (one per line)")->required();
   registry().runners[sub] = [o] {
+    o->model = resolve_model_dir(o->model);
     // Raw logits carry no mark of ours, so an existing file is never replaced.
     check_output_file(o->out, "--out", false, {o->model}, nullptr);
     check_output_file(o->out + ".ids", "--out", false, {o->model}, nullptr);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/top_level.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   // Before any thread starts: SIGINT/SIGTERM/SIGHUP remove temporary outputs and exit 128 + signal.
   ar::install_interrupt_cleanup();
-  CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs"};
+  CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs", "autoround"};
   app.require_subcommand(1);
   // Usage errors (unknown or missing options, values out of range: cli/option_checks.h) print one line,
   // like every other error, and exit 2.
@@ -30,12 +31,16 @@ int main(int argc, char** argv) {
   ar::cli::register_eval(app);
   ar::cli::register_quantize(app);
   ar::cli::register_logits(app);
-  // auto-round style: `autoround --model DIR ...` (no subcommand) means `autoround quantize ...`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0].rfind("--", 0) == 0 && args[0] != "--help") args.insert(args.begin(), "quantize");
-  std::reverse(args.begin(), args.end());
+  if (const int rc = ar::cli::handle_top_level(app, args); rc >= 0) return rc;  // --version, --help, typos
+  // auto-round style: `autoround --model DIR ...` (no subcommand) means `autoround quantize ...`.
+  if (!args.empty() && args[0].rfind("--", 0) == 0) args.insert(args.begin(), "quantize");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
-    app.parse(args);
+    app.parse(reversed);
+  } catch (const CLI::ExtrasError& e) {
+    std::fprintf(stderr, "error: %s\n", ar::cli::explain_extras(app, args, e.what()).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

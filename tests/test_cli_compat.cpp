@@ -1,0 +1,132 @@
+// auto-round's command-line habits (issue 11, item 3): every accepted flag with its note, every
+// unsupported value with its error, --version, top-level --help, typo suggestions, hub names looked up
+// in a (fake) Hugging Face cache.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "model/synthetic.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct CliOut {
+  int code;
+  std::string out;
+};
+CliOut run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + std::string(AR_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+struct Row {
+  const char* flags;
+  int code;
+  const char* message;  // substring of the output ("" : none required)
+};
+
+// Flags accepted (exit 0, with the note where they change nothing) or refused (exit 2, saying what is
+// supported), on a tiny model quantized with RTN.
+const Row kRows[] = {
+    {"--sym", 0, ""},
+    {"--data_type int", 0, ""},
+    {"--nblocks 1", 0, ""},
+    {"--act_bits 16", 0, ""},
+    {"--scheme w4a16", 0, ""},
+    {"--scheme W2a16g32", 0, ""},
+    {"--deterministic", 0, ""},
+    {"--deterministic false", 0, ""},
+    {"--device cpu", 0, ""},
+    {"--device_map cpu", 0, ""},
+    {"--scale_dtype fp16", 0, ""},
+    {"--low_gpu_mem_usage", 0, "--low_gpu_mem_usage: no effect here (the model is memory-mapped"},
+    {"--disable_eval", 0, "--disable_eval: no effect here (no evaluation runs after quantizing"},
+    {"--enable_torch_compile", 0, "--enable_torch_compile: no effect here (native kernels"},
+    {"--model_dtype bfloat16", 0, "--model_dtype: no effect here (weights are read in their stored dtype"},
+    {"--data_type mx_fp", 2, "--data_type mx_fp is not supported (int"},
+    {"--nblocks 4", 2, "--nblocks 4 is not supported (1: blocks are tuned one at a time)"},
+    {"--act_bits 8", 2, "--act_bits 8 is not supported (16: weight-only quantization"},
+    {"--tasks lambada", 2, "--tasks: evaluation tasks are not run here; measure the output with `autoround eval"},
+    {"--scale_dtype fp32", 2, "--scale_dtype fp32 is not supported (fp16"},
+    {"--model_dtype int8", 2, "--model_dtype int8 is not supported (auto, float32, bfloat16, float16)"},
+    {"--sym --asym", 2, "--sym and --asym contradict each other"},
+    {"--scheme w5a16", 2, "--scheme 'w5a16' is not supported"},
+    {"--device_map cuda:0", 2, "--device cuda:0: this build has the CPU backend only"},
+    {"--iter 3", 2, "unknown option --iter for quantize (did you mean --iters?)"},
+    {"--nsample 3", 2, "(did you mean --nsamples?)"},
+};
+
+class AutoRoundFlags : public ::testing::TestWithParam<Row> {};
+
+TEST_P(AutoRoundFlags, AcceptedWithNoteOrRefusedWithWhatIsSupported) {
+  static const std::string d = [] {
+    std::string dir = ar::test::temp_path("compat_model");
+    ar::write_synthetic_model(dir, ar::tiny_llama_config(1), 3);
+    return dir;
+  }();
+  const Row& r = GetParam();
+  const std::string out = ar::test::temp_path("compat_out");
+  const CliOut res = run("--model " + d + " --iters 0 --nsamples 2 --seqlen 16 --output_dir " + out + " " + r.flags);
+  EXPECT_EQ(res.code, r.code) << r.flags << "\n" << res.out;
+  EXPECT_NE(res.out.find(r.message), std::string::npos) << r.flags << "\n" << res.out;
+  EXPECT_EQ(fs::exists(out), r.code == 0) << r.flags;
+  fs::remove_all(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, AutoRoundFlags, ::testing::ValuesIn(kRows));
+
+TEST(CliTopLevel, VersionHelpAndTypos) {
+  CliOut r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("autoround.cpp ", 0), 0u) << r.out;
+  r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("Without a subcommand, `autoround --model DIR ...` runs quantize"), std::string::npos);
+  EXPECT_NE(r.out.find("--iters"), std::string::npos) << "top-level help shows the quantize options";
+  r = run("evl --model x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown subcommand 'evl' (did you mean 'eval'?)"), std::string::npos) << r.out;
+  r = run("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out.find("did you mean"), std::string::npos) << "no suggestion for a word far from every subcommand";
+  r = run("eval --model x --text y --ctxx 8");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown option --ctxx for eval (did you mean --ctx?)"), std::string::npos) << r.out;
+}
+
+TEST(CliTopLevel, HubNamesAreLookedUpInTheLocalCache) {
+  const std::string home = ar::test::temp_path("hf_home");
+  const std::string repo = home + "/hub/models--tiny-org--tiny.model";
+  ar::write_synthetic_model(repo + "/snapshots/abc123", ar::tiny_llama_config(1), 3);
+  fs::create_directories(repo + "/refs");
+  { std::ofstream(repo + "/refs/main") << "abc123\n"; }
+  { std::ofstream(home + "/t.txt") << std::string(2000, 'a'); }
+  const std::string env = "HF_HOME=" + home + " HF_HUB_CACHE=";
+  CliOut r = run("eval --model tiny-org/tiny.model --text " + home + "/t.txt --ctx 16", env);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("perplexity"), std::string::npos) << r.out;
+  // A second snapshot without refs/main is ambiguous; a name not in the cache says how to get it.
+  fs::remove(repo + "/refs/main");
+  fs::create_directories(repo + "/snapshots/def456");
+  r = run("eval --model tiny-org/tiny.model --text " + home + "/t.txt", env);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("2 snapshots in"), std::string::npos) << r.out;
+  r = run("--model other-org/absent --iters 0", env);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--model other-org/absent: not a local directory and not in the Hugging Face cache (" + home +
+                       "/hub/models--other-org--absent); downloading is not supported"),
+            std::string::npos)
+      << r.out;
+  fs::remove_all(home);
+}
+
+}  // namespace
