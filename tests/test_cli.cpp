@@ -141,7 +141,7 @@ TEST(Cli, ParallelQuantizationFlags) {
   std::string d = tmpdir("par"), q = d + "_q";
   ar::write_synthetic_model(d, ar::tiny_llama_config(1), 9);
   const std::string base = "--model " + d + " --iters 2 --nsamples 4 --seqlen 32 --batch_size 4 --output_dir " + q;
-  CliResult r = run(base + " --parallel_quantization 2 --devices cpu:0,cpu:1 --report " + q + ".json");
+  CliResult r = run(base + " --parallel_quantization 2 --devices cpu:0,cpu:1 --verbose --report " + q + ".json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("block 1 phases (world 2): mirrors"), std::string::npos) << r.out;
   auto rep = nlohmann::json::parse(ar::read_text_file(q + ".json"));

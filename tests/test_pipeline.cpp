@@ -468,3 +468,34 @@ TEST(Pipeline, GptqAndAwqOutputsAreFp16) {
   fs::remove_all(m);
   fs::remove_all(q);
 }
+
+// Live progress without a terminal (log file, nohup): lines with iteration, current and best loss and
+// both ETAs during a block (every iteration with a zero interval), and the summary table at the end.
+TEST(Pipeline, ProgressLinesAndSummaryWithoutATerminal) {
+  std::string m = tmpdir("pm"), q = tmpdir("pq");
+  write_synthetic_model(m, tiny_llama_config(2), 3);
+  auto o = small_opts(m, q, 5);
+  o.progress_interval_s = 0;
+  testing::internal::CaptureStderr();
+  QuantizeReport r = quantize_model(o);
+  const std::string err = testing::internal::GetCapturedStderr();
+  for (int it = 1; it < 5; ++it)
+    EXPECT_NE(err.find("block 2/2 iter " + std::to_string(it) + "/5 loss "), std::string::npos) << err;
+  EXPECT_NE(err.find(", block ETA "), std::string::npos) << err;
+  EXPECT_NE(err.find(", run ETA "), std::string::npos) << err;
+  EXPECT_EQ(err.find("phases (world"), std::string::npos) << "phase timings only with verbose";
+  EXPECT_NE(err.find("block | loss first | loss best | best iter | seconds"), std::string::npos) << err;
+  char row[96];
+  std::snprintf(row, sizeof row, "%5d | %10.4g | %9.4g | %9d |", 2, r.blocks[1].loss_first, r.blocks[1].loss_best,
+                r.blocks[1].best_iter);
+  EXPECT_NE(err.find(row), std::string::npos) << row << "\n" << err;
+  EXPECT_NE(err.find("total: 2 blocks in"), std::string::npos) << err;
+  // With the default interval (10 s) a run this short prints no in-block line at all.
+  fs::remove_all(q);
+  o.progress_interval_s = 10;
+  testing::internal::CaptureStderr();
+  quantize_model(o);
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find(" iter 1/5 "), std::string::npos);
+  fs::remove_all(m);
+  fs::remove_all(q);
+}

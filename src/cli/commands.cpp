@@ -283,6 +283,7 @@ void register_quantize(CLI::App& app) {
                   "writes identical files; false batches micro-batches (faster, world-dependent rounding)")
       ->expected(0, 1)
       ->default_str("true");  // a bare --deterministic means true, as in auto-round
+  sub->add_flag("--verbose", q.verbose, "per-block phase timings (mirrors, warm-up, forward, backward, exchange, step)");
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
   sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "

@@ -27,6 +27,7 @@
 #include "pipeline/export_format.h"
 #include "pipeline/lane_planner.h"
 #include "pipeline/option_limits.h"
+#include "pipeline/progress.h"
 #include "pipeline/report.h"
 #include "pipeline/resume_state.h"
 #include "quant/tune_linear.h"
@@ -192,6 +193,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   const BlockDims dims = cfg.block_dims();
   const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
 
+  Progress progress(cfg.num_layers, start_block, isatty(STDERR_FILENO) != 0, opt.progress_interval_s);
   for (int64_t b = start_block; b < cfg.num_layers; ++b) {
     const auto t0 = Clock::now();
     const std::string prefix = HfModel::layer_prefix(b);
@@ -233,17 +235,8 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
     quant::SignRoundOptions tune = opt.tune;
-    if (isatty(STDERR_FILENO) && tune.iters > 0) {  // progress bar with ETA over the whole run
-      const auto run_start = t_start;
-      const int64_t blocks = cfg.num_layers;
-      tune.progress = [&, run_start, blocks, b](int it, int iters) {
-        const double done = double(b) + double(it) / iters, el = std::chrono::duration<double>(Clock::now() - run_start).count();
-        const double eta = done > 0 ? el / done * (double(blocks) - done) : 0;
-        std::fprintf(stderr, "\r[%5.1f%%] block %lld/%lld iter %d/%d, elapsed %.0f s, ETA %.0f s   ",
-                     100.0 * done / double(blocks), (long long)(b + 1), (long long)blocks, it, iters, el, eta);
-        if (it == iters) std::fprintf(stderr, "\r%80s\r", "");
-      };
-    }
+    progress.start_block(b);
+    tune.progress = [&](int it, int iters, double loss, double best) { progress.iteration(it, iters, loss, best); };
     const auto t_tune = Clock::now();
     br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
     quant::TuneLane search, tuning;
@@ -259,6 +252,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
         opt.tune.iters == 0 ? rtn_block(ctx, search, w, opt.fmt, opt_rtn ? &imat : nullptr, quantize_layer)
                 : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, tuning,
                                               quantize_layer);
+    progress.end_block();
     br.world_collect = collect.parallel() ? collect.world : 1;
     br.world_search = search.parallel() ? search.world : 1;
     br.world_tune = tuning.parallel() ? tuning.world : 1;
@@ -317,7 +311,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
                   (long long)(b + 1), (long long)cfg.num_layers, br.loss_first, br.loss_best, br.best_iter,
                   br.seconds, br.peak_rss_mb);
     log_info(line);
-    if (opt.tune.iters > 0) {
+    if (opt.tune.iters > 0 && opt.verbose) {  // developer-level timing
       const auto& p = tr.phases;
       std::snprintf(line, sizeof line,
                     "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
@@ -370,6 +364,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   rep.peak_rss_mb = peak_rss_mb();
+  for (const auto& line : summary_table(rep.blocks, rep.seconds, rep.peak_rss_mb)) log_info(line);
   if (!report_path.empty()) write_report(opt, rep, report_path);
   return rep;
 }

@@ -33,6 +33,8 @@ struct QuantizeOptions {
   parallel::ParallelSetting parallel;  // --parallel_quantization
   std::string devices;                 // --devices (empty: every visible device)
   std::string report_path;  // optional JSON report
+  double progress_interval_s = 10;  // without a terminal: a progress line this often during a block
+  bool verbose = false;             // per-block phase timings in the log
 };
 
 struct BlockReport {

@@ -374,7 +374,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
       for (int r = 0; r < W; ++r) sums[size_t(r)] = checksum(reps[size_t(r)]);
       opt.on_step(it, sums);
     }
-    if (opt.progress) opt.progress(it + 1, opt.iters);
+    if (opt.progress) opt.progress(it + 1, opt.iters, loss, best);
   }
   ph.qdq = reps[0].qdq;
   ph.forward = reps[0].forward;

@@ -45,7 +45,8 @@ struct SignRoundOptions {
   bool use_best_mse = true;
   uint64_t seed = 42;
   bool deterministic = true;  // per-sample leaves: the result does not depend on the world
-  std::function<void(int /*iteration*/, int /*iters*/)> progress;  // called after every step
+  // Called after every step with this iteration's loss and the best so far.
+  std::function<void(int /*iteration*/, int /*iters*/, double /*loss*/, double /*best*/)> progress;
   // Test/diagnostic observer: after every step, a checksum of each replica's (V, alpha, beta).
   std::function<void(int /*iteration*/, const std::vector<uint64_t>&)> on_step;
 };

@@ -90,7 +90,7 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
       step(L.beta, db, mm_i);
     }
     res.phases.step += std::chrono::duration<double>(Clock::now() - ts).count();
-    if (opt.progress) opt.progress(it + 1, opt.iters);
+    if (opt.progress) opt.progress(it + 1, opt.iters, loss, best);
   }
   res.loss_best = opt.iters > 0 ? best : 0;
   if (opt.use_best_mse && opt.iters > 0) {
