@@ -24,6 +24,8 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
 #include "pipeline/quantize.h"
+#include "pipeline/run_summary.h"
+#include "model/config.h"
 #include "quant/qdq.h"
 #include "test_util.h"
 
@@ -490,6 +492,12 @@ TEST(Pipeline, ProgressLinesAndSummaryWithoutATerminal) {
                 r.blocks[1].best_iter);
   EXPECT_NE(err.find(row), std::string::npos) << row << "\n" << err;
   EXPECT_NE(err.find("total: 2 blocks in"), std::string::npos) << err;
+  // The start summary: model, method, layer plan, calibration, memory estimate.
+  EXPECT_NE(err.find("model: " + m + " (LlamaForCausalLM, 2 blocks"), std::string::npos) << err;
+  EXPECT_NE(err.find("quantizing W4G32 sym with SignRound, 5 iterations, format auto_round"), std::string::npos) << err;
+  EXPECT_NE(err.find("quantized Linears: self_attn.q_proj"), std::string::npos) << err;
+  EXPECT_NE(err.find("calibration: 8 samples x 64 tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("estimated peak memory: "), std::string::npos) << err;
   // With the default interval (10 s) a run this short prints no in-block line at all.
   fs::remove_all(q);
   o.progress_interval_s = 10;
@@ -498,4 +506,22 @@ TEST(Pipeline, ProgressLinesAndSummaryWithoutATerminal) {
   EXPECT_EQ(testing::internal::GetCapturedStderr().find(" iter 1/5 "), std::string::npos);
   fs::remove_all(m);
   fs::remove_all(q);
+}
+
+TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {
+  EXPECT_EQ(kept_fp_reason("model.layers.0.mlp.down_proj", 64, 172, {}), "shape [64, 172] not a multiple of 32");
+  EXPECT_EQ(kept_fp_reason("model.layers.3.mlp.up_proj", 256, 128, {"layers.3."}), "--fp_layers layers.3.");
+  EXPECT_EQ(kept_fp_reason("model.layers.13.mlp.up_proj", 256, 128, {"layers.3."}), "");
+  auto cfg = parse_model_config(tiny_llama_config(4), "c");
+  QuantizeOptions o;
+  o.model_dir = "m";
+  o.fp_layers = {"layers.1.mlp"};
+  bool kept_line = false;
+  for (const auto& l : run_summary(cfg, o, 8, 64, false))
+    if (l.rfind("kept in 16 bit: ", 0) == 0) {
+      kept_line = true;
+      EXPECT_NE(l.find("mlp.gate_proj in 1 of 4 blocks (--fp_layers layers.1.mlp)"), std::string::npos) << l;
+      EXPECT_EQ(l.find("self_attn"), std::string::npos) << l;
+    }
+  EXPECT_TRUE(kept_line);
 }

@@ -30,6 +30,7 @@
 #include "pipeline/progress.h"
 #include "pipeline/report.h"
 #include "pipeline/resume_state.h"
+#include "pipeline/run_summary.h"
 #include "quant/tune_linear.h"
 
 namespace ar {
@@ -164,6 +165,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   if (T > cfg.max_position_embeddings)
     fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
                                       std::to_string(cfg.max_position_embeddings));
+  for (const auto& line : run_summary(cfg, opt, n, T, lm_head_q)) log_info(line);
   Context ctx(Device{}, opt.threads);
   LanePlanner lanes(opt, ctx.device(), n, rep.notes);
   ShardWriter writer(out.tmp(), kShardBytes);
@@ -220,10 +222,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     int64_t tuned_elems = 0;
     for (auto& [nm, t] : quant::block_linears(w)) {
       const std::string full = prefix + nm;
-      std::string why;
-      if (t->dim(0) % 32 || t->dim(1) % 32) why = "shape " + shape_str(t->shape()) + " not a multiple of 32";
-      for (const auto& f : opt.fp_layers)
-        if (why.empty() && !f.empty() && full.find(f) != std::string::npos) why = "--fp_layers " + f;
+      const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), opt.fp_layers);
       if (!why.empty()) {
         br.kept_fp.push_back(full + " (" + why + ")");
         continue;

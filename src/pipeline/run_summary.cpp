@@ -1,0 +1,88 @@
+#include "pipeline/run_summary.h"
+
+#include <cstdio>
+#include <map>
+
+#include "core/tensor.h"
+#include "model/loader.h"
+
+namespace ar {
+
+std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const std::vector<std::string>& fp_layers) {
+  if (out % 32 || in % 32) return "shape " + shape_str({out, in}) + " not a multiple of 32";
+  for (const auto& f : fp_layers)
+    if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
+  return "";
+}
+
+namespace {
+struct LinearShape {
+  const char* name;
+  int64_t out, in;
+};
+std::vector<LinearShape> linear_shapes(const ModelConfig& c) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  return {{"self_attn.q_proj", q, c.hidden_size},  {"self_attn.k_proj", kv, c.hidden_size},
+          {"self_attn.v_proj", kv, c.hidden_size}, {"self_attn.o_proj", c.hidden_size, q},
+          {"mlp.gate_proj", c.intermediate_size, c.hidden_size}, {"mlp.up_proj", c.intermediate_size, c.hidden_size},
+          {"mlp.down_proj", c.hidden_size, c.intermediate_size}};
+}
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f MiB", bytes / double(1 << 20));
+  return b;
+}
+}  // namespace
+
+std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
+                                     int64_t seqlen, bool lm_head_q) {
+  std::vector<std::string> lines;
+  const int64_t C = cfg.hidden_size, V = cfg.vocab_size, L = cfg.num_layers;
+  int64_t block_params = 2 * C, linear_params = 0;
+  for (const auto& s : linear_shapes(cfg)) linear_params += s.out * s.in;
+  block_params += linear_params;
+  const int64_t params = V * C * (cfg.tie_word_embeddings ? 1 : 2) + C + L * block_params;
+  char b[320];
+  std::snprintf(b, sizeof b, "model: %s (%s, %lld blocks, hidden %lld, intermediate %lld, heads %lld/%lld, %.1fM parameters)",
+                opt.model_dir.c_str(), cfg.architecture.c_str(), (long long)L, (long long)C,
+                (long long)cfg.intermediate_size, (long long)cfg.num_heads, (long long)cfg.num_kv_heads, double(params) / 1e6);
+  lines.push_back(b);
+  const std::string method = opt.tune.iters > 0 ? "SignRound, " + std::to_string(opt.tune.iters) + " iterations"
+                             : opt.disable_opt_rtn ? std::string("RTN") : std::string("optimized RTN");
+  std::snprintf(b, sizeof b, "quantizing W%dG%lld %s with %s, format %s%s", opt.fmt.bits, (long long)opt.fmt.group_size,
+                opt.fmt.sym ? "sym" : "asym", method.c_str(), opt.format.c_str(), lm_head_q ? ", lm_head too" : "");
+  lines.push_back(b);
+  // The layer rule per Linear, over all blocks (a --fp_layers substring may name only some blocks).
+  std::string quantized, kept;
+  for (const auto& s : linear_shapes(cfg)) {
+    std::map<std::string, int64_t> reasons;
+    for (int64_t l = 0; l < L; ++l) {
+      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, opt.fp_layers);
+      if (!why.empty()) ++reasons[why];
+    }
+    int64_t kept_n = 0;
+    for (const auto& [why, count] : reasons) {
+      kept += (kept.empty() ? "" : "; ") + std::string(s.name) + " in " +
+              (count == L ? "every block" : std::to_string(count) + " of " + std::to_string(L) + " blocks") + " (" + why + ")";
+      kept_n += count;
+    }
+    if (kept_n < L) quantized += (quantized.empty() ? "" : ", ") + std::string(s.name);
+  }
+  lines.push_back("quantized Linears: " + (quantized.empty() ? std::string("none") : quantized));
+  if (!kept.empty()) lines.push_back("kept in 16 bit: " + kept);
+  std::snprintf(b, sizeof b, "calibration: %lld samples x %lld tokens", (long long)nsamples, (long long)seqlen);
+  lines.push_back(b);
+  // Peak memory, serial lane: the calibration activations (FP chain in and out, q-chain), one block in
+  // fp32 with its tuning state (V, weight copies, gradients: ~4 more copies of its Linears), and the
+  // per-batch forward caches of the tuning loop.
+  const double act = 3.0 * double(nsamples) * double(seqlen) * double(C) * 4;
+  const double block = double(block_params) * 4 * (opt.tune.iters > 0 ? 5 : 2);
+  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) *
+                       double(8 * C + 4 * cfg.intermediate_size + cfg.num_heads * seqlen) * 4;
+  lines.push_back("estimated peak memory: " + mib(act + block + batch) + " (activations " + mib(act) + ", one block " +
+                  mib(block) + ", tuning caches " + mib(batch) + "); time: the run ETA follows the first iterations");
+  return lines;
+}
+
+}  // namespace ar
