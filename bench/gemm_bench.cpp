@@ -7,7 +7,9 @@
 //  - paths: OpenBLAS fp32 (cpu::gemm, the project's fp32 path), oneDNN fp32 (cpu::gemm_f32_dnnl),
 //    oneDNN bf16 (cpu::gemm_bf16) without and with the fp32->bf16 conversion of both operands, and
 //    for comparison one oneDNN bf16 matmul call with oneDNN's own OpenMP threads ("bf16_dnnl_omp": what
-//    PyTorch does; fastest splitting, but the bits may depend on the thread count).
+//    PyTorch does; fastest splitting, but the bits may depend on the thread count), and one cblas_sgemm
+//    call on OpenBLAS's own threads ("f32_openblas_call": the library's own best rate).
+//    OPENBLAS_CORETYPE=SkylakeX in the environment makes OpenBLAS use its AVX-512 kernels.
 // Output: one JSON line per (shape, path, threads), then one summary line per path and thread count
 // over the block's nine GEMMs. Times are the best of --reps calls after one warm-up call.
 #include <cblas.h>
@@ -157,7 +159,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
                 "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n"
-                "           [--paths f32_openblas,f32_dnnl,bf16_dnnl,bf16_dnnl_incl_conv,bf16_dnnl_omp]\n");
+                "           [--paths f32_openblas,f32_dnnl,bf16_dnnl,bf16_dnnl_incl_conv,bf16_dnnl_omp,\n"
+                "                    f32_openblas_call]\n");
     return 0;
   }
   const int64_t T = arg(argc, argv, "--tokens", 4096), H = arg(argc, argv, "--hidden", 2048),
@@ -203,8 +206,10 @@ int main(int argc, char** argv) {
                 "\"dpbf16_loop_gflops\":%.1f}\n",
                 t, fp32_peak, bf16_limit, dp_peak);
     std::fflush(stdout);
-    const char* paths[] = {"f32_openblas", "f32_dnnl", "bf16_dnnl", "bf16_dnnl_incl_conv", "bf16_dnnl_omp"};
-    Total totals[5];
+    const char* paths[] = {"f32_openblas",        "f32_dnnl",      "bf16_dnnl",
+                           "bf16_dnnl_incl_conv", "bf16_dnnl_omp", "f32_openblas_call"};
+    constexpr int kPaths = 6;
+    Total totals[kPaths];
     for (const Shape& s : shapes) {
       const size_t na = size_t(s.M * s.K), nb = size_t(s.K * s.N);
       Bufs b;
@@ -219,14 +224,16 @@ int main(int argc, char** argv) {
       cpu::fp32_to_bf16(ctx, b.B.data(), b.Bh.data(), int64_t(nb));
       const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
       const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
-      for (int p = 0; p < 5; ++p) {
-        if (p >= 2 && !bf16) continue;
+      for (int p = 0; p < kPaths; ++p) {
+        if (p >= 2 && p <= 4 && !bf16) continue;
         if (!path_filter.empty() && path_filter.find(std::string(",") + paths[p] + ",") == std::string::npos) continue;
         std::function<void()> f;
         std::string kernel;
         switch (p) {
           case 0:
-            f = [&] { cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.A.data(), lda, b.B.data(), ldb, 0.f, b.C.data(), s.N); };
+            f = [&] {
+              cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.A.data(), lda, b.B.data(), ldb, 0.f, b.C.data(), s.N);
+            };
             kernel = std::string("openblas:") + openblas_get_corename();
             break;
           case 1:
@@ -252,9 +259,19 @@ int main(int argc, char** argv) {
             };
             kernel = cpu::dnnl_matmul_impl(true, s.ta, s.tb, s.M, s.N, s.K) + "+convert";
             break;
-          default:
+          case 4:
             f = [&] { dnnl_omp_bf16(s, b.Ah.data(), b.Bh.data(), b.C.data(), t); };
             kernel = dnnl_omp_impl(s, t);
+            break;
+          default:  // one SGEMM call on OpenBLAS's own threads: the library's best, bits depend on threads
+            f = [&] {
+              openblas_set_num_threads(t);
+              cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.M),
+                          int(s.N), int(s.K), 1.f, b.A.data(), int(lda), b.B.data(), int(ldb), 0.f, b.C.data(),
+                          int(s.N));
+              openblas_set_num_threads(1);
+            };
+            kernel = std::string("openblas:") + openblas_get_corename();
             break;
         }
         const double sec = best_time(reps, f), gf = flop / sec / 1e9;
@@ -270,7 +287,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    for (int p = 0; p < 5; ++p) {
+    for (int p = 0; p < kPaths; ++p) {
       if (totals[p].time == 0) continue;
       const double gf = totals[p].flop / totals[p].time / 1e9;
       std::printf("{\"bench\":\"gemm_block\",\"threads\":%d,\"path\":\"%s\",\"gemms\":9,\"s\":%.3f,\"gflops\":%.1f,"
