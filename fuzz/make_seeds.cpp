@@ -117,7 +117,8 @@ void shrink_gguf(const fs::path& p) {
             strs.push_back(m);
         }
       } else {
-        strs.assign(v.strs.begin(), v.strs.begin() + long(std::min(v.strs.size(), kTokens)));
+        // An index loop: vector::assign over a sub-range trips -Wnull-dereference in the TSan build.
+        for (size_t i = 0; i < std::min(v.strs.size(), kTokens); ++i) strs.push_back(v.strs[i]);
       }
       const size_t n = v.elem == ar::GgufType::String ? strs.size() : std::min(v.nums.size(), kTokens);
       o.put<uint32_t>(uint32_t(v.elem));
