@@ -105,7 +105,7 @@ void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, in
 
 constexpr int64_t kMinWork = int64_t(1) << 24;  // multiply-adds per unit
 constexpr int64_t kAlign = 64;
-constexpr int64_t kRowsNN = 256;  // rows per unit at least when B is not transposed
+constexpr int64_t kRowsNN = 256;  // rows per row unit at least
 
 // Units along one dimension of extent `len` whose unit of width 1 costs `per` multiply-adds.
 int64_t unit_extent(int64_t per) {
@@ -118,12 +118,12 @@ struct Plan {
   int64_t extent, units;  // rows (or columns) per unit, the last one takes the remainder
 };
 
-Plan plan(bool tb, int64_t M, int64_t N, int64_t K) {
+Plan plan(int64_t M, int64_t N, int64_t K) {
   // Row blocks keep C dense, and op(A) too (a transposed A is copied dense per unit, see run_unit):
   // dense operands get oneDNN's brgemm kernels, strided sub-matrices its slower gemm:jit kernels.
-  // B is re-packed by every unit: cheap when stored [N, K] (tb), amortized over >= kRowsNN rows
-  // otherwise (measured, bench/gemm_bench). Column blocks only for short M.
-  const int64_t rows = std::max(unit_extent(N * K), tb ? kAlign : kRowsNN), row_units = M / rows;
+  // oneDNN re-packs B in every unit: at least kRowsNN rows amortize that (64-row units ran the forward
+  // x W^T 15-25% slower, bench/gemm_bench). Column blocks only for short M.
+  const int64_t rows = std::max(unit_extent(N * K), kRowsNN), row_units = M / rows;
   const int64_t cols = unit_extent(M * K), col_units = N / cols;
   if (row_units >= 2) return {true, rows, row_units};
   if (col_units >= 2) return {false, cols, col_units};
@@ -138,7 +138,7 @@ void gemm_dnnl(Context& ctx, const Gemm& g) {
     return;
   }
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  const Plan p = plan(g.tb, g.M, g.N, g.K);
+  const Plan p = plan(g.M, g.N, g.K);
   if (p.units == 1) return run_unit(eng, g, 0, g.M, 0, g.N);
   const int64_t len = p.by_rows ? g.M : g.N;
   ctx.pool().parallel_for(p.units, [&](int64_t u0, int64_t u1) {
@@ -179,7 +179,7 @@ void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  const Plan p = plan(tb, M, N, K);
+  const Plan p = plan(M, N, K);
   const int64_t m = p.by_rows ? p.extent : M, n = p.by_rows ? N : p.extent;
   OneThread one;
   return unit_pd(eng, bf16 ? dt::bf16 : dt::f32, ta, tb, m, n, K, ta ? m : K, tb ? K : N, N, 1.f, 0.f)
