@@ -105,7 +105,7 @@ void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, in
 
 constexpr int64_t kMinWork = int64_t(1) << 24;  // multiply-adds per unit
 constexpr int64_t kAlign = 64;
-constexpr int64_t kRowsNN = 256;  // rows per row unit at least
+constexpr int64_t kMinRows = 256;  // rows per row unit at least
 
 // Units along one dimension of extent `len` whose unit of width 1 costs `per` multiply-adds.
 int64_t unit_extent(int64_t per) {
@@ -121,9 +121,9 @@ struct Plan {
 Plan plan(int64_t M, int64_t N, int64_t K) {
   // Row blocks keep C dense, and op(A) too (a transposed A is copied dense per unit, see run_unit):
   // dense operands get oneDNN's brgemm kernels, strided sub-matrices its slower gemm:jit kernels.
-  // oneDNN re-packs B in every unit: at least kRowsNN rows amortize that (64-row units ran the forward
+  // oneDNN re-packs B in every unit: at least kMinRows rows amortize that (64-row units ran the forward
   // x W^T 15-25% slower, bench/gemm_bench). Column blocks only for short M.
-  const int64_t rows = std::max(unit_extent(N * K), kRowsNN), row_units = M / rows;
+  const int64_t rows = std::max(unit_extent(N * K), kMinRows), row_units = M / rows;
   const int64_t cols = unit_extent(M * K), col_units = N / cols;
   if (row_units >= 2) return {true, rows, row_units};
   if (col_units >= 2) return {false, cols, col_units};
