@@ -10,8 +10,9 @@
 //    PyTorch does; fastest splitting, but the bits may depend on the thread count), and one cblas_sgemm
 //    call on OpenBLAS's own threads ("f32_openblas_call": the library's own best rate).
 //    OPENBLAS_CORETYPE=SkylakeX in the environment makes OpenBLAS use its AVX-512 kernels.
-// Output: one JSON line per (shape, path, threads), then one summary line per path and thread count
-// over the block's nine GEMMs. Times are the best of --reps calls after one warm-up call.
+// Output: one JSON line per (shape, path, threads), the peaks measured again after the GEMMs (a shared
+// machine's load shows as a difference), then one summary line per path and thread count over the
+// block's nine GEMMs. Ratios are against the peaks measured before the GEMMs. Times are the best of --reps calls after one warm-up call.
 #include <cblas.h>
 #include <immintrin.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -287,6 +288,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    // The peaks again after the GEMMs: on a shared machine the larger reading is the machine's.
+    const double fp32_after = loop_peak(ctx, fma_loop, kAcc * 16 * 2, peak_iters);
+    const double dp_after = isa.avx512_bf16 ? loop_peak(ctx, dpbf16_loop, kAcc * 16 * 4, peak_iters) : 0.0;
+    std::printf("{\"bench\":\"gemm_peak_after\",\"threads\":%d,\"fp32_fma_peak_gflops\":%.1f,"
+                "\"dpbf16_loop_gflops\":%.1f}\n",
+                t, fp32_after, dp_after);
     for (int p = 0; p < kPaths; ++p) {
       if (totals[p].time == 0) continue;
       const double gf = totals[p].flop / totals[p].time / 1e9;
