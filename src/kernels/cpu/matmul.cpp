@@ -20,14 +20,17 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m1 - m0), int(N),
                 int(K), alpha, a, int(lda), B, int(ldb), beta, C + m0 * ldc, int(ldc));
   };
-  // Units of at least 2^20 multiply-adds, rows (or, for short M such as decoding, columns) in
-  // multiples of 16: OpenBLAS takes another kernel path for small products (M N K <= 64^3) whose sums
-  // differ in the last bit, so no unit is ever that small. Each unit is its own SGEMM call whatever the
-  // thread count (threads only decide who runs which units): some OpenBLAS kernels (measured on AMD
-  // EPYC) round an element differently depending on the call's extent, so merging units per thread
-  // would make the bits depend on the thread count.
-  constexpr int64_t kMinWork = int64_t(1) << 20;
-  auto extent = [&](int64_t other) { return std::max<int64_t>(16, (kMinWork / std::max<int64_t>(1, other * K) + 16) / 16 * 16); };
+  // Units of at least 256 rows (or, for short M such as decoding, columns) and 2^20 multiply-adds, in
+  // multiples of 16. Each unit is its own SGEMM call whatever the thread count (threads only decide who
+  // runs which units): some OpenBLAS kernels (measured on AMD EPYC) round an element differently
+  // depending on the call's extent, so merging units per thread would make the bits depend on the
+  // thread count. 256 because every call packs the whole other operand again: 16-row units ran at 57%
+  // of one call's rate, 256-row units at 95% (2048^3, one thread). No unit is ever a small product
+  // (M N K <= 64^3), which OpenBLAS computes on another path with other rounding.
+  constexpr int64_t kMinWork = int64_t(1) << 20, kMinExtent = 256;
+  auto extent = [&](int64_t other) {
+    return std::max<int64_t>(kMinExtent, (kMinWork / std::max<int64_t>(1, other * K) + 16) / 16 * 16);
+  };
   const int64_t rows = extent(N), row_units = M / rows;
   if (row_units >= 2) {
     ctx.pool().parallel_for(row_units, [&](int64_t u0, int64_t u1) {
