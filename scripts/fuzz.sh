@@ -48,4 +48,9 @@ for t in "${TARGETS[@]}"; do
   if ((running >= JOBS)); then wait -n || fail=1; running=$((running - 1)); fi
 done
 while ((running > 0)); do wait -n || fail=1; running=$((running - 1)); done
+# Fork-mode jobs stopped at the time limit cannot remove their scratch directories; remove those of
+# processes that are gone.
+for d in /dev/shm/ar-fuzz-*; do
+  [[ -d $d ]] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
+done
 exit $fail
