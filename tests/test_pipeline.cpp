@@ -218,6 +218,7 @@ void expect_tampered_states_refused(const QuantizeOptions& o, const std::string&
       {"writer byte range lies", [&] { with([](json& j) { j["writer"]["entries"][0]["end"] = 1u << 30; }); }, "byte range"},
       {"writer extra shard", [&] { with([](json& j) { j["writer"]["closed"].push_back(json::array()); j["writer"]["closed_hash"].push_back("0000000000000000"); }); }, ".shard_0: missing"},
       {"writer holds a tensor of a later block", [&] { with([](json& j) { j["writer"]["entries"][0]["name"] = "model.layers.3.mlp.up_proj.weight"; }); }, "not a tensor of the embeddings or a written block"},
+      {"writer entry with another shape", [&] { with([](json& j) { j["writer"]["entries"][0]["shape"] = {1, 1}; j["writer"]["entries"][0]["end"] = j["writer"]["entries"][0]["begin"].get<uint64_t>() + 4; }); }, "differs from the model's"},
       {"extra names a foreign key", [&] { with([](json& j) { j["extra"]["../../etc"] = {{"bits", 16}, {"data_type", "float"}}; }); }, "'extra' names"},
       {"truncated state", [&] { std::ofstream(state_path, std::ios::trunc) << good.substr(0, good.size() / 2); }, "not a JSON object"},
       {"truncated activations", [&] { fs::resize_file(act, fs::file_size(act) - 4); }, "size"},

@@ -112,6 +112,21 @@ void write_metadata(const QuantizeOptions& opt, const AtomicDir& out, const nloh
     if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
 }
 
+// What a resume state's writer may hold: a model tensor with the model's shape, or the packed tensors
+// (qweight, qzeros, scales, g_idx) of one of the model's Linears.
+std::function<std::string(const std::string&, const std::vector<int64_t>&)> resume_tensor_check(const HfModel& m) {
+  return [&m](const std::string& name, const std::vector<int64_t>& shape) -> std::string {
+    if (const StTensorInfo* info = m.info(name))
+      return info->shape == shape ? "" : "shape " + shape_str(shape) + " differs from the model's " + shape_str(info->shape);
+    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+      const std::string sfx = suffix;
+      if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
+        return m.has(name.substr(0, name.size() - sfx.size()) + ".weight") ? "" : "packs no Linear of the model";
+    }
+    return "not a tensor of the model";
+  };
+}
+
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
@@ -174,7 +189,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
   Tensor x_q, tmp;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  ResumeKeeper keeper(out.tmp(), {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers});
+  ResumeKeeper keeper(out.tmp(), {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers, resume_tensor_check(*model)});
   const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, writer, extra, ctx) : 0;
   if (start_block > 0) out.keep();
   if (start_block > 0) {

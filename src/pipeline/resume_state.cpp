@@ -58,7 +58,8 @@ void check_extra(const nlohmann::json& extra, int64_t next_block, const std::fun
 }
 // The writer may only hold tensors of what is written so far: the embeddings and blocks < next_block
 // (structure, ranges and files are ShardWriter::restore's to check).
-void check_writer_names(const nlohmann::json& w, int64_t next_block, const std::function<void(const std::string&)>& bad) {
+void check_writer_names(const nlohmann::json& w, int64_t next_block, const ResumeExpect& expect,
+                        const std::function<void(const std::string&)>& bad) {
   auto check = [&](const nlohmann::json& entries) {
     if (!entries.is_array()) bad("'writer' entries are not an array");
     for (const auto& e : entries) {
@@ -67,6 +68,11 @@ void check_writer_names(const nlohmann::json& w, int64_t next_block, const std::
       const int64_t block = layer_of(name);
       if (name != "model.embed_tokens.weight" && (block < 0 || block >= next_block))
         bad("'writer' holds '" + name.substr(0, 80) + "', not a tensor of the embeddings or a written block");
+      if (!expect.tensor_check || !e.contains("shape") || !e["shape"].is_array()) continue;
+      std::vector<int64_t> shape;
+      for (const auto& d : e["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+      const std::string why = expect.tensor_check(name, shape);
+      if (!why.empty()) bad("'writer' entry '" + name + "': " + why);
     }
   };
   if (w.contains("entries")) check(w["entries"]);
@@ -103,7 +109,7 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
     s.x_q = resume_act_name("x_q", s.next_block);
   }
   if (!j["writer"].is_object()) bad("'writer' is not an object");
-  check_writer_names(j["writer"], s.next_block, bad);
+  check_writer_names(j["writer"], s.next_block, expect, bad);
   s.writer = j["writer"];
   check_extra(j["extra"], s.next_block, bad);
   s.extra = nlohmann::ordered_json::parse(j["extra"].dump());

@@ -11,6 +11,8 @@
 //   extra         extra_config so far: keys are Linears of blocks < next_block, values {bits, data_type}
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,6 +25,9 @@ namespace ar {
 struct ResumeExpect {
   nlohmann::ordered_json fingerprint;
   int64_t num_layers = 0;
+  // Checks a writer entry against the model: "" when `name` with `shape` is something this run writes
+  // (a model tensor with its shape, or the packed form of one of its Linears), else the reason.
+  std::function<std::string(const std::string& name, const std::vector<int64_t>& shape)> tensor_check;
 };
 
 struct ResumeState {
