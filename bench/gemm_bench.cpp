@@ -29,6 +29,7 @@
 #include "core/context.h"
 #include "core/dtype.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "peaks.h"
 #include "kernels/cpu/ops.h"
 
 extern "C" {  // libgomp, oneDNN's threading runtime (for the bf16_dnnl_omp comparison path)
@@ -37,6 +38,10 @@ void omp_set_num_threads(int n);
 }
 
 using namespace ar;
+using bench::dpbf16_loop;
+using bench::fma_loop;
+using bench::kAcc;
+using bench::loop_peak;
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -45,53 +50,6 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
   return def;
-}
-
-constexpr int kAcc = 16;  // independent accumulators: > FMA latency x pipes on current cores
-
-__attribute__((target("avx512f"))) float sum16(__m512 v) {
-  alignas(64) float x[16];
-  _mm512_store_ps(x, v);
-  float s = 0;
-  for (float e : x) s += e;
-  return s;
-}
-
-__attribute__((target("avx512f"), noinline)) float fma_loop(int64_t iters) {
-  __m512 acc[kAcc];
-  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
-  for (int64_t i = 0; i < iters; ++i)
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
-  __m512 s = acc[0];
-  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
-  return sum16(s);
-}
-
-__attribute__((target("avx512f,avx512bf16"), noinline)) float dpbf16_loop(int64_t iters) {
-  __m512 acc[kAcc];
-  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
-  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3a83), y = (__m512bh)_mm512_set1_epi16(0x3a83);  // ~1e-3
-  for (int64_t i = 0; i < iters; ++i)
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], x, y);
-  __m512 s = acc[0];
-  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
-  return sum16(s);
-}
-
-// GFLOP/s of `loop` on every thread of ctx at once (flops per iteration per thread given); best of 3.
-double loop_peak(Context& ctx, float (*loop)(int64_t), double flops_per_iter, int64_t iters) {
-  double best = 0;
-  std::vector<float> sink(size_t(ctx.threads()));
-  for (int r = 0; r < 3; ++r) {
-    const double t0 = now();
-    ctx.pool().parallel_for(ctx.threads(), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) sink[size_t(i)] = loop(iters);
-    }, 1);
-    best = std::max(best, flops_per_iter * double(iters) * ctx.threads() / (now() - t0) / 1e9);
-  }
-  if (sink[0] == 12345.f) std::printf(" ");  // keep the results alive
-  return best;
 }
 
 struct Shape {

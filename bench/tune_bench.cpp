@@ -1,22 +1,26 @@
 // SignRound tuning throughput for one decoder block: per-iteration time split into phases (QDQ of
-// all Linears, block forward, block backward, QDQ backward + sign-SGD step) and achieved GFLOP/s over
-// the SGEMM peak measured in the same run. Default shape: a Llama-3.2-1B block (hidden 2048,
-// intermediate 8192, 32 heads, 8 KV heads, head_dim 64), batch 8 x seqlen 512, W4G128 sym.
+// all Linears, block forward, block backward, the step: QDQ backward + sign-SGD) and achieved GFLOP/s
+// against the machine's limits measured in the same run: the AVX-512 fp32 FMA peak, the bf16 limit
+// (twice that), and the best fp32 and bf16 GEMM rates (2048^3) of the kernels the tuning uses.
+// Default shape: a Llama-3.2-1B block (hidden 2048, intermediate 8192, 32 heads, 8 KV heads, head_dim
+// 64), batch 8 x seqlen 512, W4G128 sym, deterministic (per-sample leaves, the CLI's default).
 // FLOPs: model FLOPs of forward (2 N params + causal attention) and backward (4 N params + 2x attention);
-// the QDQ and step phases are counted as overhead, not FLOPs. Last line: one JSON object.
-//   tune_bench [--hidden 2048] [--inter 8192] [--heads 32] [--kv 8] [--head_dim 64] [--seq 512] [--bs 8]
-//              [--iters 3] [--threads 0]
+// the QDQ and step phases are counted as overhead, not FLOPs. One JSON line per precision.
+//   tune_bench [--amp] [--both] [--hidden 2048] [--inter 8192] [--heads 32] [--kv 8] [--head_dim 64]
+//              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1]
+// --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 
+#include "bench_block.h"
 #include "core/context.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
 #include "model/loader.h"
-#include "bench_block.h"
+#include "peaks.h"
 #include "quant/signround.h"
 
 using namespace ar;
@@ -25,51 +29,98 @@ using Clock = std::chrono::steady_clock;
 using bench::arg;
 using bench::rnd;
 
-int main(int argc, char** argv) {
-  Context ctx(Device{}, int(arg(argc, argv, "--threads", 0)));
-  bench::BenchBlock blk = bench::make_block(ctx, argc, argv, 2048, 8192, 32, 8, 512);
-  const BlockDims& d = blk.d;
-  const int64_t T = blk.T, n = blk.n, bs = n;
-  const int iters = int(arg(argc, argv, "--iters", 3));
-  // SGEMM peak in this run.
-  double peak = 0;
-  {
-    const int m = 2048;
-    Tensor a = rnd(ctx, {m, m}, 1, 1), b = rnd(ctx, {m, m}, 2, 1), c = Tensor::empty({m, m}, DType::F32, ctx);
-    for (int r = 0; r < 3; ++r) {
-      auto t0 = Clock::now();
+namespace {
+bool flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return true;
+  return false;
+}
+
+// Best of 3 GEMMs 2048^3 (x W^T layout), GFLOP/s.
+double gemm_rate(Context& ctx, bool bf16) {
+  const int64_t m = 2048;
+  Tensor a = rnd(ctx, {m, m}, 1, 1), b = rnd(ctx, {m, m}, 2, 1), c = Tensor::empty({m, m}, DType::F32, ctx);
+  Tensor ah = a.to(DType::BF16, ctx), bh = b.to(DType::BF16, ctx);
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = Clock::now();
+    if (bf16)
+      cpu::gemm_bf16(ctx, false, true, m, m, m, 1.f, ah.data<uint16_t>(), m, bh.data<uint16_t>(), m, 0.f, c.f32(), m);
+    else
       cpu::gemm(ctx, false, true, m, m, m, 1.f, a.f32(), m, b.f32(), m, 0.f, c.f32(), m);
-      peak = std::max(peak, 2.0 * m * m * double(m) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
-    }
+    best = std::max(best, 2.0 * double(m * m * m) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
   }
-  BlockWeights& w = blk.w;
-  const Tensor &x = blk.x, &y = blk.y;
-  const auto& mask = blk.mask;
+  return best;
+}
+
+struct Run {
+  double iter_s = 0;
+  quant::TunePhases ph;
+};
+
+Run tune(Context& ctx, bench::BenchBlock& blk, bool amp, int iters, bool deterministic) {
   BlockAux<float> aux = blk.aux();
   quant::SignRoundOptions o;
-  o.batch_size = bs;
-  o.iters = 1;  // warm-up: allocator, BLAS buffers
-  { BlockWeights w2 = w; w2.wq = w.wq.clone(ctx); quant::signround_tune_block(ctx, d, w2, {4, 128, true}, aux, x, y, mask, o); }
+  o.batch_size = blk.n;
+  o.amp = amp;
+  o.deterministic = deterministic;
+  o.iters = 1;  // warm-up: allocator, primitive caches
+  {
+    BlockWeights w2 = quant::clone_block(blk.w, ctx);
+    quant::signround_tune_block(ctx, blk.d, w2, {4, 128, true}, aux, blk.x, blk.y, blk.mask, o);
+  }
   o.iters = iters;
+  BlockWeights w = quant::clone_block(blk.w, ctx);
   auto t0 = Clock::now();
-  quant::BlockTuneResult r = quant::signround_tune_block(ctx, d, w, {4, 128, true}, aux, x, y, mask, o);
-  const double total = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+  quant::BlockTuneResult r = quant::signround_tune_block(ctx, blk.d, w, {4, 128, true}, aux, blk.x, blk.y, blk.mask, o);
+  return {std::chrono::duration<double>(Clock::now() - t0).count() / iters, r.phases};
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Context ctx(Device{}, int(arg(argc, argv, "--threads", 0)));
+  const bool both = flag(argc, argv, "--both"), amp_only = flag(argc, argv, "--amp");
+  const bool deterministic = arg(argc, argv, "--deterministic", 1) != 0;
+  const int iters = int(arg(argc, argv, "--iters", 3));
+  if ((both || amp_only) && !cpu::bf16_gemm_supported()) {
+    std::printf("tune_bench: --amp needs bf16 GEMMs: %s\n", cpu::bf16_support_summary().c_str());
+    return 1;
+  }
+  bench::BenchBlock blk = bench::make_block(ctx, argc, argv, 2048, 8192, 32, 8, 512);
+  const BlockDims& d = blk.d;
+  const bool has_bf16 = cpu::cpu_isa().avx512_bf16;
+  const double fp32_peak = bench::fp32_peak_gflops(ctx), dp_loop = bench::dpbf16_peak_gflops(ctx, has_bf16);
+  const double bf16_limit = 2 * fp32_peak;
+  const double sgemm = gemm_rate(ctx, false), bgemm = cpu::bf16_gemm_supported() ? gemm_rate(ctx, true) : 0.0;
+  std::printf("tune_bench: hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s\n",
+              (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D, (long long)blk.n,
+              (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves");
+  std::printf("limits: fp32 FMA peak %.1f GFLOP/s, bf16 limit %.1f (VDPBF16PS loop %.1f); GEMM 2048^3: fp32 %.1f (%s), "
+              "bf16 %.1f (%s)\n",
+              fp32_peak, bf16_limit, dp_loop, sgemm, cpu::dnnl_matmul_impl(false, false, true, 2048, 2048, 2048).c_str(),
+              bgemm, cpu::bf16_gemm_supported() ? cpu::dnnl_matmul_impl(true, false, true, 2048, 2048, 2048).c_str() : "-");
   const double flops = blk.flops();
-  const auto& p = r.phases;
-  const double q = p.qdq / iters, f = p.forward / iters, b = p.backward / iters, s = p.step / iters;
-  std::printf("tune_bench: hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads\n",
-              (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D, (long long)n,
-              (long long)T, ctx.threads());
-  std::printf("per iteration: %.3f s = qdq %.3f + forward %.3f + backward %.3f + step %.3f (+ %.3f other)\n", total, q,
-              f, b, s, total - q - f - b - s);
-  std::printf("%.1f GFLOP/s over the whole iteration = %.1f%% of the SGEMM peak %.1f GFLOP/s (fwd+bwd alone %.1f%%); "
-              "peak RSS %.0f MiB\n",
-              flops / total / 1e9, 100 * flops / total / 1e9 / peak, peak, 100 * flops / (f + b) / 1e9 / peak,
-              peak_rss_mb());
-  std::printf("{\"bench\":\"signround_iteration\",\"tokens\":%lld,\"iter_s\":%.4f,\"qdq_s\":%.4f,\"fwd_s\":%.4f,"
-              "\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"ratio\":%.4f,"
-              "\"peak_rss_mb\":%.1f}\n",
-              (long long)(n * T), total, q, f, b, s, flops / total / 1e9, peak, flops / total / 1e9 / peak,
-              peak_rss_mb());
+  double fp32_iter = 0;
+  for (bool amp : {false, true}) {
+    if (amp ? !(both || amp_only) : amp_only) continue;
+    const Run r = tune(ctx, blk, amp, iters, deterministic);
+    const auto& p = r.ph;
+    const double q = p.qdq / iters, f = p.forward / iters, b = p.backward / iters, s = p.step / iters;
+    const double gf = flops / r.iter_s / 1e9;
+    if (!amp) fp32_iter = r.iter_s;
+    std::printf("%s: %.3f s per iteration = qdq %.3f + forward %.3f + backward %.3f + step %.3f (+ %.3f other)\n",
+                amp ? "amp (bf16 GEMMs)" : "fp32", r.iter_s, q, f, b, s, r.iter_s - q - f - b - s);
+    std::printf("  %.1f GFLOP/s = %.1f%% of the bf16 limit, %.1f%% of the fp32 peak, %.1f%% of the %s GEMM rate; "
+                "peak RSS %.0f MiB\n",
+                gf, 100 * gf / bf16_limit, 100 * gf / fp32_peak, 100 * gf / (amp ? bgemm : sgemm),
+                amp ? "bf16" : "fp32", peak_rss_mb());
+    std::printf("{\"bench\":\"signround_iteration\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
+                "\"qdq_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,"
+                "\"fp32_peak_gflops\":%.2f,\"bf16_limit_gflops\":%.2f,\"gemm_fp32_gflops\":%.2f,"
+                "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f%s}\n",
+                amp ? "amp" : "fp32", (long long)(blk.n * blk.T), r.iter_s, q, f, b, s, gf, fp32_peak, bf16_limit, sgemm,
+                bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(),
+                amp && fp32_iter > 0 ? (",\"speedup_vs_fp32\":" + std::to_string(fp32_iter / r.iter_s)).c_str() : "");
+  }
   return 0;
 }

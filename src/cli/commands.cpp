@@ -240,8 +240,8 @@ void register_quantize(CLI::App& app) {
   struct Opt {
     QuantizeOptions q;
     bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
-    bool disable_opt_rtn = false, quant_lm_head = false;
-    std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off";
+    bool disable_opt_rtn = false, quant_lm_head = false, disable_amp = false;
+    std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off", amp;
     CompatFlags compat;
   };
   auto o = std::make_shared<Opt>();
@@ -283,6 +283,10 @@ void register_quantize(CLI::App& app) {
                   "writes identical files; false batches micro-batches (faster, world-dependent rounding)")
       ->expected(0, 1)
       ->default_str("true");  // a bare --deterministic means true, as in auto-round
+  sub->add_option("--amp", o->amp,
+                  "true | false: bf16 GEMM operands with fp32 accumulation, bf16 calibration activations (default: "
+                  "on where the CPU has AVX512_BF16 or AMX-BF16; the choice is logged)");
+  sub->add_flag("--disable_amp", o->disable_amp, "auto-round's spelling of --amp false");
   sub->add_flag("--verbose", q.verbose, "per-block phase timings (mirrors, warm-up, forward, backward, exchange, step)");
   sub->add_option("--report", q.report_path, "write a JSON report (per-block losses, timings, memory)");
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
@@ -304,6 +308,13 @@ void register_quantize(CLI::App& app) {
     qo.disable_opt_rtn = o->disable_opt_rtn;
     qo.quant_lm_head = o->quant_lm_head;
     qo.calib.seed = qo.tune.seed;
+    if (o->amp == "true" || o->amp == "1") qo.amp = true;
+    else if (o->amp == "false" || o->amp == "0") qo.amp = false;
+    else if (!o->amp.empty()) usage_error("--amp '" + o->amp + "': expected true or false");
+    if (o->disable_amp) {
+      if (qo.amp == true) usage_error("--disable_amp contradicts --amp true");
+      qo.amp = false;
+    }
     qo.parallel = as_usage([&] { return parallel::ParallelSetting::parse(o->parallel); });
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)

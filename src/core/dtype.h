@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace ar {
@@ -16,8 +17,19 @@ const char* dtype_name(DType t);
 bool dtype_from_safetensors(const std::string& s, DType* out);
 const char* dtype_safetensors_name(DType t);
 
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+inline float bf16_to_f32(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                        // round to nearest even
+  return uint16_t(u >> 16);
+}
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

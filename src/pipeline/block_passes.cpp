@@ -1,6 +1,7 @@
 #include "pipeline/block_passes.h"
 
 #include "core/error.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "quant/opt_rtn.h"
 
@@ -27,7 +28,8 @@ void dispatch(Context& home, const quant::TuneLane& lane, const std::function<vo
 }  // namespace
 
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
-                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat) {
+                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
+                       Imatrix* imat) {
   const int64_t per = aux.T * dims.C;
   const int64_t widths[] = {dims.C, dims.H * dims.D, dims.C, dims.I};  // attn_in, o_in, mlp_in, down_in
   const int64_t width = widths[0] + widths[1] + widths[2] + widths[3];
@@ -37,13 +39,27 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
     BlockWeights mirror;
     if (r > 0) mirror = quant::clone_block(w, ctx);
     const BlockWeights& bw = r > 0 ? mirror : w;
-    cpu::CpuOps ops{ctx};
+    cpu::Bf16Operands operands;
+    std::vector<Tensor> wb;  // amp: the Linears' weights in bf16, rounded once
+    if (amp)
+      for (auto& [name, t] : quant::block_linears(bw)) {
+        wb.push_back(Tensor::empty(t->shape(), DType::BF16, ctx));
+        cpu::fp32_to_bf16(ctx, t->f32(), wb.back().data<uint16_t>(), t->numel());
+        operands.bind(t->f32(), wb.back().data<uint16_t>());
+      }
+    cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
     BlockRunner<cpu::CpuOps> run(ops, dims);
     BlockAux<float> a = aux;
+    const bool bx = x.dtype() == DType::BF16, by = y.dtype() == DType::BF16;
+    Tensor xs = bx ? Tensor::empty({std::min(bs, n) * per}, DType::F32, ctx) : Tensor();
+    Tensor ys = by ? Tensor::empty({std::min(bs, n) * per}, DType::F32, ctx) : Tensor();
     for (int64_t s0 = s_begin; s0 < s_end; s0 += bs) {
       a.B = std::min(bs, s_end - s0);
       BlockRunner<cpu::CpuOps>::Cache c;
-      run.forward(bw.ptrs(), a, x.f32() + s0 * per, y.f32() + s0 * per, c);
+      if (bx) cpu::bf16_to_fp32(ctx, x.data<uint16_t>() + s0 * per, xs.f32(), a.B * per);
+      float* yp = by ? ys.f32() : y.f32() + s0 * per;
+      run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c);
+      if (by) cpu::fp32_to_bf16(ctx, yp, y.data<uint16_t>() + s0 * per, a.B * per);
       if (!imat) continue;
       const float* acts[] = {c.h1.f32(), c.o.f32(), c.h2.f32(), c.a.f32()};
       for (int64_t b = 0; b < a.B; ++b) {

@@ -22,8 +22,10 @@ namespace ar {
 // the input it sees: attn_in (q/k/v), o_in, mlp_in (gate/up), down_in.
 using Imatrix = std::map<std::string, std::vector<float>>;
 
+// x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
-                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, Imatrix* imat = nullptr);
+                       BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
+                       Imatrix* imat = nullptr);
 
 // --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
 // is given, else plain RTN (min/max scale, rounding to nearest).

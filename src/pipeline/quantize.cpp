@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/loader.h"
 #include "model/rope_table.h"
@@ -60,9 +61,24 @@ void copy_tensor(const HfModel& m, ShardWriter& w, const std::string& name, bool
 
 // NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
 void check_finite(const Tensor& t, const std::string& what) {
+  const bool bf16 = t.dtype() == DType::BF16;
   for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t.f32()[i])) fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
+    if (!std::isfinite(bf16 ? bf16_to_f32(t.data<uint16_t>()[i]) : t.f32()[i]))
+      fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
 }
+
+// The calibration activations' embeddings, sample by sample (x is fp32 or bf16).
+void embed(Context& ctx, const Tensor& emb, const std::vector<int32_t>& ids, Tensor& x, int64_t n, int64_t T,
+           int64_t C) {
+  if (x.dtype() == DType::F32) return cpu::embedding_fwd(ctx, emb.f32(), ids.data(), x.f32(), n * T, C);
+  Tensor row = Tensor::empty({T, C}, DType::F32, ctx);
+  for (int64_t s = 0; s < n; ++s) {
+    cpu::embedding_fwd(ctx, emb.f32(), ids.data() + s * T, row.f32(), T, C);
+    cpu::fp32_to_bf16(ctx, row.f32(), x.data<uint16_t>() + s * T * C, T * C);
+  }
+}
+
+Tensor as_f32(const Tensor& t, Context& ctx) { return t.dtype() == DType::F32 ? t : t.to(DType::F32, ctx); }
 
 // The output's rules (io/output_guard.h): inputs are the model and the --dataset files; the report
 // path is checked too (an existing one is replaced only with --overwrite and only if it is ours).
@@ -91,7 +107,7 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
           {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
           {"calibration", {{"n", calib.n}, {"seqlen", calib.seqlen}, {"tokens_hash", hex64(tokens)}}},
           {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
-          {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic},
+          {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic}, {"amp", opt.tune.amp},
           // Without --deterministic the bits depend on the world, so a resume must keep it.
           {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
 }
@@ -129,9 +145,24 @@ std::function<std::string(const std::string&, const std::vector<int64_t>&)> resu
 
 }  // namespace
 
-QuantizeReport quantize_model(const QuantizeOptions& opt) {
+AmpChoice choose_amp(const std::optional<bool>& requested) {
+  const bool can = cpu::bf16_gemm_supported();
+  const std::string why = cpu::bf16_support_summary();
+  if (requested == false) return {false, "amp: off (--amp false): fp32 GEMMs"};
+  if (!can && requested == true) fail(ErrorKind::Unsupported, "--amp true: " + why);
+  if (!can) return {false, "amp: off (" + why + "): fp32 GEMMs"};
+  return {true, std::string("amp: on (") + (requested ? "--amp true" : "default where the CPU has bf16 dot products") +
+                    "; " + why + "): bf16 GEMM operands with fp32 accumulation, bf16 calibration activations"};
+}
+
+QuantizeReport quantize_model(const QuantizeOptions& requested) {
   const auto t_start = Clock::now();
-  validate_quantize_options(opt);  // counts and rates in range (option_limits.h)
+  validate_quantize_options(requested);  // counts and rates in range (option_limits.h)
+  const AmpChoice amp = choose_amp(requested.amp);
+  QuantizeOptions resolved = requested;
+  resolved.tune.amp = amp.on;
+  const QuantizeOptions& opt = resolved;
+  const DType act_dtype = amp.on ? DType::BF16 : DType::F32;  // calibration activations
   if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "auto_awq" && opt.format != "fake")
     fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
   if (opt.format == "auto_awq" && opt.fmt.bits != 4)
@@ -181,12 +212,13 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
                                       std::to_string(cfg.max_position_embeddings));
   for (const auto& line : run_summary(cfg, opt, n, T, lm_head_q)) log_info(line);
+  log_info(amp.line);
   Context ctx(Device{}, opt.threads);
   LanePlanner lanes(opt, ctx.device(), n, rep.notes);
   ShardWriter writer(out.tmp(), kShardBytes);
   if (opt.resume) writer.keep_files();
 
-  Tensor x_fp = Tensor::empty({n, T, C}, DType::F32, ctx), y_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
+  Tensor x_fp = Tensor::empty({n, T, C}, act_dtype, ctx), y_fp = Tensor::empty({n, T, C}, act_dtype, ctx);
   Tensor x_q, tmp;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   ResumeKeeper keeper(out.tmp(), {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers, resume_tensor_check(*model)});
@@ -198,7 +230,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     rep.notes.push_back("resumed after block " + std::to_string(start_block));
   } else {
     Tensor emb = model->load_embeddings(ctx);
-    cpu::embedding_fwd(ctx, emb.f32(), calib.ids.data(), x_fp.f32(), n * T, C);
+    embed(ctx, emb, calib.ids, x_fp, n, T, C);
     copy_tensor(*model, writer, "model.embed_tokens.weight", fp16_out, ctx);
   }
   RopeTable rope = make_rope_table(cfg, T);
@@ -228,7 +260,7 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     const quant::TuneLane collect =
         lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, bs).total());
     Imatrix imat;
-    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, bs, opt_rtn ? &imat : nullptr);
+    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, bs, opt.tune.amp, opt_rtn ? &imat : nullptr);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
@@ -285,9 +317,9 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
     br.loss_best = tr.loss_best;
     br.best_iter = tr.best_iter;
     if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
-      if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, DType::F32, ctx);
+      if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, act_dtype, ctx);
       tmp = x_in.clone(ctx);
-      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, bs);
+      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, bs, opt.tune.amp);
       check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
     }
     std::swap(x_fp, y_fp);
@@ -344,11 +376,11 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
     const auto t_lm = Clock::now();
     Tensor norm = model->load_final_norm(ctx), head = model->load_lm_head(ctx);
-    const Tensor& chain = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
+    const Tensor chain = as_f32((opt.quanted_input && x_q.defined()) ? x_q : x_fp, ctx), fp = as_f32(x_fp, ctx);
     Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
     Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
     cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-    cpu::rmsnorm_fwd(ctx, x_fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+    cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
     quant::BlockTuneResult tr =
         quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
     if (opt.format == "fake") {

@@ -9,6 +9,7 @@
 // Linear on the final-normed q-chain output, quant/tune_linear.h) and never when tied to the embeddings.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,19 @@ struct QuantizeOptions {
   std::string report_path;  // optional JSON report
   double progress_interval_s = 10;  // without a terminal: a progress line this often during a block
   bool verbose = false;             // per-block phase timings in the log
+  // --amp: bf16 GEMM operands with fp32 accumulation in the block passes and the tuning, calibration
+  // activations stored in bf16 (quant::SignRoundOptions::amp). Unset: on where the CPU has bf16 dot
+  // products (cpu::bf16_gemm_supported), off elsewhere. tune.amp is set from it by quantize_model.
+  std::optional<bool> amp;
 };
+
+// Resolves QuantizeOptions::amp on this CPU: whether amp runs, and the log line that says why.
+// Refuses --amp true where the CPU has no bf16 GEMMs (Unsupported).
+struct AmpChoice {
+  bool on = false;
+  std::string line;
+};
+AmpChoice choose_amp(const std::optional<bool>& requested);
 
 struct BlockReport {
   int64_t index = 0;

@@ -30,6 +30,13 @@ void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, c
   }, ThreadPool::grain(4 * sh.in));
 }
 
+void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+             const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero) {
+  ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
+    qdq_fwd<float, uint16_t>(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1);
+  }, ThreadPool::grain(4 * sh.in));
+}
+
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta) {
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {

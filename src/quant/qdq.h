@@ -12,6 +12,9 @@ QdqShape make_qdq_shape(int64_t out, int64_t in, int bits, int64_t group_size, b
 void qdq_minmax(Context& ctx, const QdqShape& sh, const float* W, float* wmin0, float* wmax0);
 void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, float* What, float* scale, float* zero);
+// The same with What written as bf16 (the --amp GEMM operand; equals f32_to_bf16 of the fp32 What).
+void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+             const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero);
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta);
 

@@ -98,11 +98,17 @@ GroupScale<T> group_scale(const QdqShape& sh, T a, T b, T lo0, T hi0) {
   return g;
 }
 
-// Forward over rows [r0, r1). V, alpha, beta may be null (0, 1, 1). scale/zero (optional) get the
-// per-group values, for packing.
+// Stores a QDQ value in the output format: T itself, or bf16 (uint16_t, round to nearest even) for
+// the --amp GEMM operand.
 template <class T>
+void store_qdq(T* p, T v) { *p = v; }
+inline void store_qdq(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
+// Forward over rows [r0, r1). V, alpha, beta may be null (0, 1, 1). scale/zero (optional) get the
+// per-group values, for packing. Out = T, or uint16_t (bf16) with T = float.
+template <class T, class Out = T>
 void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T* beta, const T* wmin0,
-             const T* wmax0, T* What, T* scale, T* zero, int64_t r0, int64_t r1) {
+             const T* wmax0, Out* What, T* scale, T* zero, int64_t r0, int64_t r1) {
   const int64_t ng = sh.groups(), vw = ng * sh.group;
   const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   for (int64_t r = r0; r < r1; ++r)
@@ -116,7 +122,7 @@ void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T
         T v = V ? V[r * vw + c] : T(0);
         T q = round_half_even(W[r * sh.in + c] / g.s + v) + g.z;
         q = q < lo_q ? lo_q : q > hi_q ? hi_q : q;
-        What[r * sh.in + c] = g.s * (q - g.z);
+        store_qdq(What + r * sh.in + c, T(g.s * (q - g.z)));
       }
     }
 }

@@ -1,6 +1,8 @@
 #include "quant/signround.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "parallel/exchange.h"
 
@@ -18,6 +21,12 @@ std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w) {
   return {{"self_attn.q_proj", &w.wq}, {"self_attn.k_proj", &w.wk}, {"self_attn.v_proj", &w.wv},
           {"self_attn.o_proj", &w.wo}, {"mlp.gate_proj", &w.wg},   {"mlp.up_proj", &w.wu},
           {"mlp.down_proj", &w.wd}};
+}
+
+std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeights& w) {
+  std::vector<std::pair<std::string, const Tensor*>> r;
+  for (auto& [name, t] : block_linears(const_cast<BlockWeights&>(w))) r.emplace_back(name, t);  // read-only view
+  return r;
 }
 
 void TuneLane::run(const std::function<void(int)>& fn) const {
@@ -105,21 +114,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Where each tuned layer's gradients sit in the flat tunable-gradient buffer: [V | alpha | beta] per layer.
+// Where each tuned layer sits in the two flat buffers: its weight gradient dW^ in the [wsize] partial
+// sums, and its tunables' gradients [V | alpha | beta] in the [size] gradient buffer.
 struct GradLayout {
-  std::vector<int64_t> v, a, b;
-  int64_t size = 0;
+  std::vector<int64_t> w, v, a, b;
+  int64_t wsize = 0, size = 0;
 };
 
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
+// The block's tuned slots point at the fp32 QDQ weights (What); under --amp at the FP weights instead,
+// which `operands` maps to the bf16 QDQ weights (Whatb) the GEMMs read (fpb: the untuned Linears).
 struct Replica {
   Context* ctx = nullptr;
   BlockWeights mirror;
   BlockPtrs<const float*> wp;
-  BlockPtrs<float*> gp;
   std::vector<TunedLinear> layers;
-  std::vector<Tensor> What, dWhat, levels;  // levels: flat gradient buffers, one per tree depth
-  std::vector<int8_t> signs;
+  std::vector<Tensor> What, Whatb, fpb;
+  cpu::Bf16Operands operands;
+  std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
+  Tensor total, grads;         // the exchanged dW^ sum (world > 1); dV | dalpha | dbeta
   std::unique_ptr<cpu::CpuOps> ops;
   std::unique_ptr<BlockRunner<cpu::CpuOps>> runner;
   double loss = 0, qdq = 0, forward = 0, backward = 0;
@@ -140,262 +153,364 @@ int tree_depth(int64_t leaves) {
   while ((int64_t(1) << (d - 1)) < leaves) ++d;
   return d;
 }
+
+// Rows [r0, r0 + rows) of a [n, T, C] calibration tensor (fp32 or bf16) as fp32.
+void load_rows(Context& c, const Tensor& t, int64_t r0, int64_t rows, float* dst) {
+  if (t.dtype() == DType::BF16) return cpu::bf16_to_fp32(c, t.data<uint16_t>() + r0, dst, rows);
+  std::memcpy(dst, t.f32() + r0, size_t(rows) * 4);
+}
+
+void fill(Context& c, float* p, int64_t n, float v) {
+  c.pool().parallel_for(n, [&](int64_t i0, int64_t i1) { std::fill(p + i0, p + i1, v); }, 1 << 16);
+}
+
+// The tuning of one block (signround.h): construction builds the replicas, run() iterates.
+class BlockTuner {
+ public:
+  BlockTuner(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt, const BlockAux<float>& aux,
+             const Tensor& x_in, const Tensor& y_fp, const std::vector<uint8_t>& loss_mask,
+             const SignRoundOptions& opt, const TuneLane& lane,
+             const std::function<bool(const std::string&)>& quantize_layer)
+      : ctx_(ctx), dims_(dims), w_(w), aux_(aux), x_in_(x_in), y_fp_(y_fp), mask_(loss_mask), opt_(opt), lane_(lane),
+        fmt_(fmt) {
+    check_shapes();
+    n_ = x_in.dim(0);
+    const int64_t bs = std::min<int64_t>(opt.batch_size, n_);
+    B_ = std::min<int64_t>(n_, bs * std::max(1, opt.gradient_accumulate_steps));
+    W_ = lane.group ? lane.world : 1;
+    AR_CHECK(W_ >= 1 && W_ <= B_ && (!lane.group || W_ <= lane.group->size()), "tuning world out of range");
+    AR_CHECK(!opt.deterministic || B_ % W_ == 0, "deterministic tuning needs a world dividing the batch");
+    AR_CHECK(!opt.amp || cpu::bf16_gemm_supported(), "amp tuning without bf16 GEMMs");
+    leaf_ = opt.deterministic ? 1 : bs;
+    int64_t max_leaves = 1;
+    for (int r = 0; r < W_; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
+    depth_ = tree_depth(max_leaves);
+    select_layers(fmt, quantize_layer);
+    auto t = Clock::now();
+    reps_.resize(size_t(W_));
+    lane.run([&](int r) { build_replica(r); });
+    for (size_t l = 0; l < res_.layers.size(); ++l)
+      best_.push_back({res_.layers[l].V.clone(ctx), res_.layers[l].alpha.clone(ctx), res_.layers[l].beta.clone(ctx)});
+    res_.phases.mirrors = since(t);
+  }
+
+  BlockTuneResult run();
+
+ private:
+  void check_shapes() const {
+    const int64_t n = x_in_.dim(0), T = aux_.T;
+    if (x_in_.numel() != n * T * dims_.C || y_fp_.numel() != x_in_.numel() || int64_t(mask_.size()) != n * T)
+      fail(ErrorKind::Internal, "signround_tune_block: inconsistent input shapes");
+    if (n == 0) fail(ErrorKind::InvalidInput, "no calibration samples");
+  }
+  int64_t pos(int r) const { return B_ * r / W_; }  // rank r holds batch positions [pos(r), pos(r + 1))
+  int64_t leaves_of(int r) const { return (pos(r + 1) - pos(r) + leaf_ - 1) / leaf_; }
+
+  void select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer);
+  void build_replica(int r);
+  void qdq_all(Replica& R);
+  double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw);
+  double tree(Replica& R, int r, int64_t a, int64_t b, int d);
+  double loss_tree(int a, int b) const {
+    if (b - a == 1) return reps_[size_t(a)].loss;
+    return loss_tree(a, (a + b) / 2) + loss_tree((a + b) / 2, b);
+  }
+  void iteration(int it);
+  void step(Replica& R, const float* dw, float lr, float mm_lr);
+  void snapshot(bool save);
+
+  Context& ctx_;
+  const BlockDims& dims_;
+  BlockWeights& w_;
+  const BlockAux<float>& aux_;
+  const Tensor &x_in_, &y_fp_;
+  const std::vector<uint8_t>& mask_;
+  const SignRoundOptions& opt_;
+  const TuneLane& lane_;
+  int64_t n_ = 0, B_ = 0, leaf_ = 1;
+  int W_ = 1, depth_ = 1;
+  std::vector<size_t> lin_;  // index into block_linears of each tuned layer
+  GradLayout g_;
+  std::vector<Replica> reps_;
+  std::vector<std::array<Tensor, 3>> best_;  // V, alpha, beta at the best iteration (rank 0's)
+  std::unique_ptr<parallel::GradExchange> xchg_;
+  QuantFormat fmt_;
+  std::unique_ptr<StratifiedSampler> sampler_;
+  std::vector<int64_t> idx_;  // this iteration's batch: pool indices by position
+  double denom_ = 1, best_loss_ = INFINITY;
+  BlockTuneResult res_;
+};
+
+void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer) {
+  size_t li = 0;
+  for (auto& [name, t] : block_linears(w_)) {
+    const size_t slot = li++;
+    if (quantize_layer && !quantize_layer(name)) continue;
+    lin_.push_back(slot);
+    res_.layers.push_back(make_tuned_linear(ctx_, name, t, fmt));
+  }
+  for (const auto& L : res_.layers) {
+    g_.w.push_back(g_.wsize);
+    g_.wsize += L.weight->numel();
+    g_.v.push_back(g_.size);
+    g_.size += L.V.numel();
+    g_.a.push_back(g_.size);
+    g_.size += L.alpha.numel();
+    g_.b.push_back(g_.size);
+    g_.size += L.beta.numel();
+  }
+  if (W_ > 1) xchg_ = std::make_unique<parallel::GradExchange>(W_, g_.wsize, parallel::GradExchange::Mode::Values);
+}
+
+// Rank 0 works on the home block; ranks > 0 build mirrors on their own device (first touch).
+void BlockTuner::build_replica(int r) {
+  Replica& R = reps_[size_t(r)];
+  R.ctx = lane_.group ? &lane_.ctx(r) : &ctx_;
+  Context& c = *R.ctx;
+  const size_t nl = lin_.size();
+  BlockWeights* bw = &w_;
+  if (r == 0) {
+    R.layers = res_.layers;  // shares the home tensors (same objects' storage)
+  } else {
+    R.mirror = clone_block(w_, c);
+    bw = &R.mirror;
+    auto mine = block_linears(R.mirror);
+    for (size_t l = 0; l < nl; ++l) {
+      const TunedLinear& H = res_.layers[l];
+      TunedLinear L;
+      L.name = H.name;
+      L.shape = H.shape;
+      L.weight = mine[lin_[l]].second;
+      for (auto [dst, src] : {std::pair{&L.V, &H.V}, {&L.alpha, &H.alpha}, {&L.beta, &H.beta}, {&L.wmin0, &H.wmin0},
+                              {&L.wmax0, &H.wmax0}, {&L.scale, &H.scale}, {&L.zero, &H.zero}})
+        *dst = src->clone(c);
+      R.layers.push_back(std::move(L));
+    }
+  }
+  R.wp = bw->ptrs();
+  const float** wslots[] = {&R.wp.wq, &R.wp.wk, &R.wp.wv, &R.wp.wo, &R.wp.wg, &R.wp.wu, &R.wp.wd};
+  for (size_t l = 0; l < nl; ++l) {
+    const Tensor& W = *R.layers[l].weight;
+    if (opt_.amp) {  // the slot keeps the FP weight's address, bound to the bf16 QDQ weight
+      R.Whatb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
+      R.operands.bind(W.f32(), R.Whatb.back().data<uint16_t>());
+    } else {
+      R.What.push_back(Tensor::empty(W.shape(), DType::F32, c));
+      *wslots[lin_[l]] = R.What.back().f32();  // the block runs on the QDQ weights
+    }
+  }
+  if (opt_.amp) {  // the Linears kept in FP: rounded to bf16 once
+    auto all = block_linears(*bw);
+    for (size_t s = 0; s < all.size(); ++s) {
+      if (std::find(lin_.begin(), lin_.end(), s) != lin_.end()) continue;
+      const Tensor& W = *all[s].second;
+      R.fpb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
+      cpu::fp32_to_bf16(c, W.f32(), R.fpb.back().data<uint16_t>(), W.numel());
+      R.operands.bind(W.f32(), R.fpb.back().data<uint16_t>());
+    }
+  }
+  for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
+  if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
+  R.grads = Tensor::empty({std::max<int64_t>(g_.size, 1)}, DType::F32, c);
+  R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr});
+  R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
+  if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
+}
+
+void BlockTuner::qdq_all(Replica& R) {
+  for (size_t l = 0; l < R.layers.size(); ++l) {
+    auto& L = R.layers[l];
+    if (opt_.amp)
+      qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
+              R.Whatb[l].data<uint16_t>(), L.scale.f32(), L.zero.f32());
+    else
+      qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
+              R.What[l].f32(), L.scale.f32(), L.zero.f32());
+  }
+}
+
+// One leaf: batch positions [p0, p1) through forward + loss + backward; the weight gradients dW^ of the
+// tuned layers go to `dw` (layout g_.w). Returns the leaf's loss share.
+double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
+  Context& c = *R.ctx;
+  const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
+  fill(c, dw, g_.wsize, 0.f);
+  BlockPtrs<float*> gp;
+  float** gslots[] = {&gp.wq, &gp.wk, &gp.wv, &gp.wo, &gp.wg, &gp.wu, &gp.wd};
+  for (size_t l = 0; l < lin_.size(); ++l) *gslots[lin_[l]] = dw + g_.w[l];  // FP layers get no gradient
+  Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
+         yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
+  for (int64_t b = 0; b < Bm; ++b) {
+    const int64_t s = idx_[size_t(p0 + b)];
+    load_rows(c, x_in_, s * T * C, T * C, x.f32() + b * T * C);
+    load_rows(c, y_fp_, s * T * C, T * C, yfp.f32() + b * T * C);
+  }
+  BlockAux<float> a = aux_;
+  a.B = Bm;
+  BlockRunner<cpu::CpuOps>::Cache cache;
+  auto tf = Clock::now();
+  R.runner->forward(R.wp, a, x.f32(), y.f32(), cache);
+  double loss = 0;
+  float* dy = yfp.f32();  // overwritten in place by the loss gradient
+  for (int64_t b = 0; b < Bm; ++b) {
+    const int64_t s = idx_[size_t(p0 + b)];
+    for (int64_t t = 0; t < T; ++t) {
+      const bool on = mask_[size_t(s * T + t)] != 0;
+      const float* yr = y.f32() + (b * T + t) * C;
+      float* dr = dy + (b * T + t) * C;
+      for (int64_t k = 0; k < C; ++k) {
+        const double d = on ? double(yr[k]) - double(dr[k]) : 0.0;
+        loss += d * d;
+        dr[k] = float(2.0 * d / denom_);
+      }
+    }
+  }
+  R.forward += since(tf);
+  auto tb = Clock::now();
+  R.runner->backward(R.wp, a, cache, dy, nullptr, gp);  // the block input needs no gradient
+  R.backward += since(tb);
+  return loss / denom_;
+}
+
+// The fixed tree over leaves [a, b) of rank r, its dW^ sum in levels[d].
+double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int d) {
+  const int64_t p0 = pos(r);
+  if (b - a == 1)
+    return run_leaf(R, p0 + a * leaf_, std::min(pos(r + 1), p0 + (a + 1) * leaf_), R.levels[size_t(d)].f32());
+  const int64_t mid = (a + b) / 2;
+  const double left = tree(R, r, a, mid, d);
+  const double right = tree(R, r, mid, b, d + 1);
+  float* x = R.levels[size_t(d)].f32();
+  const float* y = R.levels[size_t(d) + 1].f32();
+  R.ctx->pool().parallel_for(g_.wsize, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
+  }, 1 << 14);
+  return left + right;
+}
+
+// The tunables' gradients from the batch's dW^ (one QDQ backward per iteration, as autograd does it),
+// then sign-SGD: p -= rate * sign(dp). Every rank computes the same bits from the same dW^.
+void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
+  const bool mm = opt_.enable_minmax_tuning;
+  float* gr = R.grads.f32();
+  for (size_t l = 0; l < R.layers.size(); ++l) {
+    auto& L = R.layers[l];
+    qdq_bwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
+            dw + g_.w[l], gr + g_.v[l], mm ? gr + g_.a[l] : nullptr, mm ? gr + g_.b[l] : nullptr);
+  }
+  std::atomic<bool> finite{true};
+  auto update = [&](Tensor& p, int64_t off, float rate) {
+    float* x = p.f32();
+    const float* d = gr + off;
+    R.ctx->pool().parallel_for(p.numel(), [&](int64_t i0, int64_t i1) {
+      bool ok = true;
+      for (int64_t i = i0; i < i1; ++i) {
+        ok &= std::isfinite(d[i]);
+        x[i] -= rate * float((d[i] > 0.f) - (d[i] < 0.f));
+      }
+      if (!ok) finite = false;
+    }, 1 << 14);
+  };
+  for (size_t l = 0; l < R.layers.size(); ++l) {
+    update(R.layers[l].V, g_.v[l], lr);
+    if (mm) {
+      update(R.layers[l].alpha, g_.a[l], mm_lr);
+      update(R.layers[l].beta, g_.b[l], mm_lr);
+    }
+  }
+  if (!finite) fail(ErrorKind::InvalidInput, "non-finite gradient of the tunables");
+}
+
+void BlockTuner::snapshot(bool save) {
+  for (size_t l = 0; l < res_.layers.size(); ++l) {
+    TunedLinear& L = res_.layers[l];
+    Tensor* live[] = {&L.V, &L.alpha, &L.beta};
+    for (size_t k = 0; k < 3; ++k) {
+      Tensor &from = save ? *live[k] : best_[l][k], &to = save ? best_[l][k] : *live[k];
+      std::memcpy(to.raw(), from.raw(), from.nbytes());
+    }
+  }
+}
+
+void BlockTuner::iteration(int it) {
+  auto& ph = res_.phases;
+  const auto t_it = Clock::now();
+  idx_ = sampler_->batch(it);
+  int64_t valid = 0;
+  for (int64_t s : idx_)
+    for (int64_t t = 0; t < aux_.T; ++t) valid += mask_[size_t(s * aux_.T + t)] != 0;
+  denom_ = double(std::max<int64_t>(valid, 1)) * double(dims_.C);
+  lane_.run([&](int r) {
+    Replica& R = reps_[size_t(r)];
+    auto tq = Clock::now();
+    qdq_all(R);
+    R.qdq += since(tq);
+    R.loss = tree(R, r, 0, leaves_of(r), 0);
+    if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
+  });
+  const double loss = loss_tree(0, W_);
+  if (it == 0) res_.loss_first = loss;
+  res_.loss_last = loss;
+  if (loss < best_loss_) {
+    best_loss_ = loss;
+    res_.best_iter = it;
+    snapshot(true);
+  }
+  if (xchg_) {
+    auto tx = Clock::now();
+    lane_.run([&](int r) { xchg_->reduce_scatter(r, &reps_[size_t(r)].ctx->pool()); });
+    lane_.run([&](int r) { xchg_->all_gather(r); });
+    ph.exchange += since(tx);
+    ph.exchange_bytes += xchg_->bytes_per_rank();
+  }
+  auto ts = Clock::now();
+  const double decay = 1.0 - double(it) / opt_.iters;
+  const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;
+  lane_.run([&](int r) {
+    Replica& R = reps_[size_t(r)];
+    step(R, xchg_ ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay));
+  });
+  ph.step += since(ts);
+  if (it == 0) ph.warmup = since(t_it);
+  if (opt_.on_step) {
+    std::vector<uint64_t> sums(static_cast<size_t>(W_));
+    for (int r = 0; r < W_; ++r) sums[size_t(r)] = checksum(reps_[size_t(r)]);
+    opt_.on_step(it, sums);
+  }
+  if (opt_.progress) opt_.progress(it + 1, opt_.iters, loss, best_loss_);
+}
+
+BlockTuneResult BlockTuner::run() {
+  sampler_ = std::make_unique<StratifiedSampler>(n_, B_, opt_.seed);
+  for (int it = 0; it < opt_.iters; ++it) iteration(it);
+  auto& ph = res_.phases;
+  ph.qdq = reps_[0].qdq;
+  ph.forward = reps_[0].forward;
+  ph.backward = reps_[0].backward;
+  auto t_down = Clock::now();
+  if (lane_.parallel()) lane_.run([&](int r) {
+      if (r > 0) reps_[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
+    });
+  res_.loss_best = opt_.iters > 0 ? best_loss_ : 0;
+  if (opt_.use_best_mse && opt_.iters > 0) snapshot(false);
+  // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
+  for (auto& L : res_.layers) {
+    Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
+    qdq_fwd(ctx_, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
+            What.f32(), L.scale.f32(), L.zero.f32());
+    *L.weight = What;
+  }
+  ph.teardown = since(t_down);
+  return std::move(res_);
+}
+
 }  // namespace
 
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
                                      const TuneLane& lane, const std::function<bool(const std::string&)>& quantize_layer) {
-  const int64_t n = x_in.dim(0), T = aux.T, C = dims.C;
-  if (x_in.numel() != n * T * C || y_fp.numel() != x_in.numel() || int64_t(loss_mask.size()) != n * T)
-    fail(ErrorKind::Internal, "signround_tune_block: inconsistent input shapes");
-  if (n == 0) fail(ErrorKind::InvalidInput, "no calibration samples");
-  const int64_t bs = std::min<int64_t>(opt.batch_size, n);
-  const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.gradient_accumulate_steps));
-  const int W = lane.group ? lane.world : 1;
-  AR_CHECK(W >= 1 && W <= B && (!lane.group || W <= lane.group->size()), "tuning world out of range");
-  AR_CHECK(!opt.deterministic || B % W == 0, "deterministic tuning needs a world dividing the batch");
-  const double lr = signround_lr(opt, fmt);
-  const double minmax_lr = opt.minmax_lr > 0 ? opt.minmax_lr : lr;
-  const bool mm = opt.enable_minmax_tuning;
-  // Rank r holds batch positions [pos(r), pos(r+1)); its leaves are single samples or micro-batches.
-  auto pos = [&](int r) { return B * r / W; };
-  const int64_t leaf = opt.deterministic ? 1 : bs;
-  auto leaves_of = [&](int r) { return (pos(r + 1) - pos(r) + leaf - 1) / leaf; };
-  int64_t max_leaves = 1;
-  for (int r = 0; r < W; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
-  const int depth = tree_depth(max_leaves);
-
-  BlockTuneResult res;
-  auto& ph = res.phases;
-  std::vector<size_t> lin;  // index into block_linears of each tuned layer
-  {
-    size_t li = 0;
-    for (auto& [name, t] : block_linears(w)) {
-      const size_t slot = li++;
-      if (quantize_layer && !quantize_layer(name)) continue;
-      lin.push_back(slot);
-      res.layers.push_back(make_tuned_linear(ctx, name, t, fmt));
-    }
-  }
-  const size_t nl = lin.size();
-  GradLayout g;
-  for (const auto& L : res.layers) {
-    g.v.push_back(g.size);
-    g.size += L.V.numel();
-    g.a.push_back(g.size);
-    g.size += L.alpha.numel();
-    g.b.push_back(g.size);
-    g.size += L.beta.numel();
-  }
-
-  // Replicas: rank 0 works on the home block; ranks > 0 build mirrors on their own device (first touch).
-  auto t_mirrors = Clock::now();
-  std::vector<Replica> reps(static_cast<size_t>(W));
-  auto dispatch = [&](const std::function<void(int)>& fn) { lane.run(fn); };
-  dispatch([&](int r) {
-    Replica& R = reps[size_t(r)];
-    R.ctx = lane.group ? &lane.ctx(r) : &ctx;
-    Context& c = *R.ctx;
-    BlockWeights* bw = &w;
-    if (r == 0) {
-      R.layers = res.layers;  // shares the home tensors (same objects' storage)
-    } else {
-      R.mirror = clone_block(w, c);
-      bw = &R.mirror;
-      auto mine = block_linears(R.mirror);
-      for (size_t l = 0; l < nl; ++l) {
-        const TunedLinear& H = res.layers[l];
-        TunedLinear L;
-        L.name = H.name;
-        L.shape = H.shape;
-        L.weight = mine[lin[l]].second;
-        for (auto [dst, src] : {std::pair{&L.V, &H.V}, {&L.alpha, &H.alpha}, {&L.beta, &H.beta},
-                                {&L.wmin0, &H.wmin0}, {&L.wmax0, &H.wmax0}, {&L.scale, &H.scale}, {&L.zero, &H.zero}})
-          *dst = src->clone(c);
-        R.layers.push_back(std::move(L));
-      }
-    }
-    R.wp = bw->ptrs();
-    const float** wslots[] = {&R.wp.wq, &R.wp.wk, &R.wp.wv, &R.wp.wo, &R.wp.wg, &R.wp.wu, &R.wp.wd};
-    float** gslots[] = {&R.gp.wq, &R.gp.wk, &R.gp.wv, &R.gp.wo, &R.gp.wg, &R.gp.wu, &R.gp.wd};
-    for (size_t l = 0; l < nl; ++l) {
-      R.What.push_back(Tensor::empty(R.layers[l].weight->shape(), DType::F32, c));
-      R.dWhat.push_back(Tensor::empty(R.layers[l].weight->shape(), DType::F32, c));
-      *wslots[lin[l]] = R.What[l].f32();  // the block runs on the QDQ weights
-      *gslots[lin[l]] = R.dWhat[l].f32();  // FP layers get no gradient
-    }
-    for (int d = 0; d < depth; ++d) R.levels.push_back(Tensor::zeros({std::max<int64_t>(g.size, 1)}, DType::F32, c));
-    R.signs.assign(size_t(g.size), 0);
-    R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c});
-    R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims);
-  });
-  // Best-iterate snapshot: replicas are identical, so rank 0 keeps it.
-  std::vector<Tensor> bestV(nl), besta(nl), bestb(nl);
-  for (size_t l = 0; l < nl; ++l) {
-    bestV[l] = res.layers[l].V.clone(ctx);
-    besta[l] = res.layers[l].alpha.clone(ctx);
-    bestb[l] = res.layers[l].beta.clone(ctx);
-  }
-  parallel::GradExchange xchg(W, g.size, parallel::GradExchange::Mode::Sign);
-  for (int r = 0; r < W; ++r) xchg.attach(r, reps[size_t(r)].levels[0].f32(), reps[size_t(r)].signs.data());
-  ph.mirrors = since(t_mirrors);
-
-  auto qdq_all = [&](Replica& R) {
-    for (size_t l = 0; l < nl; ++l) {
-      auto& L = R.layers[l];
-      qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              R.What[l].f32(), L.scale.f32(), L.zero.f32());
-    }
-  };
-  std::vector<int64_t> idx;
-  double denom = 1;
-  // One leaf: batch positions [p0, p1) through forward + loss + backward, then the tunables' gradient
-  // into `out`. Returns the leaf's loss share.
-  auto run_leaf = [&](Replica& R, int64_t p0, int64_t p1, float* out) {
-    Context& c = *R.ctx;
-    const int64_t Bm = p1 - p0;
-    for (auto& t : R.dWhat) std::fill(t.f32(), t.f32() + t.numel(), 0.f);
-    Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
-           dy = Tensor::empty({Bm * T, C}, DType::F32, c);
-    for (int64_t b = 0; b < Bm; ++b) {
-      const int64_t s = idx[size_t(p0 + b)];
-      std::copy(x_in.f32() + s * T * C, x_in.f32() + (s + 1) * T * C, x.f32() + b * T * C);
-    }
-    BlockAux<float> a = aux;
-    a.B = Bm;
-    BlockRunner<cpu::CpuOps>::Cache cache;
-    auto tf = Clock::now();
-    R.runner->forward(R.wp, a, x.f32(), y.f32(), cache);
-    double loss = 0;
-    for (int64_t b = 0; b < Bm; ++b) {
-      const int64_t s = idx[size_t(p0 + b)];
-      for (int64_t t = 0; t < T; ++t) {
-        const bool on = loss_mask[size_t(s * T + t)] != 0;
-        const float* yr = y.f32() + (b * T + t) * C;
-        const float* fr = y_fp.f32() + (s * T + t) * C;
-        float* dr = dy.f32() + (b * T + t) * C;
-        for (int64_t k = 0; k < C; ++k) {
-          const double d = on ? double(yr[k]) - double(fr[k]) : 0.0;
-          loss += d * d;
-          dr[k] = float(2.0 * d / denom);
-        }
-      }
-    }
-    R.forward += since(tf);
-    auto tb = Clock::now();
-    R.runner->backward(R.wp, a, cache, dy.f32(), nullptr, R.gp);  // the block input needs no gradient
-    for (size_t l = 0; l < nl; ++l) {
-      auto& L = R.layers[l];
-      qdq_bwd(c, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              R.dWhat[l].f32(), out + g.v[l], mm ? out + g.a[l] : nullptr, mm ? out + g.b[l] : nullptr);
-    }
-    R.backward += since(tb);
-    return loss / denom;
-  };
-  // The fixed tree over leaves [a, b) of rank r, result in levels[d].
-  std::function<double(Replica&, int, int64_t, int64_t, int)> tree = [&](Replica& R, int r, int64_t a, int64_t b,
-                                                                           int d) {
-    const int64_t p0 = pos(r);
-    if (b - a == 1) return run_leaf(R, p0 + a * leaf, std::min(pos(r + 1), p0 + (a + 1) * leaf), R.levels[size_t(d)].f32());
-    const int64_t mid = (a + b) / 2;
-    const double left = tree(R, r, a, mid, d);
-    const double right = tree(R, r, mid, b, d + 1);
-    float* x = R.levels[size_t(d)].f32();
-    const float* y = R.levels[size_t(d) + 1].f32();
-    R.ctx->pool().parallel_for(g.size, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
-    }, 1 << 14);
-    return left + right;
-  };
-  std::function<double(int, int)> loss_tree = [&](int a, int b) {
-    if (b - a == 1) return reps[size_t(a)].loss;
-    return loss_tree(a, (a + b) / 2) + loss_tree((a + b) / 2, b);
-  };
-
-  StratifiedSampler sampler(n, B, opt.seed);
-  double best = INFINITY;
-  std::vector<uint64_t> sums(static_cast<size_t>(W));
-  for (int it = 0; it < opt.iters; ++it) {
-    const auto t_it = Clock::now();
-    idx = sampler.batch(it);
-    int64_t valid = 0;
-    for (int64_t s : idx)
-      for (int64_t t = 0; t < T; ++t) valid += loss_mask[size_t(s * T + t)] != 0;
-    denom = double(std::max<int64_t>(valid, 1)) * double(C);
-    dispatch([&](int r) {
-      Replica& R = reps[size_t(r)];
-      auto tq = Clock::now();
-      qdq_all(R);
-      R.qdq += since(tq);
-      R.loss = tree(R, r, 0, leaves_of(r), 0);
-      if (!std::isfinite(R.loss))
-        fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
-    });
-    const double loss = loss_tree(0, W);
-    if (it == 0) res.loss_first = loss;
-    res.loss_last = loss;
-    if (loss < best) {
-      best = loss;
-      res.best_iter = it;
-      for (size_t l = 0; l < nl; ++l) {
-        std::copy(res.layers[l].V.f32(), res.layers[l].V.f32() + res.layers[l].V.numel(), bestV[l].f32());
-        std::copy(res.layers[l].alpha.f32(), res.layers[l].alpha.f32() + res.layers[l].alpha.numel(), besta[l].f32());
-        std::copy(res.layers[l].beta.f32(), res.layers[l].beta.f32() + res.layers[l].beta.numel(), bestb[l].f32());
-      }
-    }
-    auto tx = Clock::now();
-    dispatch([&](int r) { xchg.reduce_scatter(r, &reps[size_t(r)].ctx->pool()); });
-    dispatch([&](int r) { xchg.all_gather(r); });
-    ph.exchange += since(tx);
-    ph.exchange_bytes += xchg.bytes_per_rank();
-    auto ts = Clock::now();
-    const float lr_i = float(lr * (1.0 - double(it) / opt.iters)), mm_i = float(minmax_lr * (1.0 - double(it) / opt.iters));
-    dispatch([&](int r) {
-      Replica& R = reps[size_t(r)];
-      auto step = [&](Tensor& p, int64_t off, float rate) {
-        float* x = p.f32();
-        const int8_t* s = R.signs.data() + off;
-        R.ctx->pool().parallel_for(p.numel(), [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) x[i] -= rate * float(s[i]);
-        }, 1 << 14);
-      };
-      for (size_t l = 0; l < nl; ++l) {
-        step(R.layers[l].V, g.v[l], lr_i);
-        if (mm) {
-          step(R.layers[l].alpha, g.a[l], mm_i);
-          step(R.layers[l].beta, g.b[l], mm_i);
-        }
-      }
-    });
-    ph.step += since(ts);
-    if (it == 0) ph.warmup = since(t_it);
-    if (opt.on_step) {
-      for (int r = 0; r < W; ++r) sums[size_t(r)] = checksum(reps[size_t(r)]);
-      opt.on_step(it, sums);
-    }
-    if (opt.progress) opt.progress(it + 1, opt.iters, loss, best);
-  }
-  ph.qdq = reps[0].qdq;
-  ph.forward = reps[0].forward;
-  ph.backward = reps[0].backward;
-  auto t_down = Clock::now();
-  if (lane.parallel()) lane.run([&](int r) {
-      if (r > 0) reps[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
-    });
-  res.loss_best = opt.iters > 0 ? best : 0;
-  if (opt.use_best_mse && opt.iters > 0)
-    for (size_t l = 0; l < nl; ++l) {
-      std::copy(bestV[l].f32(), bestV[l].f32() + bestV[l].numel(), res.layers[l].V.f32());
-      std::copy(besta[l].f32(), besta[l].f32() + besta[l].numel(), res.layers[l].alpha.f32());
-      std::copy(bestb[l].f32(), bestb[l].f32() + bestb[l].numel(), res.layers[l].beta.f32());
-    }
-  Replica& home = reps[0];
-  home.ctx = &ctx;
-  qdq_all(home);
-  for (size_t l = 0; l < nl; ++l) *res.layers[l].weight = home.What[l];
-  ph.teardown = since(t_down);
-  return res;
+  return BlockTuner(ctx, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, lane, quantize_layer).run();
 }
 
 }  // namespace ar::quant

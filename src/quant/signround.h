@@ -7,10 +7,12 @@
 //     every rank r (ranks own positions [rB/W, (r+1)B/W)): W^ = QDQ(W, V, alpha, beta) per layer;
 //       per leaf (one sample if deterministic, else a micro-batch of <= bs): y = Block(W^)(x_in[leaf]),
 //       L_leaf = sum of squared errors vs y_fp over valid tokens / (valid tokens of the batch * C),
-//       g_leaf = d L_leaf / d(V, alpha, beta); leaves combine by a fixed binary tree over positions
+//       G_leaf = d L_leaf / d W^ (the weight gradients); leaves combine by a fixed binary tree over
+//       positions
 //     L = tree sum over ranks; if L < best: snapshot (V, alpha, beta), i* = i (loss before the step)
-//     exchange: sign(tree sum over ranks of g) in int8, identical on every rank (parallel/exchange.h)
-//     every rank: p -= lr_i sign, lr_i = lr (1 - i/iters)
+//     exchange: G = tree sum over ranks of the ranks' G (fp32, parallel/exchange.h), the same on every rank
+//     every rank: g = QDQ backward of G (one per iteration, as autograd computes it for the whole batch);
+//       p -= lr_i sign(g), lr_i = lr (1 - i/iters)
 //   restore the snapshot at i* (unless use_best is off); W <- QDQ(W, V, alpha, beta) on the home block
 // Deterministic mode (the default) makes the gradient's bits independent of the world: leaves are single
 // samples and the same tree sums them whatever rank holds them, so worlds 1, 2, 4 write identical files.
@@ -45,6 +47,10 @@ struct SignRoundOptions {
   bool use_best_mse = true;
   uint64_t seed = 42;
   bool deterministic = true;  // per-sample leaves: the result does not depend on the world
+  // --amp: the block's GEMMs take bf16 operands with fp32 accumulation (the QDQ weights are written in
+  // bf16 directly); QDQ, norms, attention, the loss and all tunables stay fp32. Needs
+  // cpu::bf16_gemm_supported(). x_in / y_fp may be stored in bf16 either way.
+  bool amp = false;
   // Called after every step with this iteration's loss and the best so far.
   std::function<void(int /*iteration*/, int /*iters*/, double /*loss*/, double /*best*/)> progress;
   // Test/diagnostic observer: after every step, a checksum of each replica's (V, alpha, beta).
@@ -86,7 +92,7 @@ struct BlockTuneResult {
   std::vector<TunedLinear> layers;  // final V/alpha/beta/scale/zero per Linear (for packing)
 };
 
-// x_in, y_fp: [n, T, C] fp32; loss_mask: [n * T] (1 = token counts in the loss).
+// x_in, y_fp: [n, T, C] fp32 or bf16; loss_mask: [n * T] (1 = token counts in the loss).
 // quantize_layer(short name) selects the Linears to quantize (default: all seven); the others keep
 // their FP weights and take part in the block forward unchanged.
 // aux.B/aux.T describe one sample (B is overwritten per micro-batch); positions/rope cover T.
@@ -98,6 +104,7 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
 
 // The Linears of a block that AutoRound quantizes, with their HF short names.
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w);
+std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeights& w);
 
 // A Linear's tunables at their start: V = 0, alpha = beta = 1, the groups' min/max of `weight`.
 TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);

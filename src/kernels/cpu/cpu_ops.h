@@ -1,26 +1,56 @@
 // Policy object exposing the fp32 CPU kernels under the op table of kernels/ref/ref_ops.h.
 // Scratch buffers are Tensors from the context's allocator (so peak bytes are accounted).
+// With `amp` set (--amp), the Linears' GEMMs take bf16 operands with fp32 accumulation (linear_bf16.cpp);
+// every other op, all activations and all gradients stay fp32.
 #pragma once
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
 
 namespace ar::cpu {
+
+// The bf16 GEMM operands of a block's weights under --amp, keyed by the fp32 address the block passes
+// for the weight (its BlockPtrs slot). A weight without an entry is rounded to bf16 at every call.
+class Bf16Operands {
+ public:
+  void bind(const float* w, const uint16_t* b) {
+    for (auto& e : v_)
+      if (e.first == w) {
+        e.second = b;
+        return;
+      }
+    v_.emplace_back(w, b);
+  }
+  const uint16_t* find(const float* w) const {
+    for (const auto& e : v_)
+      if (e.first == w) return e.second;
+    return nullptr;
+  }
+
+ private:
+  std::vector<std::pair<const float*, const uint16_t*>> v_;  // a block has at most seven
+};
 
 struct CpuOps {
   using Real = float;
   using Buf = Tensor;
   Context& ctx;
+  const Bf16Operands* amp = nullptr;  // non-null: bf16 GEMM operands
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
 
   void linear_fwd(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+    if (amp) return cpu::linear_fwd_bf16(ctx, x, W, amp->find(W), b, y, n, in, out);
     cpu::linear_fwd(ctx, x, W, b, y, n, in, out);
   }
   void linear_bwd(const float* dy, const float* x, const float* W, float* dx, bool acc, float* dW, float* db,
                   int64_t n, int64_t in, int64_t out) {
+    if (amp) return cpu::linear_bwd_bf16(ctx, dy, x, W, amp->find(W), dx, acc, dW, db, n, in, out);
     cpu::linear_bwd(ctx, dy, x, W, dx, acc, dW, db, n, in, out);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {

@@ -7,13 +7,21 @@
 
 #include <vector>
 
+#include "kernels/cpu/bf16_ops.h"
+
 #include "kernels/cpu/ops.h"
 
 namespace ar::cpu {
 
+namespace {
+constexpr double kDnnlMinWork = double(int64_t(1) << 22);
+}  // namespace
+
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (double(M) * double(N) * double(K) >= kDnnlMinWork)
+    return gemm_f32_dnnl(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
@@ -50,26 +58,32 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   }, 1);
 }
 
-void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
-                int64_t out) {
-  gemm(ctx, false, true, n, out, in, 1.f, x, in, W, in, 0.f, y, out);
-  if (!b) return;
+void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out) {
   ctx.pool().parallel_for(n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t o = 0; o < out; ++o) y[r * out + o] += b[o];
   }, 16);
 }
 
-void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out) {
-  if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, 1.f, dW, in);
-  if (!db) return;
-  // Column sums split over output columns: each thread owns disjoint columns (deterministic order).
+void add_column_sums(Context& ctx, const float* dy, float* db, int64_t n, int64_t out) {
+  // Split over output columns: each thread owns disjoint columns (deterministic order).
   ctx.pool().parallel_for(out, [&](int64_t o0, int64_t o1) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = o0; o < o1; ++o) db[o] += dy[r * out + o];
   }, 64);
+}
+
+void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
+                int64_t out) {
+  gemm(ctx, false, true, n, out, in, 1.f, x, in, W, in, 0.f, y, out);
+  if (b) add_bias(ctx, b, y, n, out);
+}
+
+void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
+                float* db, int64_t n, int64_t in, int64_t out) {
+  if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (db) add_column_sums(ctx, dy, db, n, out);
 }
 
 }  // namespace ar::cpu

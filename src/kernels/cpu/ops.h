@@ -17,6 +17,10 @@ void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, fl
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
                 float* db, int64_t n, int64_t in, int64_t out);
 
+// y[r, :] += b; db += column sums of dy (rows in order, columns split over threads).
+void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out);
+void add_column_sums(Context& ctx, const float* dy, float* db, int64_t n, int64_t out);
+
 // rmsnorm.cpp
 void rmsnorm_fwd(Context& ctx, const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
                  double eps);
