@@ -13,6 +13,7 @@
 
 #include "io/mapped_file.h"
 #include <nlohmann/json.hpp>
+#include "kernels/cpu/bf16_ops.h"
 #include "model/synthetic.h"
 #include "test_util.h"
 
@@ -23,8 +24,8 @@ struct CliResult {
   int code;
   std::string out;
 };
-CliResult run(const std::string& args) {
-  std::string cmd = std::string(AR_CLI_PATH) + " " + args + " 2>&1";
+CliResult run(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + (env.empty() ? "" : " ") + std::string(AR_CLI_PATH) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -135,6 +136,40 @@ TEST(Cli, QuantizeSchemeRecipeAndExplicitFlags) {
   fs::remove_all(d);
   fs::remove_all(q);
   fs::remove(q + ".json");
+}
+
+TEST(Cli, AmpChoiceIsLoggedAndChecked) {
+  std::string d = tmpdir("amp"), q = d + "_q";
+  ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
+  const std::string base = "--model " + d + " --iters 2 --nsamples 2 --seqlen 32 --overwrite --output_dir " + q;
+  CliResult r = run(base + " --amp false");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("amp: off (--amp false)"), std::string::npos) << r.out;
+  r = run(base + " --disable_amp");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("amp: off (--amp false)"), std::string::npos) << r.out;
+  r = run(base);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const bool bf16 = ar::cpu::bf16_gemm_supported();
+  EXPECT_NE(r.out.find(bf16 ? "amp: on (default where the CPU has bf16 dot products" : "amp: off ("), std::string::npos)
+      << r.out;
+  r = run(base + " --amp maybe");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--amp 'maybe': expected true or false"), std::string::npos) << r.out;
+  r = run(base + " --disable_amp --amp true");
+  EXPECT_EQ(r.code, 2) << r.out;
+  if (bf16) {  // oneDNN capped below bf16: the default turns amp off, --amp true is refused before any work
+    r = run(base, "ONEDNN_MAX_CPU_ISA=AVX512_CORE");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("amp: off (avx512_bf16 present but oneDNN's ISA is limited"), std::string::npos) << r.out;
+    fs::remove_all(q);
+    r = run(base + " --amp true", "ONEDNN_MAX_CPU_ISA=AVX512_CORE");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("--amp true: avx512_bf16 present but oneDNN's ISA is limited"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(q));
+  }
+  fs::remove_all(d);
+  fs::remove_all(q);
 }
 
 TEST(Cli, ParallelQuantizationFlags) {
