@@ -61,12 +61,13 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     auto b = test::randn<float>(size_t(out), 3, 0.5), dy = test::randn<float>(size_t(n * out), 4, 1.0);
     auto dW0 = test::randn<float>(size_t(out * in), 5, 0.01), dx0 = test::randn<float>(size_t(n * in), 6, 0.1);
     const auto xr = rounded(x), Wr = rounded(W), dyr = rounded(dy);
-    std::vector<uint16_t> Wb(W.size());
+    std::vector<uint16_t> Wb(W.size()), xb(x.size());
     for (size_t i = 0; i < W.size(); ++i) Wb[i] = f32_to_bf16(W[i]);
-    // Forward, with the weight given in bf16 and rounded inside: the same bits.
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    // Forward, with the operands given in bf16 and rounded inside: the same bits.
     std::vector<float> y(size_t(n * out)), y2(y.size());
-    cpu::linear_fwd_bf16(ctx, x.data(), W.data(), Wb.data(), b.data(), y.data(), n, in, out);
-    cpu::linear_fwd_bf16(ctx, x.data(), W.data(), nullptr, b.data(), y2.data(), n, in, out);
+    cpu::linear_fwd_bf16(ctx, x.data(), xb.data(), W.data(), Wb.data(), b.data(), y.data(), n, in, out);
+    cpu::linear_fwd_bf16(ctx, x.data(), nullptr, W.data(), nullptr, b.data(), y2.data(), n, in, out);
     EXPECT_EQ(y, y2);
     std::vector<double> yr(y.size()), ymag(y.size());
     ref::linear_fwd<double>(test::cast<double>(xr).data(), test::cast<double>(Wr).data(), test::cast<double>(b).data(),
@@ -75,8 +76,15 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     expect_bound("y", y, yr, ymag, in + 1);
     // Backward: dx accumulated onto dx0, dW accumulated onto dW0, db from zero.
     std::vector<float> dx = dx0, dW = dW0, db(size_t(out), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), W.data(), Wb.data(), dx.data(), true, dW.data(), db.data(), n, in,
-                         out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), dx.data(), true, dW.data(), true,
+                         db.data(), n, in, out);
+    // dW written (not accumulated) equals accumulating onto zeros, bit for bit.
+    std::vector<float> fresh(dW.size(), 7.f), zero_acc(dW.size(), 0.f);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, false, fresh.data(), false,
+                         nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, false, zero_acc.data(), true,
+                         nullptr, n, in, out);
+    EXPECT_EQ(fresh, zero_acc);
     auto dxr = test::cast<double>(dx0), dWr = test::cast<double>(dW0);
     std::vector<double> dbr(size_t(out), 0.0), dxm = abs_of(dx0), dWm = abs_of(dW0), dbm(size_t(out), 0.0);
     ref::linear_bwd<double>(test::cast<double>(dyr).data(), test::cast<double>(xr).data(), test::cast<double>(Wr).data(),

@@ -50,6 +50,7 @@ class BlockRunner {
   struct Cache {
     const T* x = nullptr;
     Buf h1, rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, h2, rstd2, g, u, a;
+    typename Ops::Operand h1o, oo, h2o, ao;  // the Linears' inputs in their GEMM operand form
   };
 
   // Keys/values of earlier positions for incremental decoding (batch 1): [capacity, Hkv*D] each.
@@ -72,9 +73,10 @@ class BlockRunner {
     c.h1 = ops_.alloc(N * C); c.rstd1 = ops_.alloc(N);
     ops_.rmsnorm_fwd(x, w.ln1, p(c.h1), p(c.rstd1), N, C, d_.eps);
     c.q = ops_.alloc(N * QD); c.k = ops_.alloc(N * KD); c.v = ops_.alloc(N * KD);
-    ops_.linear_fwd(p(c.h1), w.wq, w.bq, p(c.q), N, C, QD);
-    ops_.linear_fwd(p(c.h1), w.wk, w.bk, p(c.k), N, C, KD);
-    ops_.linear_fwd(p(c.h1), w.wv, w.bv, p(c.v), N, C, KD);
+    c.h1o = ops_.operand(p(c.h1), N * C);
+    ops_.linear_fwd(c.h1o, w.wq, w.bq, p(c.q), N, C, QD);
+    ops_.linear_fwd(c.h1o, w.wk, w.bk, p(c.k), N, C, KD);
+    ops_.linear_fwd(c.h1o, w.wv, w.bv, p(c.v), N, C, KD);
     if (d_.qk_norm) {
       c.qpre = ops_.alloc(N * QD); c.kpre = ops_.alloc(N * KD);
       c.rstdq = ops_.alloc(N * d_.H); c.rstdk = ops_.alloc(N * d_.Hkv);
@@ -96,36 +98,41 @@ class BlockRunner {
       ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse));
     }
     c.x1 = ops_.alloc(N * C);
-    ops_.linear_fwd(p(c.o), w.wo, w.bo, p(c.x1), N, QD, C);
+    c.oo = ops_.operand(p(c.o), N * QD);
+    ops_.linear_fwd(c.oo, w.wo, w.bo, p(c.x1), N, QD, C);
     ops_.add(x, p(c.x1), p(c.x1), N * C);
     c.h2 = ops_.alloc(N * C); c.rstd2 = ops_.alloc(N);
     ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
     c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I); c.a = ops_.alloc(N * I);
-    ops_.linear_fwd(p(c.h2), w.wg, nullptr, p(c.g), N, C, I);
-    ops_.linear_fwd(p(c.h2), w.wu, nullptr, p(c.u), N, C, I);
+    c.h2o = ops_.operand(p(c.h2), N * C);
+    ops_.linear_fwd(c.h2o, w.wg, nullptr, p(c.g), N, C, I);
+    ops_.linear_fwd(c.h2o, w.wu, nullptr, p(c.u), N, C, I);
     ops_.swiglu_fwd(p(c.g), p(c.u), p(c.a), N * I);
-    ops_.linear_fwd(p(c.a), w.wd, nullptr, y, N, I, C);
+    c.ao = ops_.operand(p(c.a), N * I);
+    ops_.linear_fwd(c.ao, w.wd, nullptr, y, N, I, C);
     ops_.add(p(c.x1), y, y, N * C);
   }
 
-  // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g.
+  // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g, or
+  // with accumulate = false the Linears' weight gradients are written (the others still accumulate).
   // dx = null (and no ln1 gradient) skips the input-gradient GEMMs of q/k/v (tuning needs none).
   void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
-                const BlockPtrs<T*>& g) {
+                const BlockPtrs<T*>& g, bool accumulate = true) {
+    const bool acc = accumulate;
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     Buf dx1 = ops_.alloc(N * C);
     ops_.copy(dy, p(dx1), N * C);
     {  // MLP
       Buf da = ops_.alloc(N * I), dg = ops_.alloc(N * I), du = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
-      ops_.linear_bwd(dy, p(c.a), w.wd, p(da), false, g.wd, nullptr, N, I, C);
+      ops_.linear_bwd(dy, c.ao, w.wd, p(da), false, g.wd, acc, nullptr, N, I, C);
       ops_.swiglu_bwd(p(da), p(c.g), p(c.u), p(dg), p(du), N * I);
-      ops_.linear_bwd(p(dg), p(c.h2), w.wg, p(dh2), false, g.wg, nullptr, N, C, I);
-      ops_.linear_bwd(p(du), p(c.h2), w.wu, p(dh2), true, g.wu, nullptr, N, C, I);
+      ops_.linear_bwd(p(dg), c.h2o, w.wg, p(dh2), false, g.wg, acc, nullptr, N, C, I);
+      ops_.linear_bwd(p(du), c.h2o, w.wu, p(dh2), true, g.wu, acc, nullptr, N, C, I);
       ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
     }
     // Attention
     Buf dob = ops_.alloc(N * QD), dq = ops_.alloc(N * QD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * KD);
-    ops_.linear_bwd(p(dx1), p(c.o), w.wo, p(dob), false, g.wo, g.bo, N, QD, C);
+    ops_.linear_bwd(p(dx1), c.oo, w.wo, p(dob), false, g.wo, acc, g.bo, N, QD, C);
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
     ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
@@ -140,9 +147,9 @@ class BlockRunner {
     const bool need_dx = dx || g.ln1;
     Buf dh1 = ops_.alloc(need_dx ? N * C : 1);
     T* dh = need_dx ? p(dh1) : nullptr;
-    ops_.linear_bwd(p(dq), p(c.h1), w.wq, dh, false, g.wq, g.bq, N, C, QD);
-    ops_.linear_bwd(p(dk), p(c.h1), w.wk, dh, true, g.wk, g.bk, N, C, KD);
-    ops_.linear_bwd(p(dv), p(c.h1), w.wv, dh, true, g.wv, g.bv, N, C, KD);
+    ops_.linear_bwd(p(dq), c.h1o, w.wq, dh, false, g.wq, acc, g.bq, N, C, QD);
+    ops_.linear_bwd(p(dk), c.h1o, w.wk, dh, true, g.wk, acc, g.bk, N, C, KD);
+    ops_.linear_bwd(p(dv), c.h1o, w.wv, dh, true, g.wv, acc, g.bv, N, C, KD);
     if (!need_dx) return;
     Buf scratch = ops_.alloc(dx ? 1 : N * C);
     if (!dx) dx = p(scratch);  // only ln1's gradient wanted

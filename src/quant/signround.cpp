@@ -160,10 +160,6 @@ void load_rows(Context& c, const Tensor& t, int64_t r0, int64_t rows, float* dst
   std::memcpy(dst, t.f32() + r0, size_t(rows) * 4);
 }
 
-void fill(Context& c, float* p, int64_t n, float v) {
-  c.pool().parallel_for(n, [&](int64_t i0, int64_t i1) { std::fill(p + i0, p + i1, v); }, 1 << 16);
-}
-
 // The tuning of one block (signround.h): construction builds the replicas, run() iterates.
 class BlockTuner {
  public:
@@ -334,7 +330,6 @@ void BlockTuner::qdq_all(Replica& R) {
 double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
   Context& c = *R.ctx;
   const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
-  fill(c, dw, g_.wsize, 0.f);
   BlockPtrs<float*> gp;
   float** gslots[] = {&gp.wq, &gp.wk, &gp.wv, &gp.wo, &gp.wg, &gp.wu, &gp.wd};
   for (size_t l = 0; l < lin_.size(); ++l) *gslots[lin_[l]] = dw + g_.w[l];  // FP layers get no gradient
@@ -367,7 +362,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
   }
   R.forward += since(tf);
   auto tb = Clock::now();
-  R.runner->backward(R.wp, a, cache, dy, nullptr, gp);  // the block input needs no gradient
+  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, false);  // writes every entry of dw; no input gradient
   R.backward += since(tb);
   return loss / denom_;
 }

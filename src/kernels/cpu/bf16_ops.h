@@ -47,11 +47,12 @@ void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 
 // linear_bf16.cpp — linear_fwd / linear_bwd of ops.h with bf16 GEMM operands and fp32 accumulation
-// (--amp): x, dy rounded to bf16 per call; the weight given in bf16 (Wb), or rounded from W when Wb is
-// null. Requires bf16_gemm_supported().
-void linear_fwd_bf16(Context& ctx, const float* x, const float* W, const uint16_t* Wb, const float* b, float* y,
+// (--amp). x comes with its bf16 copy xb, or xb null (rounded here); likewise W with Wb; dy is rounded
+// per call. dW += dy^T x (accumulate_dW) or dW = dy^T x. Requires bf16_gemm_supported().
+void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const uint16_t* Wb,
+                     const float* b, float* y, int64_t n, int64_t in, int64_t out);
+void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
+                     const uint16_t* Wb, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
                      int64_t n, int64_t in, int64_t out);
-void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const float* W, const uint16_t* Wb, float* dx,
-                     bool accumulate_dx, float* dW, float* db, int64_t n, int64_t in, int64_t out);
 
 }  // namespace ar::cpu

@@ -44,14 +44,30 @@ struct CpuOps {
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
 
-  void linear_fwd(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
-    if (amp) return cpu::linear_fwd_bf16(ctx, x, W, amp->find(W), b, y, n, in, out);
-    cpu::linear_fwd(ctx, x, W, b, y, n, in, out);
+  // A GEMM input activation, prepared once for every Linear that reads it: under amp its bf16 copy.
+  struct Operand {
+    const float* x = nullptr;
+    Tensor xb;  // amp: bf16 [n]
+  };
+  Operand operand(const float* x, int64_t n) {
+    Operand o{x, {}};
+    if (amp) {
+      o.xb = Tensor::empty({n}, DType::BF16, ctx);
+      cpu::fp32_to_bf16(ctx, x, o.xb.data<uint16_t>(), n);
+    }
+    return o;
   }
-  void linear_bwd(const float* dy, const float* x, const float* W, float* dx, bool acc, float* dW, float* db,
-                  int64_t n, int64_t in, int64_t out) {
-    if (amp) return cpu::linear_bwd_bf16(ctx, dy, x, W, amp->find(W), dx, acc, dW, db, n, in, out);
-    cpu::linear_bwd(ctx, dy, x, W, dx, acc, dW, db, n, in, out);
+  void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+    if (amp) return cpu::linear_fwd_bf16(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
+    cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);
+  }
+  // dW += dy^T x (acc_dW) or dW = dy^T x.
+  void linear_bwd(const float* dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
+                  float* db, int64_t n, int64_t in, int64_t out) {
+    if (amp)
+      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx, acc, dW, acc_dW, db, n,
+                                  in, out);
+    cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
     cpu::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);

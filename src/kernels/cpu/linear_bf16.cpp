@@ -1,8 +1,8 @@
 // Linear layers under --amp: the GEMMs take bf16 operands with fp32 accumulation (cpu::gemm_bf16);
 // inputs, outputs, bias and gradients stay fp32. Layout as cpu::linear_fwd / linear_bwd (ops.h):
-// x [n, in], W [out, in], y [n, out]. Each fp32 GEMM operand is rounded to bf16 (nearest even) into a
-// scratch buffer right before its GEMM, as PyTorch's autocast does; the weight comes in bf16 already
-// (Wb) or is rounded here when Wb is null. dW accumulates in fp32 (dW += dy^T x).
+// x [n, in], W [out, in], y [n, out]. Each fp32 GEMM operand is rounded to bf16 (nearest even), as
+// PyTorch's autocast does: x and W may come rounded already (xb, Wb: an activation read by several
+// Linears is rounded once, cpu_ops.h), dy is rounded per call. dW accumulates in fp32.
 // Reference: ref::linear_* in double on the bf16-rounded operands (tests/test_kernels_bf16.cpp).
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -16,35 +16,38 @@ Tensor to_bf16(Context& ctx, const float* x, int64_t n) {
   fp32_to_bf16(ctx, x, t.data<uint16_t>(), n);
   return t;
 }
+
+// The bf16 form of an operand: `given`, or `src` rounded into `keep`.
+const uint16_t* bf16_of(Context& ctx, const float* src, const uint16_t* given, int64_t n, Tensor& keep) {
+  if (given) return given;
+  keep = to_bf16(ctx, src, n);
+  return keep.data<uint16_t>();
+}
 }  // namespace
 
-void linear_fwd_bf16(Context& ctx, const float* x, const float* W, const uint16_t* Wb, const float* b, float* y,
-                     int64_t n, int64_t in, int64_t out) {
-  Tensor wt;
-  if (!Wb) {
-    wt = to_bf16(ctx, W, out * in);
-    Wb = wt.data<uint16_t>();
-  }
-  const Tensor xb = to_bf16(ctx, x, n * in);
-  gemm_bf16(ctx, false, true, n, out, in, 1.f, xb.data<uint16_t>(), in, Wb, in, 0.f, y, out);
+void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const uint16_t* Wb,
+                     const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+  Tensor xt, wt;
+  xb = bf16_of(ctx, x, xb, n * in, xt);
+  Wb = bf16_of(ctx, W, Wb, out * in, wt);
+  gemm_bf16(ctx, false, true, n, out, in, 1.f, xb, in, Wb, in, 0.f, y, out);
   if (b) add_bias(ctx, b, y, n, out);
 }
 
-void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const float* W, const uint16_t* Wb, float* dx,
-                     bool accumulate_dx, float* dW, float* db, int64_t n, int64_t in, int64_t out) {
+void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
+                     const uint16_t* Wb, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
+                     int64_t n, int64_t in, int64_t out) {
   const Tensor dyb = to_bf16(ctx, dy, n * out);
   if (dx) {
     Tensor wt;
-    if (!Wb) {
-      wt = to_bf16(ctx, W, out * in);
-      Wb = wt.data<uint16_t>();
-    }
+    Wb = bf16_of(ctx, W, Wb, out * in, wt);
     gemm_bf16(ctx, false, false, n, in, out, 1.f, dyb.data<uint16_t>(), out, Wb, in, accumulate_dx ? 1.f : 0.f, dx,
               in);
   }
   if (dW) {
-    const Tensor xb = to_bf16(ctx, x, n * in);
-    gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb.data<uint16_t>(), in, 1.f, dW, in);
+    Tensor xt;
+    xb = bf16_of(ctx, x, xb, n * in, xt);
+    gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb, in, accumulate_dW ? 1.f : 0.f, dW, in);
   }
   if (db) add_column_sums(ctx, dy, db, n, out);
 }

@@ -80,9 +80,9 @@ void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, fl
 }
 
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out) {
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW) {
   if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, accumulate_dW ? 1.f : 0.f, dW, in);
   if (db) add_column_sums(ctx, dy, db, n, out);
 }
 

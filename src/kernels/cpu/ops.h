@@ -14,8 +14,9 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
+// dW += dy^T x, or dW = dy^T x with accumulate_dW false.
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out);
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW = true);
 
 // y[r, :] += b; db += column sums of dy (rows in order, columns split over threads).
 void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out);

@@ -2,6 +2,7 @@
 // (model/block_impl.h). Scratch buffers are std::vector<T>. Instantiate with T = double for
 // finite-difference checks. cpu/cpu_ops.h (and later cuda/) provide the same member functions.
 #pragma once
+#include <algorithm>
 #include <vector>
 
 #include "kernels/ref/attention_ref.h"
@@ -21,12 +22,19 @@ struct RefOps {
   static T* ptr(Buf& b) { return b.data(); }
   void copy(const T* src, T* dst, int64_t n) { std::copy(src, src + n, dst); }
 
-  void linear_fwd(const T* x, const T* W, const T* b, T* y, int64_t n, int64_t in, int64_t out) {
-    ref::linear_fwd(x, W, b, y, n, in, out);
+  // A GEMM input activation, prepared once for every Linear that reads it (forward and backward).
+  struct Operand {
+    const T* x = nullptr;
+  };
+  Operand operand(const T* x, int64_t) { return {x}; }
+  void linear_fwd(const Operand& x, const T* W, const T* b, T* y, int64_t n, int64_t in, int64_t out) {
+    ref::linear_fwd(x.x, W, b, y, n, in, out);
   }
-  void linear_bwd(const T* dy, const T* x, const T* W, T* dx, bool acc, T* dW, T* db, int64_t n, int64_t in,
-                  int64_t out) {
-    ref::linear_bwd(dy, x, W, dx, acc, dW, db, n, in, out);
+  // dW += dy^T x (acc_dW) or dW = dy^T x.
+  void linear_bwd(const T* dy, const Operand& x, const T* W, T* dx, bool acc, T* dW, bool acc_dW, T* db, int64_t n,
+                  int64_t in, int64_t out) {
+    if (dW && !acc_dW) std::fill(dW, dW + out * in, T(0));
+    ref::linear_bwd(dy, x.x, W, dx, acc, dW, db, n, in, out);
   }
   void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int64_t rows, int64_t dim, double eps) {
     ref::rmsnorm_fwd(x, w, y, rstd, rows, dim, eps);
