@@ -114,11 +114,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Where each tuned layer sits in the two flat buffers: its weight gradient dW^ in the [wsize] partial
-// sums, and its tunables' gradients [V | alpha | beta] in the [size] gradient buffer.
+// Where each tuned layer's weight gradient dW^ sits in the flat [wsize] partial sums.
 struct GradLayout {
-  std::vector<int64_t> w, v, a, b;
-  int64_t wsize = 0, size = 0;
+  std::vector<int64_t> w;
+  int64_t wsize = 0;
 };
 
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
@@ -132,7 +131,7 @@ struct Replica {
   std::vector<Tensor> What, Whatb, fpb;
   cpu::Bf16Operands operands;
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
-  Tensor total, grads;         // the exchanged dW^ sum (world > 1); dV | dalpha | dbeta
+  Tensor total;                // the exchanged dW^ sum (world > 1)
   std::unique_ptr<cpu::CpuOps> ops;
   std::unique_ptr<BlockRunner<cpu::CpuOps>> runner;
   double loss = 0, qdq = 0, forward = 0, backward = 0;
@@ -248,12 +247,6 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
   for (const auto& L : res_.layers) {
     g_.w.push_back(g_.wsize);
     g_.wsize += L.weight->numel();
-    g_.v.push_back(g_.size);
-    g_.size += L.V.numel();
-    g_.a.push_back(g_.size);
-    g_.size += L.alpha.numel();
-    g_.b.push_back(g_.size);
-    g_.size += L.beta.numel();
   }
   if (W_ > 1) xchg_ = std::make_unique<parallel::GradExchange>(W_, g_.wsize, parallel::GradExchange::Mode::Values);
 }
@@ -307,7 +300,6 @@ void BlockTuner::build_replica(int r) {
   }
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
   if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
-  R.grads = Tensor::empty({std::max<int64_t>(g_.size, 1)}, DType::F32, c);
   R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr});
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
@@ -387,31 +379,33 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int d) {
 // then sign-SGD: p -= rate * sign(dp). Every rank computes the same bits from the same dW^.
 void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
   const bool mm = opt_.enable_minmax_tuning;
-  float* gr = R.grads.f32();
-  for (size_t l = 0; l < R.layers.size(); ++l) {
-    auto& L = R.layers[l];
-    qdq_bwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-            dw + g_.w[l], gr + g_.v[l], mm ? gr + g_.a[l] : nullptr, mm ? gr + g_.b[l] : nullptr);
-  }
   std::atomic<bool> finite{true};
-  auto update = [&](Tensor& p, int64_t off, float rate) {
-    float* x = p.f32();
-    const float* d = gr + off;
-    R.ctx->pool().parallel_for(p.numel(), [&](int64_t i0, int64_t i1) {
-      bool ok = true;
-      for (int64_t i = i0; i < i1; ++i) {
-        ok &= std::isfinite(d[i]);
-        x[i] -= rate * float((d[i] > 0.f) - (d[i] < 0.f));
-      }
-      if (!ok) finite = false;
-    }, 1 << 14);
+  auto sign_step = [&](float* p, const float* d, int64_t n, float rate) {
+    bool ok = true;
+    for (int64_t i = 0; i < n; ++i) {
+      ok &= std::isfinite(d[i]);
+      p[i] -= rate * float((d[i] > 0.f) - (d[i] < 0.f));
+    }
+    if (!ok) finite = false;
   };
   for (size_t l = 0; l < R.layers.size(); ++l) {
-    update(R.layers[l].V, g_.v[l], lr);
-    if (mm) {
-      update(R.layers[l].alpha, g_.a[l], mm_lr);
-      update(R.layers[l].beta, g_.b[l], mm_lr);
-    }
+    auto& L = R.layers[l];
+    const QdqShape& sh = L.shape;
+    const int64_t ng = sh.groups(), vw = ng * sh.group;
+    // Row chunks: the chunk's gradients (scratch, zero in V's padding) are applied while in cache.
+    R.ctx->pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
+      std::vector<float> dV(size_t((r1 - r0) * vw), 0.f), da(size_t((r1 - r0) * ng)), db(da.size());
+      // Rows r0..r1 as a matrix of their own (every array advanced to row r0).
+      const int64_t k = r0 * ng;
+      qdq_bwd<float>(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
+                     L.wmin0.f32() + k, L.wmax0.f32() + k, dw + g_.w[l] + r0 * sh.in, dV.data(),
+                     mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, r1 - r0);
+      sign_step(L.V.f32() + r0 * vw, dV.data(), int64_t(dV.size()), lr);
+      if (mm) {
+        sign_step(L.alpha.f32() + r0 * ng, da.data(), int64_t(da.size()), mm_lr);
+        sign_step(L.beta.f32() + r0 * ng, db.data(), int64_t(db.size()), mm_lr);
+      }
+    }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
   }
   if (!finite) fail(ErrorKind::InvalidInput, "non-finite gradient of the tunables");
 }
