@@ -4,7 +4,7 @@
 // FLOPs counted (model FLOPs): every Linear 2*N*in*out forward and 4*N*in*out backward (dx and dW);
 // causal attention 4*B*H*D*T(T+1)/2 forward and twice that backward (the recomputed scores of
 // the backward pass are not counted). Output: human-readable lines, then one JSON object as the
-// last line.
+// last line. --amp 1: bf16 GEMM operands (the CLI's --amp).
 #include <cblas.h>
 
 #include <chrono>
@@ -16,6 +16,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/block_impl.h"
 
@@ -107,7 +108,20 @@ int main(int argc, char** argv) {
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % T);
   BlockAux<float> aux{B, T, pos.data(), cs.data(), sn.data(), nullptr};
-  cpu::CpuOps ops{ctx};
+  // --amp 1: bf16 GEMM operands (the weights rounded once, as the tuning binds its QDQ weights).
+  const bool amp = arg(argc, argv, "--amp", 0) != 0;
+  if (amp && !cpu::bf16_gemm_supported()) {
+    std::printf("block_bench: --amp 1 needs bf16 GEMMs: %s\n", cpu::bf16_support_summary().c_str());
+    return 1;
+  }
+  cpu::Bf16Operands operands;
+  std::vector<Tensor> wb;
+  for (size_t i = 0; amp && i < specs.size(); ++i) {
+    if (specs[i].norm) continue;
+    wb.push_back(w[i].to(DType::BF16, ctx));
+    operands.bind(w[i].f32(), wb.back().data<uint16_t>());
+  }
+  cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
   BlockRunner<cpu::CpuOps> run(ops, d);
 
   double params = double(QD * d.C * 2 + KD * d.C * 2 + 3 * d.I * d.C);
@@ -137,9 +151,9 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"block_fwd_bwd\",\"hidden\":%lld,\"intermediate\":%lld,\"heads\":%lld,\"kv_heads\":%lld,"
               "\"seq\":%lld,\"batch\":%lld,\"threads\":%d,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"tokens_per_s\":%.2f,"
               "\"gflops\":%.2f,\"fwd_gflops\":%.2f,\"bwd_gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"ratio\":%.4f,"
-              "\"peak_rss_mb\":%.1f}\n",
+              "\"peak_rss_mb\":%.1f,\"amp\":%s}\n",
               (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)T, (long long)B,
               ctx.threads(), t_fwd, t_bwd, tokens_per_s, gflops, flop_fwd / t_fwd / 1e9, flop_bwd / t_bwd / 1e9, peak,
-              gflops / peak, rss);
+              gflops / peak, rss, amp ? "true" : "false");
   return 0;
 }

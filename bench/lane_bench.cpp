@@ -4,11 +4,13 @@
 // Serial runs on one context over all cores (BLAS threads); the lane on W CPU devices (cores split).
 // Also measures the SGEMM peak of both set-ups in the same run. Last line: one JSON object.
 //   lane_bench [--world 2] [--iters 4] [--hidden 1024] [--inter 4096] [--heads 16] [--kv 4] [--seq 256] [--bs 8]
+//              [--amp 0|1] (1: bf16 GEMM operands, as the CLI's --amp)
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "bench_block.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
 #include "parallel/devices.h"
 #include "quant/signround.h"
@@ -38,6 +40,11 @@ struct Run {
 
 int main(int argc, char** argv) {
   const int world = int(bench::arg(argc, argv, "--world", 2)), iters = int(bench::arg(argc, argv, "--iters", 4));
+  const bool amp = bench::arg(argc, argv, "--amp", 0) != 0;
+  if (amp && !cpu::bf16_gemm_supported()) {
+    std::printf("lane_bench: --amp 1 needs bf16 GEMMs: %s\n", cpu::bf16_support_summary().c_str());
+    return 1;
+  }
   Context home(Device{}, 0);
   bench::BenchBlock blk = bench::make_block(home, argc, argv, 1024, 4096, 16, 4, 256);
   std::vector<Device> devs;
@@ -51,6 +58,7 @@ int main(int argc, char** argv) {
     quant::SignRoundOptions o;
     o.batch_size = blk.n;
     o.deterministic = deterministic;
+    o.amp = amp;
     quant::TuneLane lane;
     if (w > 1) lane = {&group, w, {}};
     o.iters = 1;  // warm-up: allocator caches, BLAS buffers, page faults
@@ -94,8 +102,9 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"lane\",\"world\":%d,\"params\":%.0f,\"tokens\":%lld,\"serial_det_s\":%.4f,"
               "\"serial_batched_s\":%.4f,\"world_det_s\":%.4f,\"world_batched_s\":%.4f,\"exchange_s\":%.5f,"
               "\"exchange_bytes_per_rank\":%lld,\"sgemm_peak_serial\":%.1f,\"sgemm_peak_device\":%.1f,"
-              "\"peak_rss_mb\":%.0f}\n",
+              "\"peak_rss_mb\":%.0f,\"amp\":%s}\n",
               world, blk.params(), (long long)(blk.n * blk.T), sd.wall, sb.wall, wd.wall, wb.wall,
-              wd.ph.exchange / iters, (long long)(wd.ph.exchange_bytes / iters), peak_home, peak_dev, peak_rss_mb());
+              wd.ph.exchange / iters, (long long)(wd.ph.exchange_bytes / iters), peak_home, peak_dev, peak_rss_mb(),
+              amp ? "true" : "false");
   return 0;
 }

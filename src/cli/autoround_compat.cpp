@@ -35,7 +35,7 @@ void register_compat_flags(CLI::App* sub, CompatFlags& f) {
   sub->add_flag("--low_gpu_mem_usage", f.low_gpu_mem_usage, "accepted; one block is resident anyway")->group(g);
   sub->add_flag("--disable_eval", f.disable_eval, "accepted; no evaluation runs after quantizing")->group(g);
   sub->add_flag("--enable_torch_compile", f.torch_compile, "accepted; native kernels")->group(g);
-  sub->add_option("--model_dtype", f.model_dtype, "accepted; weights are read as stored, computed in fp32")->group(g);
+  sub->add_option("--model_dtype", f.model_dtype, "accepted; weights are read as stored, computed in fp32 (GEMM operands in bf16 under --amp)")->group(g);
   sub->add_option("--scale_dtype", f.scale_dtype, "fp16 (scales are stored in float16)")->group(g);
   sub->add_option("--tasks", f.tasks, "not supported: use `autoround eval`")->group(g);
 }
@@ -63,7 +63,7 @@ std::vector<std::string> apply_compat_flags(const CompatFlags& f, const std::fun
   if (f.low_gpu_mem_usage) note("--low_gpu_mem_usage", "the model is memory-mapped and one block is resident at a time");
   if (f.disable_eval) note("--disable_eval", "no evaluation runs after quantizing; use `autoround eval`");
   if (f.torch_compile) note("--enable_torch_compile", "native kernels, nothing to compile");
-  if (given("--model_dtype")) note("--model_dtype", "weights are read in their stored dtype and computed in fp32");
+  if (given("--model_dtype")) note("--model_dtype", "weights are read in their stored dtype and computed in fp32 (GEMM operands in bf16 under --amp)");
   return notes;
 }
 
