@@ -1,9 +1,11 @@
-// Causal GQA attention with a key padding mask on SGEMM. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
-// lse [B,H,Tq]. Per (batch, head): S = scale Q K^T on BLAS, masked softmax rows on the pool, O = P V.
+// Causal GQA attention with a key padding mask on fp32 GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
+// lse [B,H,Tq]. Per (batch, head): S = scale Q K^T, masked softmax rows, O = P V; the pool's threads
+// take whole (batch, KV head) groups.
 // Backward recomputes P from lse (nothing of size T^2 is kept between passes):
 //   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK += scale dS^T Q.
 // Reference: kernels/ref/attention_ref.h.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -16,47 +18,59 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Visible keys for query i are j in [0, last] with key_mask set.
 inline int64_t last_key(const AttnShape& s, int64_t i) { return std::min(s.Tk - 1, i + (s.Tk - s.Tq)); }
+
+
+// One (batch, KV head) group per task: its query heads in order, GEMMs on the task's thread
+// (gemm_serial: the same units and bits as gemm). Heads sharing a KV head accumulate dK/dV in head
+// order inside one task, so the sums do not depend on the thread count.
+void for_kv_groups(Context& ctx, const AttnShape& s, const std::function<void(int64_t b, int64_t kvh)>& fn) {
+  ctx.pool().parallel_for(s.B * s.Hkv, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) fn(t / s.Hkv, t % s.Hkv);
+  }, 1);
+}
+
+void softmax_rows(const AttnShape& s, const uint8_t* m, float* S, float* L) {
+  for (int64_t i = 0; i < s.Tq; ++i) {
+    float* row = S + i * s.Tk;
+    const int64_t last = last_key(s, i);
+    float mx = kNegInf;
+    for (int64_t j = 0; j <= last; ++j)
+      if (!m || m[j]) mx = std::max(mx, row[j]);
+    if (mx == kNegInf) {
+      for (int64_t j = 0; j < s.Tk; ++j) row[j] = 0.f;
+      L[i] = kNegInf;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j <= last; ++j) {
+      float e = (!m || m[j]) ? std::exp(row[j] - mx) : 0.f;
+      row[j] = e;
+      sum += e;
+    }
+    for (int64_t j = last + 1; j < s.Tk; ++j) row[j] = 0.f;
+    float inv = float(1.0 / sum);
+    for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+    L[i] = mx + float(std::log(sum));
+  }
+}
 }  // namespace
 
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, float* o, float* lse) {
   const float scale = 1.f / std::sqrt(float(s.D));
   const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
-  std::vector<float> S(size_t(s.Tq * s.Tk));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
+  for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
+    std::vector<float> S(size_t(s.Tq * s.Tk));
+    const float* K = k + b * s.Tk * ks + kvh * s.D;
+    const float* V = v + b * s.Tk * ks + kvh * s.D;
+    const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
+    for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
       const float* Q = q + b * s.Tq * qs + h * s.D;
-      const float* K = k + b * s.Tk * ks + (h / grp) * s.D;
-      const float* V = v + b * s.Tk * ks + (h / grp) * s.D;
-      const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
-      gemm(ctx, false, true, s.Tq, s.Tk, s.D, scale, Q, qs, K, ks, 0.f, S.data(), s.Tk);
-      float* L = lse + (b * s.H + h) * s.Tq;
-      ctx.pool().parallel_for(s.Tq, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          float* row = S.data() + i * s.Tk;
-          const int64_t last = last_key(s, i);
-          float mx = kNegInf;
-          for (int64_t j = 0; j <= last; ++j)
-            if (!m || m[j]) mx = std::max(mx, row[j]);
-          if (mx == kNegInf) {
-            for (int64_t j = 0; j < s.Tk; ++j) row[j] = 0.f;
-            L[i] = kNegInf;
-            continue;
-          }
-          double sum = 0;
-          for (int64_t j = 0; j <= last; ++j) {
-            float e = (!m || m[j]) ? std::exp(row[j] - mx) : 0.f;
-            row[j] = e;
-            sum += e;
-          }
-          for (int64_t j = last + 1; j < s.Tk; ++j) row[j] = 0.f;
-          float inv = float(1.0 / sum);
-          for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-          L[i] = mx + float(std::log(sum));
-        }
-      }, ThreadPool::grain(s.Tk));
-      gemm(ctx, false, false, s.Tq, s.D, s.Tk, 1.f, S.data(), s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
+      gemm_serial(false, true, s.Tq, s.Tk, s.D, scale, Q, qs, K, ks, 0.f, S.data(), s.Tk);
+      softmax_rows(s, m, S.data(), lse + (b * s.H + h) * s.Tq);
+      gemm_serial(false, false, s.Tq, s.D, s.Tk, 1.f, S.data(), s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
     }
+  });
 }
 
 void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
@@ -64,39 +78,37 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
                    float* dv) {
   const float scale = 1.f / std::sqrt(float(s.D));
   const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
-  std::vector<float> P(size_t(s.Tq * s.Tk)), dP(size_t(s.Tq * s.Tk));
-  std::fill(dk, dk + s.B * s.Tk * ks, 0.f);
-  std::fill(dv, dv + s.B * s.Tk * ks, 0.f);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      const int64_t qoff = b * s.Tq * qs + h * s.D, koff = b * s.Tk * ks + (h / grp) * s.D;
+  for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
+    std::vector<float> P(size_t(s.Tq * s.Tk)), dP(size_t(s.Tq * s.Tk));
+    const int64_t koff = b * s.Tk * ks + kvh * s.D;
+    for (int64_t t = 0; t < s.Tk; ++t)
+      for (int64_t d = 0; d < s.D; ++d) dk[koff + t * ks + d] = dv[koff + t * ks + d] = 0.f;
+    const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
+    for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
+      const int64_t qoff = b * s.Tq * qs + h * s.D;
       const float* L = lse + (b * s.H + h) * s.Tq;
-      const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
-      gemm(ctx, false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P.data(), s.Tk);
-      ctx.pool().parallel_for(s.Tq, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          float* row = P.data() + i * s.Tk;
-          const int64_t last = last_key(s, i);
-          for (int64_t j = 0; j < s.Tk; ++j)
-            row[j] = (L[i] != kNegInf && j <= last && (!m || m[j])) ? std::exp(row[j] - L[i]) : 0.f;
-        }
-      }, ThreadPool::grain(s.Tk));
-      gemm(ctx, true, false, s.Tk, s.D, s.Tq, 1.f, P.data(), s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
-      gemm(ctx, false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP.data(), s.Tk);
-      ctx.pool().parallel_for(s.Tq, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* dO = dout + qoff + i * qs;
-          const float* O = o + qoff + i * qs;
-          float di = 0;
-          for (int64_t d = 0; d < s.D; ++d) di += dO[d] * O[d];
-          float* pr = P.data() + i * s.Tk;
-          float* dr = dP.data() + i * s.Tk;
-          for (int64_t j = 0; j < s.Tk; ++j) dr[j] = pr[j] * (dr[j] - di);
-        }
-      }, ThreadPool::grain(s.Tk));
-      gemm(ctx, false, false, s.Tq, s.D, s.Tk, scale, dP.data(), s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
-      gemm(ctx, true, false, s.Tk, s.D, s.Tq, scale, dP.data(), s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
+      gemm_serial(false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P.data(), s.Tk);
+      for (int64_t i = 0; i < s.Tq; ++i) {
+        float* row = P.data() + i * s.Tk;
+        const int64_t last = last_key(s, i);
+        for (int64_t j = 0; j < s.Tk; ++j)
+          row[j] = (L[i] != kNegInf && j <= last && (!m || m[j])) ? std::exp(row[j] - L[i]) : 0.f;
+      }
+      gemm_serial(true, false, s.Tk, s.D, s.Tq, 1.f, P.data(), s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
+      gemm_serial(false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP.data(), s.Tk);
+      for (int64_t i = 0; i < s.Tq; ++i) {
+        const float* dO = dout + qoff + i * qs;
+        const float* O = o + qoff + i * qs;
+        float di = 0;
+        for (int64_t d = 0; d < s.D; ++d) di += dO[d] * O[d];
+        float* pr = P.data() + i * s.Tk;
+        float* dr = dP.data() + i * s.Tk;
+        for (int64_t j = 0; j < s.Tk; ++j) dr[j] = pr[j] * (dr[j] - di);
+      }
+      gemm_serial(false, false, s.Tq, s.D, s.Tk, scale, dP.data(), s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
+      gemm_serial(true, false, s.Tk, s.D, s.Tq, scale, dP.data(), s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
     }
+  });
 }
 
 }  // namespace ar::cpu

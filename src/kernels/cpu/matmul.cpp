@@ -5,6 +5,7 @@
 // Reference: kernels/ref/matmul_ref.h.
 #include <cblas.h>
 
+#include <functional>
 #include <vector>
 
 #include "kernels/cpu/bf16_ops.h"
@@ -17,11 +18,13 @@ namespace {
 constexpr double kDnnlMinWork = double(int64_t(1) << 22);
 }  // namespace
 
-void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+namespace {
+// The units of one GEMM on `pool`, or all on the calling thread (pool null): the same bits either way.
+void gemm_units(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (double(M) * double(N) * double(K) >= kDnnlMinWork)
-    return gemm_f32_dnnl(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_f32_dnnl(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
@@ -40,22 +43,37 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
     return std::max<int64_t>(kMinExtent, (kMinWork / std::max<int64_t>(1, other * K) + 16) / 16 * 16);
   };
   const int64_t rows = extent(N), row_units = M / rows;
+  auto for_units = [&](int64_t units, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool) pool->parallel_for(units, fn, 1);
+    else fn(0, units);
+  };
   if (row_units >= 2) {
-    ctx.pool().parallel_for(row_units, [&](int64_t u0, int64_t u1) {
+    for_units(row_units, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) run(u * rows, u + 1 == row_units ? M : (u + 1) * rows);
-    }, 1);
+    });
     return;
   }
   const int64_t cols = extent(M), col_units = N / cols;
   if (col_units < 2) return run(0, M);
-  ctx.pool().parallel_for(col_units, [&](int64_t u0, int64_t u1) {
+  for_units(col_units, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n0 = u * cols, n1 = u + 1 == col_units ? N : (u + 1) * cols;
       const float* b = tb ? B + n0 * ldb : B + n0;  // column n of op(B): row n of B when transposed
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(n1 - n0),
                   int(K), alpha, A, int(lda), b, int(ldb), beta, C + n0, int(ldc));
     }
-  }, 1);
+  });
+}
+}  // namespace
+
+void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_units(&ctx.pool(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_units(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out) {

@@ -130,7 +130,7 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   return {true, M, 1};
 }
 
-void gemm_dnnl(Context& ctx, const Gemm& g) {
+void gemm_dnnl(ThreadPool* pool, const Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions)
     for (int64_t i = 0; i < g.M; ++i)
@@ -141,13 +141,15 @@ void gemm_dnnl(Context& ctx, const Gemm& g) {
   const Plan p = plan(g.M, g.N, g.K);
   if (p.units == 1) return run_unit(eng, g, 0, g.M, 0, g.N);
   const int64_t len = p.by_rows ? g.M : g.N;
-  ctx.pool().parallel_for(p.units, [&](int64_t u0, int64_t u1) {
+  auto units = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u * p.extent, e = u + 1 == p.units ? len : b + p.extent;
       if (p.by_rows) run_unit(eng, g, b, e, 0, g.N);
       else run_unit(eng, g, 0, g.M, b, e);
     }
-  }, 1);
+  };
+  if (pool) pool->parallel_for(p.units, units, 1);
+  else units(0, p.units);
 }
 }  // namespace
 
@@ -169,12 +171,17 @@ std::string bf16_support_summary() {
 void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
-  gemm_dnnl(ctx, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  gemm_dnnl(&ctx.pool(), {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_dnnl(ctx, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  gemm_dnnl(&ctx.pool(), {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+}
+
+void gemm_f32_dnnl(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_dnnl(pool, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {

@@ -12,6 +12,10 @@ namespace ar::cpu {
 // matmul.cpp — cblas_sgemm, row-major.
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The same GEMM (same units, same bits) entirely on the calling thread, for callers that already run
+// inside one of the pool's chunks (the pool does not nest).
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
 // dW += dy^T x, or dW = dy^T x with accumulate_dW false.
