@@ -41,11 +41,12 @@ void softmax_rows(const AttnShape& s, const uint8_t* m, float* S, float* L) {
       L[i] = kNegInf;
       continue;
     }
+    for (int64_t j = 0; j <= last; ++j) row[j] -= mx;
+    exp_inplace(row, last + 1);
     double sum = 0;
     for (int64_t j = 0; j <= last; ++j) {
-      float e = (!m || m[j]) ? std::exp(row[j] - mx) : 0.f;
-      row[j] = e;
-      sum += e;
+      if (m && !m[j]) row[j] = 0.f;
+      sum += row[j];
     }
     for (int64_t j = last + 1; j < s.Tk; ++j) row[j] = 0.f;
     float inv = float(1.0 / sum);
@@ -90,9 +91,11 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
       gemm_serial(false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P.data(), s.Tk);
       for (int64_t i = 0; i < s.Tq; ++i) {
         float* row = P.data() + i * s.Tk;
-        const int64_t last = last_key(s, i);
+        const int64_t last = L[i] == kNegInf ? -1 : last_key(s, i);  // a row without keys is all zero
+        for (int64_t j = 0; j <= last; ++j) row[j] -= L[i];
+        exp_inplace(row, last + 1);
         for (int64_t j = 0; j < s.Tk; ++j)
-          row[j] = (L[i] != kNegInf && j <= last && (!m || m[j])) ? std::exp(row[j] - L[i]) : 0.f;
+          if (j > last || (m && !m[j])) row[j] = 0.f;
       }
       gemm_serial(true, false, s.Tk, s.D, s.Tq, 1.f, P.data(), s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
       gemm_serial(false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP.data(), s.Tk);

@@ -50,6 +50,10 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);
 void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
 
+// exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp, the same bits on every
+// path (AVX-512 lanes or scalar), so results do not depend on how a loop was chunked.
+void exp_inplace(float* x, int64_t n);
+
 // elementwise.cpp
 void add(Context& ctx, const float* a, const float* b, float* y, int64_t n);
 
