@@ -71,6 +71,27 @@ TEST(Tensor, AllocatorTracksPeakBytes) {
   EXPECT_EQ(ctx.allocator().cached(), 0u);
 }
 
+TEST(Allocator, FullCacheEvictsTheOldestBlocks) {
+  Allocator a(10240);
+  void* pa = nullptr;
+  void* pb = nullptr;
+  {
+    auto A = a.allocate(4096), B = a.allocate(4096);
+    pa = A.get();
+    pb = B.get();
+    A.reset();  // A cached before B
+  }
+  EXPECT_EQ(a.cached(), 8192u);
+  a.allocate(6144).reset();  // 8 KiB + 6 KiB > 10 KiB: A (the oldest) goes
+  EXPECT_EQ(a.cached(), 4096u + 6144u);
+  auto again = a.allocate(4096);
+  EXPECT_EQ(again.get(), pb);  // B was kept
+  EXPECT_NE(pa, nullptr);
+  again.reset();
+  a.allocate(20000).reset();  // larger than the whole cache: freed, nothing evicted for it
+  EXPECT_EQ(a.cached(), 4096u + 6144u);
+}
+
 TEST(Tensor, ConvertsBetweenDtypes) {
   Context ctx(Device{}, 1);
   Tensor a = Tensor::empty({3}, DType::F32, ctx);

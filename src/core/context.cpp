@@ -38,12 +38,30 @@ Device Device::parse(const std::string& s) {
   return d;
 }
 
+// Cached blocks by size (for reuse) and by age (for eviction): when a freed block would push the
+// cache past its limit, the least recently cached blocks are freed first, so buffers of a finished
+// phase (other sizes) make room for the current phase's instead of keeping it from being cached.
 struct Allocator::Pool {
   std::mutex mu;
-  std::multimap<size_t, void*> free_blocks;
+  std::multimap<size_t, std::pair<uint64_t, void*>> free_blocks;  // size -> (age stamp, block)
+  std::map<uint64_t, size_t> by_age;                               // age stamp -> size
+  uint64_t clock = 0;
   size_t cache_limit = 0, cached = 0, in_use = 0, peak = 0;
   ~Pool() {
-    for (auto& [n, p] : free_blocks) std::free(p);
+    for (auto& [n, b] : free_blocks) std::free(b.second);
+  }
+  // Frees the oldest cached block (the caller holds mu).
+  void evict_oldest() {
+    const auto [stamp, size] = *by_age.begin();
+    auto range = free_blocks.equal_range(size);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second.first == stamp) {
+        std::free(it->second.second);
+        free_blocks.erase(it);
+        break;
+      }
+    by_age.erase(by_age.begin());
+    cached -= size;
   }
 };
 
@@ -55,7 +73,8 @@ std::shared_ptr<void> Allocator::allocate(size_t bytes) {
   {
     std::lock_guard<std::mutex> lk(pool_->mu);
     if (auto it = pool_->free_blocks.find(rounded); it != pool_->free_blocks.end()) {
-      p = it->second;
+      p = it->second.second;
+      pool_->by_age.erase(it->second.first);
       pool_->free_blocks.erase(it);
       pool_->cached -= rounded;
     }
@@ -72,12 +91,12 @@ std::shared_ptr<void> Allocator::allocate(size_t bytes) {
   return std::shared_ptr<void>(p, [pool, rounded](void* q) {
     std::lock_guard<std::mutex> lk(pool->mu);
     pool->in_use -= rounded;
-    if (pool->cached + rounded <= pool->cache_limit) {
-      pool->free_blocks.emplace(rounded, q);
-      pool->cached += rounded;
-    } else {
-      std::free(q);
-    }
+    if (rounded > pool->cache_limit) return std::free(q);
+    while (pool->cached + rounded > pool->cache_limit) pool->evict_oldest();
+    const uint64_t stamp = pool->clock++;
+    pool->free_blocks.emplace(rounded, std::make_pair(stamp, q));
+    pool->by_age.emplace(stamp, rounded);
+    pool->cached += rounded;
   });
 }
 
@@ -95,8 +114,9 @@ size_t Allocator::cached() const {
 }
 void Allocator::trim() {
   std::lock_guard<std::mutex> lk(pool_->mu);
-  for (auto& [n, p] : pool_->free_blocks) std::free(p);
+  for (auto& [n, b] : pool_->free_blocks) std::free(b.second);
   pool_->free_blocks.clear();
+  pool_->by_age.clear();
   pool_->cached = 0;
 }
 

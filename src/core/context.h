@@ -28,7 +28,9 @@ struct Device {
 // Caching allocator for one device. Freed blocks are kept (up to `cache_limit` bytes) and reused
 // for requests of exactly the same rounded size, which is what block-by-block work produces: every
 // layer and every tuning iteration asks for the same buffer sizes, so after the first pass no
-// memory is mapped or faulted in. in_use/peak count live tensor bytes; cached() the idle ones.
+// memory is mapped or faulted in. A full cache frees its least recently cached blocks to take a new
+// one (a phase's buffers replace the previous phase's). in_use/peak count live tensor bytes;
+// cached() the idle ones.
 class Allocator {
  public:
   explicit Allocator(size_t cache_limit = size_t(1) << 30);

@@ -241,6 +241,11 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   for (int64_t s = 0; s < n; ++s) loss_mask[size_t(s * T + T - 1)] = 0;  // the last position never counts
   const BlockDims dims = cfg.block_dims();
   const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
+  // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
+  // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
+  // micro-batch (8 samples of 512 tokens of a 1B block need ~1.2 GB of activations); the GEMMs keep
+  // >= 256 rows per unit either way.
+  constexpr int64_t kPassSamples = 1;
 
   Progress progress(cfg.num_layers, start_block, isatty(STDERR_FILENO) != 0, opt.progress_interval_s);
   for (int64_t b = start_block; b < cfg.num_layers; ++b) {
@@ -258,9 +263,9 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     int levels = 1;
     while ((int64_t(1) << (levels - 1)) < B) ++levels;
     const quant::TuneLane collect =
-        lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, bs).total());
+        lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, kPassSamples).total());
     Imatrix imat;
-    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, bs, opt.tune.amp, opt_rtn ? &imat : nullptr);
+    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, kPassSamples, opt.tune.amp, opt_rtn ? &imat : nullptr);
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
@@ -319,7 +324,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
       if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, act_dtype, ctx);
       tmp = x_in.clone(ctx);
-      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, bs, opt.tune.amp);
+      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, kPassSamples, opt.tune.amp);
       check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
     }
     std::swap(x_fp, y_fp);

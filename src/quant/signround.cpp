@@ -392,18 +392,22 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
     auto& L = R.layers[l];
     const QdqShape& sh = L.shape;
     const int64_t ng = sh.groups(), vw = ng * sh.group;
-    // Row chunks: the chunk's gradients (scratch, zero in V's padding) are applied while in cache.
-    R.ctx->pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
-      std::vector<float> dV(size_t((r1 - r0) * vw), 0.f), da(size_t((r1 - r0) * ng)), db(da.size());
-      // Rows r0..r1 as a matrix of their own (every array advanced to row r0).
-      const int64_t k = r0 * ng;
-      qdq_bwd<float>(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
-                     L.wmin0.f32() + k, L.wmax0.f32() + k, dw + g_.w[l] + r0 * sh.in, dV.data(),
-                     mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, r1 - r0);
-      sign_step(L.V.f32() + r0 * vw, dV.data(), int64_t(dV.size()), lr);
-      if (mm) {
-        sign_step(L.alpha.f32() + r0 * ng, da.data(), int64_t(da.size()), mm_lr);
-        sign_step(L.beta.f32() + r0 * ng, db.data(), int64_t(db.size()), mm_lr);
+    // Blocks of kRows rows: a block's gradients (scratch, zero in V's padding) are applied while in cache.
+    constexpr int64_t kRows = 8;
+    R.ctx->pool().parallel_for(sh.out, [&](int64_t c0, int64_t c1) {
+      std::vector<float> dV(size_t(kRows * vw)), da(size_t(kRows * ng)), db(da.size());
+      for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
+        const int64_t rows = std::min(kRows, c1 - r0), k = r0 * ng;
+        std::fill(dV.begin(), dV.end(), 0.f);
+        // Rows r0.. as a matrix of their own (every array advanced to row r0).
+        qdq_bwd<float>(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
+                       L.wmin0.f32() + k, L.wmax0.f32() + k, dw + g_.w[l] + r0 * sh.in, dV.data(),
+                       mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, rows);
+        sign_step(L.V.f32() + r0 * vw, dV.data(), rows * vw, lr);
+        if (mm) {
+          sign_step(L.alpha.f32() + k, da.data(), rows * ng, mm_lr);
+          sign_step(L.beta.f32() + k, db.data(), rows * ng, mm_lr);
+        }
       }
     }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
   }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/cpu/ops.h"
 
 namespace ar::cpu {
@@ -61,15 +62,16 @@ void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float
   const float scale = 1.f / std::sqrt(float(s.D));
   const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
   for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
-    std::vector<float> S(size_t(s.Tq * s.Tk));
+    Tensor St = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx);  // the context's cached allocator
+    float* S = St.f32();
     const float* K = k + b * s.Tk * ks + kvh * s.D;
     const float* V = v + b * s.Tk * ks + kvh * s.D;
     const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
     for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
       const float* Q = q + b * s.Tq * qs + h * s.D;
-      gemm_serial(false, true, s.Tq, s.Tk, s.D, scale, Q, qs, K, ks, 0.f, S.data(), s.Tk);
-      softmax_rows(s, m, S.data(), lse + (b * s.H + h) * s.Tq);
-      gemm_serial(false, false, s.Tq, s.D, s.Tk, 1.f, S.data(), s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
+      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, scale, Q, qs, K, ks, 0.f, S, s.Tk);
+      softmax_rows(s, m, S, lse + (b * s.H + h) * s.Tq);
+      gemm_serial(ctx, false, false, s.Tq, s.D, s.Tk, 1.f, S, s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
     }
   });
 }
@@ -80,7 +82,9 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
   const float scale = 1.f / std::sqrt(float(s.D));
   const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
   for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
-    std::vector<float> P(size_t(s.Tq * s.Tk)), dP(size_t(s.Tq * s.Tk));
+    Tensor Pt = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx), dPt = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx);
+    float* P = Pt.f32();
+    float* dP = dPt.f32();
     const int64_t koff = b * s.Tk * ks + kvh * s.D;
     for (int64_t t = 0; t < s.Tk; ++t)
       for (int64_t d = 0; d < s.D; ++d) dk[koff + t * ks + d] = dv[koff + t * ks + d] = 0.f;
@@ -88,28 +92,28 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
     for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
       const int64_t qoff = b * s.Tq * qs + h * s.D;
       const float* L = lse + (b * s.H + h) * s.Tq;
-      gemm_serial(false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P.data(), s.Tk);
+      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P, s.Tk);
       for (int64_t i = 0; i < s.Tq; ++i) {
-        float* row = P.data() + i * s.Tk;
+        float* row = P + i * s.Tk;
         const int64_t last = L[i] == kNegInf ? -1 : last_key(s, i);  // a row without keys is all zero
         for (int64_t j = 0; j <= last; ++j) row[j] -= L[i];
         exp_inplace(row, last + 1);
         for (int64_t j = 0; j < s.Tk; ++j)
           if (j > last || (m && !m[j])) row[j] = 0.f;
       }
-      gemm_serial(true, false, s.Tk, s.D, s.Tq, 1.f, P.data(), s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
-      gemm_serial(false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP.data(), s.Tk);
+      gemm_serial(ctx, true, false, s.Tk, s.D, s.Tq, 1.f, P, s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
+      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP, s.Tk);
       for (int64_t i = 0; i < s.Tq; ++i) {
         const float* dO = dout + qoff + i * qs;
         const float* O = o + qoff + i * qs;
         float di = 0;
         for (int64_t d = 0; d < s.D; ++d) di += dO[d] * O[d];
-        float* pr = P.data() + i * s.Tk;
-        float* dr = dP.data() + i * s.Tk;
+        float* pr = P + i * s.Tk;
+        float* dr = dP + i * s.Tk;
         for (int64_t j = 0; j < s.Tk; ++j) dr[j] = pr[j] * (dr[j] - di);
       }
-      gemm_serial(false, false, s.Tq, s.D, s.Tk, scale, dP.data(), s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
-      gemm_serial(true, false, s.Tk, s.D, s.Tq, scale, dP.data(), s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
+      gemm_serial(ctx, false, false, s.Tq, s.D, s.Tk, scale, dP, s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
+      gemm_serial(ctx, true, false, s.Tk, s.D, s.Tq, scale, dP, s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
     }
   });
 }

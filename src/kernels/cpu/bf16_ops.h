@@ -42,8 +42,8 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 // The same on fp32 operands with oneDNN's fp32 matmul (any x86-64 CPU).
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-// The same with the units on `pool`, or all on the calling thread when pool is null (same bits).
-void gemm_f32_dnnl(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+// The same with the units all on the calling thread when `serial` (same bits).
+void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The oneDNN implementation that runs the first unit of such a GEMM on dense operands
 // (e.g. "brg:avx512_core_bf16"), for logs and benchmarks.

@@ -19,12 +19,15 @@ constexpr double kDnnlMinWork = double(int64_t(1) << 22);
 }  // namespace
 
 namespace {
-// The units of one GEMM on `pool`, or all on the calling thread (pool null): the same bits either way.
-void gemm_units(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+// The units of one GEMM on ctx's pool, or all on the calling thread (serial): the same bits either way.
+void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (double(M) * double(N) * double(K) >= kDnnlMinWork)
-    return gemm_f32_dnnl(pool, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // oneDNN's brgemm for large products on dense operands; strided sub-matrices (attention's heads) would
+  // get its gemm:jit kernels, which allocate packing buffers on every call: OpenBLAS takes those.
+  const bool dense = (ta ? lda == M : lda == K) && (tb ? ldb == K : ldb == N);
+  if (dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
+    return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
@@ -44,8 +47,8 @@ void gemm_units(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_
   };
   const int64_t rows = extent(N), row_units = M / rows;
   auto for_units = [&](int64_t units, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool) pool->parallel_for(units, fn, 1);
-    else fn(0, units);
+    if (serial) fn(0, units);
+    else ctx.pool().parallel_for(units, fn, 1);
   };
   if (row_units >= 2) {
     for_units(row_units, [&](int64_t u0, int64_t u1) {
@@ -68,12 +71,12 @@ void gemm_units(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_
 
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_units(&ctx.pool(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_units(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_units(ctx, true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out) {

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
 
 extern "C" {  // libgomp (oneDNN's threading runtime); the nthreads ICV is per calling thread
@@ -65,6 +66,7 @@ dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, 
   const memory::desc b({K, n}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
   const memory::desc c({m, n}, dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // from the context's allocator (run_unit)
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
   if (beta != 0.f) {
     dnnl::post_ops po;
@@ -77,7 +79,7 @@ dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, 
 // Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread. A transposed A's column block
 // (strided) is first copied into a dense [K, m1 - m0] buffer: the copies of all units together read A
 // once, and the call then runs on dense operands (brgemm).
-void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const size_t es = g.type == dt::bf16 ? 2 : 4;
   auto at = [](const void* p, int64_t elems, size_t size) {
     return const_cast<char*>(static_cast<const char*>(p)) + size_t(elems) * size;
@@ -86,20 +88,26 @@ void run_unit(const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, in
   void* b = at(g.B, g.tb ? n0 * g.ldb : n0, es);  // column n of op(B): row n of B when transposed
   float* c = g.C + m0 * g.ldc + n0;
   int64_t lda = g.lda;
-  std::unique_ptr<char[]> dense;
+  Tensor dense;  // from the context's cached allocator: no fresh pages per call
   if (g.ta && m1 - m0 != lda) {
     const size_t row = size_t(m1 - m0) * es;
-    dense.reset(new char[size_t(g.K) * row]);
-    for (int64_t k = 0; k < g.K; ++k) std::memcpy(dense.get() + size_t(k) * row, at(a, k * g.lda, es), row);
-    a = dense.get();
+    dense = Tensor::empty({int64_t(size_t(g.K) * row)}, DType::U8, ctx);
+    char* d = dense.data<char>();
+    for (int64_t k = 0; k < g.K; ++k) std::memcpy(d + size_t(k) * row, at(a, k * g.lda, es), row);
+    a = d;
     lda = m1 - m0;
   }
   OneThread one;
   const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta);
   dnnl::stream s(eng);
+  // oneDNN's own scratchpad (B packing) would be a fresh allocation per call: take it from the
+  // context's cached allocator instead.
+  const size_t scratch_bytes = pd.scratchpad_desc().get_size();
+  Tensor scratch = Tensor::empty({int64_t(std::max<size_t>(scratch_bytes, 1))}, DType::U8, ctx);
   dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
                                {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
-                               {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)}});
+                               {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)},
+                               {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, scratch.raw())}});
   s.wait();
 }
 
@@ -130,7 +138,7 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   return {true, M, 1};
 }
 
-void gemm_dnnl(ThreadPool* pool, const Gemm& g) {
+void gemm_dnnl(Context& ctx, bool serial, const Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions)
     for (int64_t i = 0; i < g.M; ++i)
@@ -139,17 +147,17 @@ void gemm_dnnl(ThreadPool* pool, const Gemm& g) {
   }
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   const Plan p = plan(g.M, g.N, g.K);
-  if (p.units == 1) return run_unit(eng, g, 0, g.M, 0, g.N);
+  if (p.units == 1) return run_unit(ctx, eng, g, 0, g.M, 0, g.N);
   const int64_t len = p.by_rows ? g.M : g.N;
   auto units = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u * p.extent, e = u + 1 == p.units ? len : b + p.extent;
-      if (p.by_rows) run_unit(eng, g, b, e, 0, g.N);
-      else run_unit(eng, g, 0, g.M, b, e);
+      if (p.by_rows) run_unit(ctx, eng, g, b, e, 0, g.N);
+      else run_unit(ctx, eng, g, 0, g.M, b, e);
     }
   };
-  if (pool) pool->parallel_for(p.units, units, 1);
-  else units(0, p.units);
+  if (serial) units(0, p.units);
+  else ctx.pool().parallel_for(p.units, units, 1);
 }
 }  // namespace
 
@@ -171,17 +179,17 @@ std::string bf16_support_summary() {
 void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
-  gemm_dnnl(&ctx.pool(), {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  gemm_dnnl(ctx, false, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_dnnl(&ctx.pool(), {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  gemm_dnnl(ctx, false, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
-void gemm_f32_dnnl(ThreadPool* pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_dnnl(pool, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_dnnl(ctx, serial, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
 }
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {

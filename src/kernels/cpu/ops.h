@@ -13,8 +13,8 @@ namespace ar::cpu {
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The same GEMM (same units, same bits) entirely on the calling thread, for callers that already run
-// inside one of the pool's chunks (the pool does not nest).
-void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+// inside one of the pool's chunks (the pool does not nest); ctx supplies scratch memory only.
+void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
