@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -138,6 +139,18 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   return {true, M, 1};
 }
 
+// oneDNN creates its primitive cache and JIT state lazily on first use, inside the library, where a
+// thread sanitizer cannot see the synchronization: the first matmul is created once, under call_once,
+// before any unit runs, so concurrent first calls from the pool or the lane's ranks never race on it.
+void init_dnnl_once(const dnnl::engine& eng) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    OneThread one;
+    (void)unit_pd(eng, dt::f32, false, false, 16, 16, 16, 16, 16, 16, 1.f, 0.f);
+    if (bf16_gemm_supported()) (void)unit_pd(eng, dt::bf16, false, false, 16, 16, 16, 16, 16, 16, 1.f, 0.f);
+  });
+}
+
 void gemm_dnnl(Context& ctx, bool serial, const Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions)
@@ -146,6 +159,7 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& g) {
     return;
   }
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  init_dnnl_once(eng);
   const Plan p = plan(g.M, g.N, g.K);
   if (p.units == 1) return run_unit(ctx, eng, g, 0, g.M, 0, g.N);
   const int64_t len = p.by_rows ? g.M : g.N;
