@@ -8,6 +8,24 @@
 
 namespace ar::test {
 
+// A tensor of normal(mean, sd) values from a fixed seed.
+inline Tensor random_tensor(Context& ctx, const Shape& s, uint32_t seed, double sd, double mean = 0) {
+  Tensor t = Tensor::empty(s, DType::F32, ctx);
+  auto v = test::randn<float>(size_t(t.numel()), seed, sd);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float(mean) + v[size_t(i)];
+  return t;
+}
+
+// RoPE tables [T, D/2] with base 10000.
+inline void rope_tables(int64_t T, int64_t D, std::vector<float>& cs, std::vector<float>& sn) {
+  for (int64_t p = 0; p < T; ++p)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double a = double(p) * std::pow(10000.0, -2.0 * double(i) / double(D));
+      cs.push_back(float(std::cos(a)));
+      sn.push_back(float(std::sin(a)));
+    }
+}
+
 // A small Llama block (C 64, I 128, 4 heads, 2 KV heads) with random weights, n samples of T tokens
 // and the FP block output y as the tuning target.
 struct Fixture {
@@ -22,22 +40,12 @@ struct Fixture {
 
   Fixture() {
     dims.C = 64; dims.I = 128; dims.H = 4; dims.Hkv = 2; dims.D = 16; dims.eps = 1e-5;
-    auto rnd = [&](Shape s, uint32_t seed, double sd, double mean = 0) {
-      Tensor t = Tensor::empty(s, DType::F32, ctx);
-      auto v = test::randn<float>(size_t(t.numel()), seed, sd);
-      for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float(mean) + v[size_t(i)];
-      return t;
-    };
+    auto rnd = [&](Shape s, uint32_t seed, double sd, double mean = 0) { return random_tensor(ctx, s, seed, sd, mean); };
     w.ln1 = rnd({64}, 1, 0.1, 1); w.ln2 = rnd({64}, 2, 0.1, 1);
     w.wq = rnd({64, 64}, 3, 0.125); w.wk = rnd({32, 64}, 4, 0.125); w.wv = rnd({32, 64}, 5, 0.125);
     w.wo = rnd({64, 64}, 6, 0.125); w.wg = rnd({128, 64}, 7, 0.125); w.wu = rnd({128, 64}, 8, 0.125);
     w.wd = rnd({64, 128}, 9, 0.09);
-    for (int64_t p = 0; p < T; ++p)
-      for (int64_t i = 0; i < dims.D / 2; ++i) {
-        double a = double(p) * std::pow(10000.0, -2.0 * double(i) / double(dims.D));
-        cs.push_back(float(std::cos(a)));
-        sn.push_back(float(std::sin(a)));
-      }
+    rope_tables(T, dims.D, cs, sn);
     for (int64_t i = 0; i < n * T; ++i) pos.push_back(int32_t(i % T));
     x = rnd({n, T, 64}, 10, 1.0);
     y = Tensor::empty({n, T, 64}, DType::F32, ctx);

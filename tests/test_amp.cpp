@@ -140,22 +140,12 @@ struct WideBlock {
   Tensor x, y;
   WideBlock() {
     d.C = 256; d.I = 1024; d.H = 4; d.Hkv = 2; d.D = 64; d.eps = 1e-5;
-    auto rnd = [&](Shape s, uint32_t seed, double sd, double mean = 0) {
-      Tensor t = Tensor::empty(s, DType::F32, ctx);
-      auto v = test::randn<float>(size_t(t.numel()), seed, sd);
-      for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float(mean) + v[size_t(i)];
-      return t;
-    };
+    auto rnd = [&](Shape s, uint32_t seed, double sd, double mean = 0) { return test::random_tensor(ctx, s, seed, sd, mean); };
     w.ln1 = rnd({256}, 1, 0.1, 1); w.ln2 = rnd({256}, 2, 0.1, 1);
     w.wq = rnd({256, 256}, 3, 0.06); w.wk = rnd({128, 256}, 4, 0.06); w.wv = rnd({128, 256}, 5, 0.06);
     w.wo = rnd({256, 256}, 6, 0.06); w.wg = rnd({1024, 256}, 7, 0.06); w.wu = rnd({1024, 256}, 8, 0.06);
     w.wd = rnd({256, 1024}, 9, 0.03);
-    for (int64_t p = 0; p < T; ++p)
-      for (int64_t i = 0; i < d.D / 2; ++i) {
-        const double a = double(p) * std::pow(10000.0, -2.0 * double(i) / double(d.D));
-        cs.push_back(float(std::cos(a)));
-        sn.push_back(float(std::sin(a)));
-      }
+    test::rope_tables(T, d.D, cs, sn);
     for (int64_t i = 0; i < n * T; ++i) pos.push_back(int32_t(i % T));
     mask.assign(size_t(n * T), 1);
     x = rnd({n, T, 256}, 10, 1.0).to(DType::BF16, ctx);  // stored in bf16, as the pipeline does under amp
