@@ -12,8 +12,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string bytes(reinterpret_cast<const char*>(data), size);
     ar::ResumeState s = ar::parse_resume_state(bytes, dir + "/resume_state.json", expect);
     ar::fuzz::make_partial_dir(dir);
-    ar::ShardWriter w(dir, 64);
-    w.keep_files();
-    w.restore(s.writer);
+    for (const auto& o : s.outputs) {  // one output in the fixed run
+      ar::ShardWriter w(dir, 64);
+      w.keep_files();
+      w.restore(o.writer);
+    }
   });
 }

@@ -216,12 +216,12 @@ int main(int argc, char** argv) {
       st.next_block = 2;
       st.x_fp = ar::resume_act_name("x_fp", 2);
       st.x_fp_hash = 0x0123456789abcdefULL;
-      st.writer = ar::fuzz::make_partial_dir(g_out + "/.tmp_partial");
+      st.outputs.push_back({ar::fuzz::make_partial_dir(g_out + "/.tmp_partial"), nlohmann::ordered_json::object()});
       fs::remove_all(g_out + "/.tmp_partial");
       write("resume_state", "plain.json", ar::resume_state_json(st, ar::fuzz::resume_expect().fingerprint));
       st.x_q = ar::resume_act_name("x_q", 2);
       st.x_q_hash = 42;
-      st.extra = {{"model.layers.1.mlp.down_proj", {{"bits", 8}, {"data_type", "int"}}}};
+      st.outputs[0].extra = {{"model.layers.1.mlp.down_proj", {{"bits", 8}, {"data_type", "int"}}}};
       write("resume_state", "x_q_extra.json", ar::resume_state_json(st, ar::fuzz::resume_expect().fingerprint));
     }
     llama2c_checkpoint("tiny_shared.bin", 8, 16, 1, 2, 2, 259, 4);

@@ -197,14 +197,14 @@ const std::vector<Case> kCases = {
      [](const Tree& t) {
        t.write("out.partial/autoround_output.json", R"({"generator": "autoround.cpp", "kind": "quantize"})");
        t.write("out.partial/resume_state.json",
-               R"({"version": 2, "fingerprint": {}, "next_block": 1, "x_fp": "../notes/keep.txt", "x_fp_hash": "0",)"
-               R"( "x_q": null, "x_q_hash": "0", "writer": {}, "extra": {}})");
+               R"({"version": 3, "fingerprint": {}, "next_block": 1, "x_fp": "../notes/keep.txt", "x_fp_hash": "0",)"
+               R"( "x_q": null, "x_q_hash": "0", "outputs": [{"writer": {}, "extra": {}}]})");
      },
      kQ + "--resume", 1, "out.partial/resume_state.json: corrupt or foreign resume state"},
     {"ResumeStateNotJson",
      [](const Tree& t) {
        t.write("out.partial/autoround_output.json", R"({"generator": "autoround.cpp", "kind": "quantize"})");
-       t.write("out.partial/resume_state.json", "{\"version\": 2, \"next_bl");
+       t.write("out.partial/resume_state.json", "{\"version\": 3, \"next_bl");
      },
      kQ + "--resume", 1, "resume_state.json: corrupt or foreign resume state: not a JSON object"},
     // ---- Command-line parser errors (CLI11), one line, exit 2

@@ -23,6 +23,8 @@
 #include "model/synthetic.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
+#include "io/output_guard.h"
+#include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
 #include "pipeline/run_summary.h"
 #include "model/config.h"
@@ -109,6 +111,39 @@ TEST(Pipeline, AllFormatsReadBackToTheSameWeights) {
     for (auto& d : dirs) fs::remove_all(d);
   }
   fs::remove_all(m);
+}
+
+TEST(Pipeline, SeveralFormatsFromOneTuningEqualSingleRuns) {
+  // --format auto_round,auto_gptq,fake: one subdirectory per format (AutoRound's names), each byte-identical
+  // to the run with that format alone; every one is complete (config, tokenizer) and loads.
+  std::string m = tmpdir("mfm"), multi = tmpdir("mfq");
+  auto cfg = tiny_llama_config(2);
+  cfg["intermediate_size"] = 80;  // down_proj in = 80: kept in 16 bit (not a multiple of 32)
+  write_synthetic_model(m, cfg, 6);
+  auto o = small_opts(m, multi, 3);
+  o.format = "auto_round,auto_gptq,fake";
+  QuantizeReport r = quantize_model(o);
+  EXPECT_TRUE(file_exists(multi + "/" + kOutputMarker));
+  for (const char* f : {"auto_round", "auto_gptq", "fake"}) {
+    const std::string sub = multi + "/" + format_subdir(f), single = tmpdir(std::string("mfs_") + f);
+    auto so = small_opts(m, single, 3);
+    so.format = f;
+    quantize_model(so);
+    for (const char* file : {"model.safetensors", "config.json", "quantization_config.json", "tokenizer.bin"})
+      EXPECT_EQ(read_text_file(sub + "/" + file), read_text_file(single + "/" + file)) << f << " " << file;
+    EXPECT_NO_THROW(HfModel::open(sub)) << f;
+    fs::remove_all(single);
+  }
+  EXPECT_EQ(format_subdir("auto_gptq"), "auto-gptq");
+  const auto qc = nlohmann::json::parse(read_text_file(multi + "/auto-round/quantization_config.json"));
+  EXPECT_EQ(qc["extra_config"]["model.layers.0.mlp.down_proj"]["data_type"], "fp");  // AutoRound's spelling
+  EXPECT_EQ(qc["extra_config"]["model.layers.0.mlp.down_proj"]["bits"], 16);
+  o.format = "auto_round,auto_round";
+  EXPECT_THROW(quantize_model(o), Error);
+  o.format = "auto_round,gguf";
+  EXPECT_THROW(quantize_model(o), Error);
+  fs::remove_all(m);
+  fs::remove_all(multi);
 }
 
 TEST(Pipeline, SameSeedGivesByteIdenticalOutput) {
@@ -214,19 +249,21 @@ void expect_tampered_states_refused(const QuantizeOptions& o, const std::string&
       {"activation path outside", [&] { with([](json& j) { j["x_fp"] = "../victim.txt"; }); }, "'x_fp' must be x_fp.1.bin"},
       {"absolute activation path", [&] { with([&](json& j) { j["x_fp"] = fs::absolute(victim).string(); }); }, "'x_fp' must be"},
       {"bad checksum field", [&] { with([](json& j) { j["x_fp_hash"] = "zz"; }); }, "with a checksum"},
-      {"writer total lies", [&] { with([](json& j) { j["writer"]["total"] = 12345; }); }, "disagree with the entries"},
-      {"writer byte range lies", [&] { with([](json& j) { j["writer"]["entries"][0]["end"] = 1u << 30; }); }, "byte range"},
-      {"writer extra shard", [&] { with([](json& j) { j["writer"]["closed"].push_back(json::array()); j["writer"]["closed_hash"].push_back("0000000000000000"); }); }, ".shard_0: missing"},
-      {"writer holds a tensor of a later block", [&] { with([](json& j) { j["writer"]["entries"][0]["name"] = "model.layers.3.mlp.up_proj.weight"; }); }, "not a tensor of the embeddings or a written block"},
-      {"writer entry with another shape", [&] { with([](json& j) { j["writer"]["entries"][0]["shape"] = {1, 1}; j["writer"]["entries"][0]["end"] = j["writer"]["entries"][0]["begin"].get<uint64_t>() + 4; }); }, "differs from the model's"},
-      {"extra names a foreign key", [&] { with([](json& j) { j["extra"]["../../etc"] = {{"bits", 16}, {"data_type", "float"}}; }); }, "'extra' names"},
+      {"writer total lies", [&] { with([](json& j) { j["outputs"][0]["writer"]["total"] = 12345; }); }, "disagree with the entries"},
+      {"writer byte range lies", [&] { with([](json& j) { j["outputs"][0]["writer"]["entries"][0]["end"] = 1u << 30; }); }, "byte range"},
+      {"writer extra shard", [&] { with([](json& j) { j["outputs"][0]["writer"]["closed"].push_back(json::array()); j["outputs"][0]["writer"]["closed_hash"].push_back("0000000000000000"); }); }, ".shard_0: missing"},
+      {"writer holds a tensor of a later block", [&] { with([](json& j) { j["outputs"][0]["writer"]["entries"][0]["name"] = "model.layers.3.mlp.up_proj.weight"; }); }, "not a tensor of the embeddings or a written block"},
+      {"writer entry with another shape", [&] { with([](json& j) { j["outputs"][0]["writer"]["entries"][0]["shape"] = {1, 1}; j["outputs"][0]["writer"]["entries"][0]["end"] = j["outputs"][0]["writer"]["entries"][0]["begin"].get<uint64_t>() + 4; }); }, "differs from the model's"},
+      {"second output's writer lies", [&] { with([](json& j) { j["outputs"][1]["writer"]["total"] = 7; }); }, "disagree with the entries"},
+      {"an output missing", [&] { with([](json& j) { j["outputs"].erase(1); }); }, "'outputs' must be an array of 2"},
+      {"extra names a foreign key", [&] { with([](json& j) { j["outputs"][0]["extra"]["../../etc"] = {{"bits", 16}, {"data_type", "fp"}}; }); }, "'extra' names"},
       {"truncated state", [&] { std::ofstream(state_path, std::ios::trunc) << good.substr(0, good.size() / 2); }, "not a JSON object"},
       {"truncated activations", [&] { fs::resize_file(act, fs::file_size(act) - 4); }, "size"},
       {"flipped activation byte", [&] { std::fstream f(act, std::ios::in | std::ios::out | std::ios::binary); f.seekp(17); f.put('\x5a'); }, "checksum mismatch"},
-      {"truncated shard data", [&] { const std::string d = partial + "/.shard_data.0"; fs::resize_file(d, fs::file_size(d) / 2); }, "truncated"},
+      {"truncated shard data", [&] { const std::string d = partial + "/auto-round/.shard_data.0"; fs::resize_file(d, fs::file_size(d) / 2); }, "truncated"},
   };
   for (const auto& c : cases) {
-    const std::string act_bytes = read_text_file(act), data_bytes = read_text_file(partial + "/.shard_data.0");
+    const std::string act_bytes = read_text_file(act), data_bytes = read_text_file(partial + "/auto-round/.shard_data.0");
     c.tamper();
     const auto before = snapshot(partial);
     try {
@@ -241,7 +278,7 @@ void expect_tampered_states_refused(const QuantizeOptions& o, const std::string&
     EXPECT_EQ(read_text_file(victim), "not yours") << c.what;
     std::ofstream(state_path, std::ios::trunc | std::ios::binary) << good;  // undo
     std::ofstream(act, std::ios::trunc | std::ios::binary) << act_bytes;
-    std::ofstream(partial + "/.shard_data.0", std::ios::trunc | std::ios::binary) << data_bytes;
+    std::ofstream(partial + "/auto-round/.shard_data.0", std::ios::trunc | std::ios::binary) << data_bytes;
   }
   fs::remove(victim);
 }
@@ -256,6 +293,7 @@ TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
   cfg["intermediate_size"] = 256;
   write_synthetic_model(m, cfg, 12);
   auto o = small_opts(m, ref, 40);
+  o.format = "auto_round,auto_gptq";  // the state holds one writer per output (Cli tests resume one)
   quantize_model(o);
   o.output_dir = q;
   o.resume = true;
@@ -291,8 +329,10 @@ TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes.back().find("resumed after block"), std::string::npos);
   EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
-  EXPECT_EQ(read_text_file(q + "/model.safetensors"), read_text_file(ref + "/model.safetensors"));
-  EXPECT_EQ(read_text_file(q + "/config.json"), read_text_file(ref + "/config.json"));
+  for (const char* sub : {"/auto-round", "/auto-gptq"}) {
+    EXPECT_EQ(read_text_file(q + sub + "/model.safetensors"), read_text_file(ref + sub + "/model.safetensors")) << sub;
+    EXPECT_EQ(read_text_file(q + sub + "/config.json"), read_text_file(ref + sub + "/config.json")) << sub;
+  }
   EXPECT_FALSE(fs::exists(q + ".partial"));
   EXPECT_FALSE(fs::exists(q + "/resume_state.json"));
   fs::remove_all(m);
@@ -308,7 +348,8 @@ TEST(Pipeline, BadOptionsLeaveNoOutput) {
   EXPECT_THROW(quantize_model(o), Error);
   EXPECT_FALSE(fs::exists(q));
   o = small_opts(m, q, 0);
-  o.calib.seqlen = 100000;  // longer than the built-in corpus / max positions
+  o.calib.seqlen = 100000;  // longer than max positions, given explicitly
+  o.calib.seqlen_given = true;
   EXPECT_THROW(quantize_model(o), Error);
   o = small_opts(m, q, 0);
   quantize_model(o);

@@ -207,6 +207,38 @@ TEST(SentencePieceModel, MistralChatGolden118Tokens) {
   EXPECT_EQ(show(ids), show(read_json_file(m + "/golden_no_tools_tokens_v1.json")["tokens"].get<std::vector<int32_t>>()));
 }
 
+// transformers 5 saves SentencePiece BPE tokenizers with a Metaspace pre-tokenizer (prepend_scheme
+// "first", split false) instead of the Prepend/Replace normalizer: the Llama-2 tokenizer rewritten that
+// way must encode as the normalizer form does, except that a leading space is not doubled ("first"
+// prepends only to a segment that does not start with "▁") and no "▁" follows a special token.
+TEST(Tokenizer, MetaspaceSpellingEncodesLikeTheNormalizerSpelling) {
+  AR_REQUIRE_FIXTURES(fx);
+  const std::string src = tok_dir(fx, "llama2-spm");
+  json tj = read_json_file(src + "/tokenizer.json");
+  ASSERT_TRUE(tj.contains("normalizer") && !tj["normalizer"].is_null());
+  tj["normalizer"] = nullptr;
+  tj["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  const std::string d = ar::test::temp_path("tok_metaspace");
+  std::filesystem::create_directories(d);
+  { std::ofstream(d + "/tokenizer.json") << tj.dump(); }
+  std::filesystem::copy_file(src + "/tokenizer_config.json", d + "/tokenizer_config.json");
+  auto legacy = load_tokenizer(src), meta = load_tokenizer(d);
+  for (const char* text : {"Hello world", "Hello  world.\nNew line\ttab", "naïve café 東京 🙂", "x=1+2", "a</s>b"})
+    EXPECT_EQ(show(meta->encode(text)), show(legacy->encode(text))) << text;
+  EXPECT_EQ(show(meta->encode(" Hello", false)), show(legacy->encode("Hello", false)));  // one "▁", not two
+  EXPECT_EQ(meta->decode(meta->encode("Hello  world")), "Hello  world");
+  tj["pre_tokenizer"]["split"] = true;  // every "▁" starts a word: "a  b" -> "▁a" "▁" "▁b"
+  { std::ofstream(d + "/tokenizer.json", std::ios::trunc) << tj.dump(); }
+  auto split = load_tokenizer(d);
+  const std::vector<int32_t> space = meta->encode(" ", false), b = legacy->encode("b", false);  // "▁", "▁b"
+  ASSERT_EQ(space.size(), 1u);
+  std::vector<int32_t> want = legacy->encode("a", false);
+  want.push_back(space[0]);
+  want.insert(want.end(), b.begin(), b.end());
+  EXPECT_EQ(show(split->encode("a  b", false)), show(want));
+  std::filesystem::remove_all(d);
+}
+
 TEST(Tokenizer, UnsupportedTypesAreNamed) {
   AR_REQUIRE_FIXTURES(fx);
   std::string d = (std::filesystem::temp_directory_path() / ("ar_tok_bad_" + std::to_string(::getpid()))).string();
@@ -226,7 +258,9 @@ TEST(Tokenizer, UnsupportedTypesAreNamed) {
   expect_error(u, "model type 'Unigram' is not supported");
   u = base;
   u["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
-  expect_error(u, "pre-tokenizer 'Metaspace' is not supported");
+  expect_error(u, "Metaspace replacement '_' is not supported");
+  u["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "sometimes"}};
+  expect_error(u, "Metaspace prepend_scheme 'sometimes' is not supported");
   u = base;
   u["normalizer"] = {{"type", "Lowercase"}};
   expect_error(u, "normalizer 'Lowercase' is not supported");

@@ -161,9 +161,9 @@ TEST(Validation, DatasetSpecsParsedStrictly) {
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].path, "a.txt");
   EXPECT_EQ(s[0].num, 3);
-  EXPECT_TRUE(s[0].concat);
+  EXPECT_TRUE(s[0].concat.value_or(false));
   EXPECT_EQ(s[1].field, "body");
-  EXPECT_FALSE(s[1].concat);
+  EXPECT_FALSE(s[1].concat.value_or(true));
   EXPECT_EQ(s[1].num, -1);
   EXPECT_EQ(error_of([] { quant::parse_dataset_spec("a.txt:num=1048577"); }),
             "--dataset 'a.txt:num=1048577': :num=1048577 is out of range (1 to 1048576)");

@@ -24,6 +24,7 @@
 #include "cli/option_checks.h"
 #include "parallel/devices.h"
 #include "pipeline/option_limits.h"
+#include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
 #include <sstream>
 
@@ -88,10 +89,7 @@ void check_quantize_usage(const QuantizeOptions& qo) {
   const int bits = qo.fmt.bits;
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
     usage_error("--bits " + std::to_string(bits) + " is not supported (2, 3, 4, 8)");
-  if (qo.format != "auto_round" && qo.format != "auto_gptq" && qo.format != "auto_awq" && qo.format != "fake")
-    usage_error("--format '" + qo.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
-  if (qo.format == "auto_awq" && bits != 4)
-    usage_error("--format auto_awq needs --bits 4 (got " + std::to_string(bits) + ")");
+  as_usage([&] { parse_formats(qo); });  // known, not repeated, writable with these bits
   if (!qo.calib.dataset.empty()) as_usage([&] { quant::parse_dataset_spec(qo.calib.dataset); });
   const auto devices = as_usage([&] { return parallel::parse_device_list(qo.devices); });
   const auto& par = qo.parallel;
@@ -264,7 +262,9 @@ void register_quantize(CLI::App& app) {
       ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? v + " is out of range (0 to 2^64-1)" : ""; },
                              "SEED", "non-negative"));
   sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
-  sub->add_option("--format", q.format, "auto_round (default), auto_gptq, auto_awq or fake");
+  sub->add_option("--format", q.format,
+                  "auto_round (default), auto_gptq, auto_awq or fake; several comma-separated (auto_round,auto_gptq) "
+                  "write one subdirectory each from one tuning");
   sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
   sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");
@@ -308,6 +308,7 @@ void register_quantize(CLI::App& app) {
     qo.disable_opt_rtn = o->disable_opt_rtn;
     qo.quant_lm_head = o->quant_lm_head;
     qo.calib.seed = qo.tune.seed;
+    qo.calib.seqlen_given = given("--seqlen");
     if (o->amp == "true" || o->amp == "1") qo.amp = true;
     else if (o->amp == "false" || o->amp == "0") qo.amp = false;
     else if (!o->amp.empty()) usage_error("--amp '" + o->amp + "': expected true or false");

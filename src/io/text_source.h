@@ -19,6 +19,8 @@ class TextSource {
   // Next document; false at the end of all files. Throws ar::Error on bad input.
   bool next(std::string* doc);
   const std::vector<std::string>& files() const { return files_; }
+  // Whether the document next() returned last came from a plain-text file (not JSONL).
+  bool last_was_plain() const { return !jsonl_; }
 
  private:
   bool open_next_file();

@@ -27,6 +27,7 @@
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
 #include "pipeline/lane_planner.h"
+#include "pipeline/outputs.h"
 #include "pipeline/option_limits.h"
 #include "pipeline/progress.h"
 #include "pipeline/report.h"
@@ -39,25 +40,6 @@ namespace ar {
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
-
-// An unquantized tensor into the output: its stored bytes as they are, or converted to fp16 when the
-// format's kernels run in fp16 (GPTQ / AWQ outputs, as AutoRound writes them). Values beyond the fp16
-// range stop the run naming the tensor instead of turning into infinities.
-void copy_tensor(const HfModel& m, ShardWriter& w, const std::string& name, bool fp16, Context& ctx) {
-  const uint8_t* bytes = nullptr;
-  const StTensorInfo& info = m.raw_info(name, &bytes);
-  if (!fp16 || (info.dtype != DType::BF16 && info.dtype != DType::F32)) {
-    w.add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
-    return;
-  }
-  Tensor t = m.load(name, {}, ctx);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (std::fabs(t.f32()[i]) > 65504.f)
-      fail(ErrorKind::InvalidInput, m.dir() + ": tensor '" + name + "' has a value beyond the fp16 range (" +
-                                        std::to_string(t.f32()[i]) + ") that --format " +
-                                        "auto_gptq/auto_awq would store in fp16; use the auto_round format");
-  w.add(name, t.to(DType::F16, ctx));
-}
 
 // NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
 void check_finite(const Tensor& t, const std::string& what) {
@@ -112,22 +94,6 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
           {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
 }
 
-// config.json with quantization_config (and fp16 dtype for GPTQ/AWQ), quantization_config.json and
-// the source's tokenizer and generation files.
-void write_metadata(const QuantizeOptions& opt, const AtomicDir& out, const nlohmann::ordered_json& q, bool fp16_out) {
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
-  config["quantization_config"] = q;
-  if (fp16_out) {
-    if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
-    if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";
-  }
-  write_file_atomic(out.file("config.json"), config.dump(2) + "\n");
-  write_file_atomic(out.file("quantization_config.json"), q.dump(2) + "\n");
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                        "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json", "generation_config.json"})
-    if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(out.file(f), read_text_file(opt.model_dir + "/" + f));
-}
-
 // What a resume state's writer may hold: a model tensor with the model's shape, or the packed tensors
 // (qweight, qzeros, scales, g_idx) of one of the model's Linears.
 std::function<std::string(const std::string&, const std::vector<int64_t>&)> resume_tensor_check(const HfModel& m) {
@@ -163,14 +129,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   resolved.tune.amp = amp.on;
   const QuantizeOptions& opt = resolved;
   const DType act_dtype = amp.on ? DType::BF16 : DType::F32;  // calibration activations
-  if (opt.format != "auto_round" && opt.format != "auto_gptq" && opt.format != "auto_awq" && opt.format != "fake")
-    fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
-  if (opt.format == "auto_awq" && opt.fmt.bits != 4)
-    fail(ErrorKind::InvalidInput, "--format auto_awq needs --bits 4 (got " + std::to_string(opt.fmt.bits) + ")");
-  // AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
-  const bool awq = opt.format == "auto_awq" || (opt.format == "auto_round" && !opt.fmt.sym && opt.fmt.bits == 4);
-  // GPTQ and AWQ kernels run in fp16: those outputs are fp16 throughout (torch_dtype float16).
-  const bool fp16_out = awq || opt.format == "auto_gptq";
+  const std::vector<std::string> formats = parse_formats(opt);
   quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
@@ -179,7 +138,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   QuantizeReport rep;
   // lm_head: AutoRound's rules, decided before anything is written.
   bool lm_head_q = opt.quant_lm_head;
-  if (lm_head_q && opt.format == "auto_awq")
+  if (lm_head_q && std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
     fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
   auto lm_head_skip = [&](const std::string& why) {
     const std::string note = "--quant_lm_head: lm_head kept in 16 bit (" + why + ")";
@@ -200,7 +159,9 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     log_info(out.note());
     rep.notes.push_back(out.note());
   }
-  quant::CalibData calib = quant::build_calibration(*tok, opt.calib);
+  quant::CalibOptions calib_opt = opt.calib;
+  calib_opt.max_context = cfg.max_position_embeddings;
+  quant::CalibData calib = quant::build_calibration(*tok, calib_opt);
   for (const auto& n : calib.notes) {
     log_info(n);
     rep.notes.push_back(n);
@@ -208,21 +169,18 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   rep.nsamples = calib.n;
   rep.seqlen = calib.seqlen;
   const int64_t n = calib.n, T = calib.seqlen, C = cfg.hidden_size;
-  if (T > cfg.max_position_embeddings)
-    fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(T) + " exceeds max_position_embeddings " +
-                                      std::to_string(cfg.max_position_embeddings));
   for (const auto& line : run_summary(cfg, opt, n, T, lm_head_q)) log_info(line);
   log_info(amp.line);
   Context ctx(Device{}, opt.threads);
   LanePlanner lanes(opt, ctx.device(), n, rep.notes);
-  ShardWriter writer(out.tmp(), kShardBytes);
-  if (opt.resume) writer.keep_files();
+  OutputSet outputs(opt, out.tmp(), kShardBytes);
+  if (opt.resume) outputs.keep_files();
 
   Tensor x_fp = Tensor::empty({n, T, C}, act_dtype, ctx), y_fp = Tensor::empty({n, T, C}, act_dtype, ctx);
   Tensor x_q, tmp;
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  ResumeKeeper keeper(out.tmp(), {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers, resume_tensor_check(*model)});
-  const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, writer, extra, ctx) : 0;
+  ResumeKeeper keeper(out.tmp(),
+                      {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers, outputs.size(), resume_tensor_check(*model)});
+  const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, outputs.resume_outputs(), ctx) : 0;
   if (start_block > 0) out.keep();
   if (start_block > 0) {
     log_info("resuming " + out.path() + " after block " + std::to_string(start_block) + "/" +
@@ -231,7 +189,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   } else {
     Tensor emb = model->load_embeddings(ctx);
     embed(ctx, emb, calib.ids, x_fp, n, T, C);
-    copy_tensor(*model, writer, "model.embed_tokens.weight", fp16_out, ctx);
+    outputs.copy_tensor(*model, "model.embed_tokens.weight", ctx);
   }
   RopeTable rope = make_rope_table(cfg, T);
   std::vector<int32_t> pos(static_cast<size_t>(n * T));
@@ -333,26 +291,17 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     // Stream the block: packed (or fake-QDQ) tuned Linears, everything else unchanged.
     std::set<std::string> done;
     for (const auto& L : tr.layers) {
-      const std::string p = prefix + L.name;
-      done.insert(p + ".weight");
-      if (opt.format == "fake") {
-        writer.add(p + ".weight", L.weight->to(DType::F16, ctx));
-      } else {
-        const bool gptq = opt.format == "auto_gptq";
-        pack_linear(ctx, writer, p, L, opt.fmt.sym, !awq && (gptq || opt.fmt.sym), gptq, awq);
-      }
+      done.insert(prefix + L.name + ".weight");
+      outputs.add_linear(ctx, prefix + L.name, L);
     }
-    for (const auto& k : br.kept_fp) {
-      std::string name = k.substr(0, k.find(' '));
-      extra[name] = {{"bits", 16}, {"data_type", "float"}};
-    }
+    for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
     for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
                           "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
                           "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
                           "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
                           "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
       const std::string name = prefix + t;
-      if (!done.count(name) && model->has(name)) copy_tensor(*model, writer, name, fp16_out, ctx);
+      if (!done.count(name) && model->has(name)) outputs.copy_tensor(*model, name, ctx);
     }
     br.phase_seconds["pack_write"] = std::chrono::duration<double>(Clock::now() - t_pack).count();
     br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -373,11 +322,11 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     }
     rep.blocks.push_back(std::move(br));
     if (opt.resume) {
-      keeper.save(b + 1, x_fp, x_q, writer, extra);
+      keeper.save(b + 1, x_fp, x_q, outputs.resume_outputs());
       out.keep();
     }
   }
-  copy_tensor(*model, writer, "model.norm.weight", fp16_out, ctx);
+  outputs.copy_tensor(*model, "model.norm.weight", ctx);
   if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
     const auto t_lm = Clock::now();
     Tensor norm = model->load_final_norm(ctx), head = model->load_lm_head(ctx);
@@ -388,15 +337,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
     quant::BlockTuneResult tr =
         quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
-    if (opt.format == "fake") {
-      writer.add("lm_head.weight", head.to(DType::F16, ctx));
-    } else {
-      const bool gptq = opt.format == "auto_gptq";
-      pack_linear(ctx, writer, "lm_head", tr.layers[0], opt.fmt.sym, gptq || opt.fmt.sym, gptq, awq);
-      if (!gptq)
-        extra["lm_head"] = {{"bits", opt.fmt.bits}, {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym},
-                            {"data_type", "int"}};
-    }
+    outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
     rep.lm_head_quantized = true;
     rep.lm_head_loss_first = tr.loss_first;
     rep.lm_head_loss_best = tr.loss_best;
@@ -406,11 +347,9 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
                   tr.best_iter, rep.lm_head_seconds);
     log_info(line);
   } else if (model->has("lm_head.weight")) {
-    copy_tensor(*model, writer, "lm_head.weight", fp16_out, ctx);
+    outputs.copy_tensor(*model, "lm_head.weight", ctx);
   }
-  writer.finish();
-
-  write_metadata(opt, out, quantization_config(opt, awq, lm_head_q, extra), fp16_out);
+  outputs.finish(opt, calib.seqlen, lm_head_q);
   if (opt.resume) keeper.discard();  // the resume state is not part of the output
   out.commit();
   rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();

@@ -20,7 +20,10 @@
 namespace ar {
 
 struct QuantizeOptions {
-  std::string model_dir, output_dir, format = "auto_round";  // auto_round | fake
+  std::string model_dir, output_dir;
+  // auto_round | auto_gptq | auto_awq | fake, or several comma-separated: one tuning, one output each
+  // (pipeline/outputs.h: subdirectories of output_dir named as AutoRound names them).
+  std::string format = "auto_round";
   quant::QuantFormat fmt;
   quant::SignRoundOptions tune;
   quant::CalibOptions calib;

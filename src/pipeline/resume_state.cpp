@@ -89,9 +89,9 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
   auto bad = [&](const std::string& what) { fail(ErrorKind::InvalidInput, state_path + ": corrupt or foreign resume state: " + what); };
   const auto j = nlohmann::json::parse(bytes, nullptr, false);
   if (j.is_discarded() || !j.is_object()) bad("not a JSON object");
-  for (const char* k : {"version", "fingerprint", "next_block", "x_fp", "x_fp_hash", "x_q", "x_q_hash", "writer", "extra"})
+  for (const char* k : {"version", "fingerprint", "next_block", "x_fp", "x_fp_hash", "x_q", "x_q_hash", "outputs"})
     if (!j.contains(k)) bad(std::string("missing '") + k + "'");
-  if (j["version"] != 2) bad("unknown version");
+  if (j["version"] != 3) bad("unknown version");
   if (j["fingerprint"] != nlohmann::json::parse(expect.fingerprint.dump()))  // key order does not matter
     bad("it belongs to a run with other options or another model or calibration set; remove " + state_path +
         "'s directory or run with the same options");
@@ -108,24 +108,32 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
       bad("'x_q' must be null or " + resume_act_name("x_q", s.next_block) + " with a checksum");
     s.x_q = resume_act_name("x_q", s.next_block);
   }
-  if (!j["writer"].is_object()) bad("'writer' is not an object");
-  check_writer_names(j["writer"], s.next_block, expect, bad);
-  s.writer = j["writer"];
-  check_extra(j["extra"], s.next_block, bad);
-  s.extra = nlohmann::ordered_json::parse(j["extra"].dump());
+  const auto& outs = j["outputs"];
+  if (!outs.is_array() || outs.size() != expect.outputs)
+    bad("'outputs' must be an array of " + std::to_string(expect.outputs) + " (one per --format entry)");
+  for (const auto& o : outs) {
+    if (!o.is_object() || o.size() != 2 || !o.contains("writer") || !o.contains("extra"))
+      bad("an 'outputs' entry must hold exactly 'writer' and 'extra'");
+    if (!o["writer"].is_object()) bad("'writer' is not an object");
+    check_writer_names(o["writer"], s.next_block, expect, bad);
+    check_extra(o["extra"], s.next_block, bad);
+    s.outputs.push_back({o["writer"], nlohmann::ordered_json::parse(o["extra"].dump())});
+  }
   return s;
 }
 
 std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json& fingerprint) {
-  nlohmann::ordered_json j = {{"version", 2},
+  nlohmann::ordered_json outs = nlohmann::ordered_json::array();
+  for (const auto& o : s.outputs)
+    outs.push_back({{"writer", nlohmann::ordered_json::parse(o.writer.dump())}, {"extra", o.extra}});
+  nlohmann::ordered_json j = {{"version", 3},
                               {"fingerprint", fingerprint},
                               {"next_block", s.next_block},
                               {"x_fp", s.x_fp},
                               {"x_fp_hash", hex64(s.x_fp_hash)},
                               {"x_q", s.x_q.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.x_q)},
                               {"x_q_hash", hex64(s.x_q_hash)},
-                              {"writer", nlohmann::ordered_json::parse(s.writer.dump())},
-                              {"extra", s.extra}};
+                              {"outputs", outs}};
   return j.dump();
 }
 
@@ -152,7 +160,7 @@ void ResumeKeeper::read_act(const std::string& name, uint64_t hash, Tensor& t) c
   if (hash64(t.raw(), t.nbytes()) != hash) bad("checksum mismatch");
 }
 
-int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, ShardWriter& writer, nlohmann::ordered_json& extra, Context& ctx) {
+int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, const std::vector<ResumeOutput>& outputs, Context& ctx) {
   std::error_code ec;
   const auto st = std::filesystem::symlink_status(state_path(), ec);
   if (!std::filesystem::exists(st)) return 0;
@@ -164,18 +172,19 @@ int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, ShardWriter& writer, nl
     x_q = Tensor::empty(x_fp.shape(), x_fp.dtype(), ctx);
     read_act(s.x_q, s.x_q_hash, x_q);
   }
+  if (outputs.size() != s.outputs.size()) fail(ErrorKind::Internal, "resume: output count differs from the expectation");
   try {
-    writer.restore(s.writer);
+    for (size_t i = 0; i < outputs.size(); ++i) outputs[i].writer->restore(s.outputs[i].writer);
   } catch (const Error& e) {
     fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: " + e.what());
   }
-  extra = s.extra;
+  for (size_t i = 0; i < outputs.size(); ++i) *outputs[i].extra = s.outputs[i].extra;
   last_ = s.next_block;
   return s.next_block;
 }
 
-void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, ShardWriter& writer,
-                        const nlohmann::ordered_json& extra) {
+void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q,
+                        const std::vector<ResumeOutput>& outputs) {
   ResumeState s;
   s.next_block = next_block;
   auto dump = [&](const Tensor& t, const char* which, uint64_t* hash) {
@@ -188,8 +197,7 @@ void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_
   };
   s.x_fp = dump(x_fp, "x_fp", &s.x_fp_hash);
   if (x_q.defined()) s.x_q = dump(x_q, "x_q", &s.x_q_hash);
-  s.writer = writer.checkpoint();
-  s.extra = extra;
+  for (const auto& o : outputs) s.outputs.push_back({o.writer->checkpoint(), *o.extra});
   write_file_atomic(state_path(), resume_state_json(s, expect_.fingerprint));
   if (last_ >= 0 && last_ != next_block)
     for (const char* which : {"x_fp", "x_q"}) std::remove((dir_ + "/" + resume_act_name(which, last_)).c_str());

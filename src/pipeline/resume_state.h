@@ -1,14 +1,15 @@
 // The durable state of a --resume run: <output>.partial/resume_state.json, written after every block.
 // It is untrusted input (the file may be truncated, edited or crafted): parse_resume_state() accepts it
 // only when every field is valid for this run, and names the state file in one error otherwise.
-//   version       2
+//   version       3
 //   fingerprint   everything that determines the output (must equal this run's)
 //   next_block    1 .. num_layers: blocks [0, next_block) are written
 //   x_fp / x_q    activation file names, exactly "x_fp.<next_block>.bin" / "x_q.<next_block>.bin" (x_q may
 //                 be null): names, not paths, so they can only resolve inside the .partial directory
 //   x_fp_hash ... Hash64 (hex) of those files, which must be exactly the activation size
-//   writer        ShardWriter state (validated against its files by ShardWriter::restore)
-//   extra         extra_config so far: keys are Linears of blocks < next_block, values {bits, data_type}
+//   outputs       one object per --format entry, in order:
+//                   writer  ShardWriter state (validated against its files by ShardWriter::restore)
+//                   extra   extra_config so far: keys are Linears of blocks < next_block, values {bits, data_type}
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,17 +26,27 @@ namespace ar {
 struct ResumeExpect {
   nlohmann::ordered_json fingerprint;
   int64_t num_layers = 0;
+  size_t outputs = 1;  // --format entries
   // Checks a writer entry against the model: "" when `name` with `shape` is something this run writes
   // (a model tensor with its shape, or the packed form of one of its Linears), else the reason.
   std::function<std::string(const std::string& name, const std::vector<int64_t>& shape)> tensor_check;
 };
 
 struct ResumeState {
+  struct Output {
+    nlohmann::json writer;
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  };
   int64_t next_block = 0;
   std::string x_fp, x_q;            // file names inside the .partial directory (x_q empty: none)
   uint64_t x_fp_hash = 0, x_q_hash = 0;
-  nlohmann::json writer;
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  std::vector<Output> outputs;
+};
+
+// One output's live state: its writer and its extra_config.
+struct ResumeOutput {
+  ShardWriter* writer;
+  nlohmann::ordered_json* extra;
 };
 
 // Throws ar::Error (InvalidInput) "<state_path>: corrupt or foreign resume state: <what>".
@@ -48,12 +59,11 @@ class ResumeKeeper {
  public:
   ResumeKeeper(std::string dir, ResumeExpect expect) : dir_(std::move(dir)), expect_(std::move(expect)) {}
   // When a state exists: validates it completely (state, activation sizes and checksums, then the
-  // writer's files) before changing anything, then loads x_fp (and x_q, allocated like x_fp when saved),
-  // restores the writer and extra_config. Returns the next block to run, 0 when there is no state.
-  int64_t restore(Tensor& x_fp, Tensor& x_q, ShardWriter& writer, nlohmann::ordered_json& extra, Context& ctx);
-  // Durable state after `next_block` blocks: activations, writer position, extra_config; state file last.
-  void save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, ShardWriter& writer,
-            const nlohmann::ordered_json& extra);
+  // writers' files) before changing anything, then loads x_fp (and x_q, allocated like x_fp when saved),
+  // restores the writers and extra_configs. Returns the next block to run, 0 when there is no state.
+  int64_t restore(Tensor& x_fp, Tensor& x_q, const std::vector<ResumeOutput>& outputs, Context& ctx);
+  // Durable state after `next_block` blocks: activations, writer positions, extra_configs; state file last.
+  void save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, const std::vector<ResumeOutput>& outputs);
   // Removes the state and its activations (before the directory becomes the output).
   void discard();
 

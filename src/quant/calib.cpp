@@ -80,11 +80,14 @@ bool repetitive(const int32_t* s, int64_t seqlen) {
 
 // Seeded reservoir of up to k samples of seqlen tokens.
 struct Reservoir {
-  int64_t k, seqlen, seen = 0;
+  int64_t k, seqlen, seen = 0, n_repetitive = 0;
   std::mt19937_64 rng;
   std::vector<std::vector<int32_t>> items;
   void offer(const int32_t* s) {
-    if (repetitive(s, seqlen)) return;
+    if (repetitive(s, seqlen)) {
+      ++n_repetitive;
+      return;
+    }
     ++seen;
     if (int64_t(items.size()) < k) {
       items.emplace_back(s, s + seqlen);
@@ -95,35 +98,103 @@ struct Reservoir {
   }
 };
 
-void feed(const Tokenizer& tok, const std::string& text, bool concat, std::vector<int32_t>& stream, Reservoir& r) {
-  std::vector<int32_t> ids = tok.encode(text, true);
-  if (concat) {
-    stream.insert(stream.end(), ids.begin(), ids.end());
-    size_t used = 0;
-    while (int64_t(stream.size() - used) >= r.seqlen) {
-      r.offer(stream.data() + used);
-      used += size_t(r.seqlen);
-    }
-    stream.erase(stream.begin(), stream.begin() + long(used));
-  } else if (int64_t(ids.size()) >= r.seqlen) {
-    r.offer(ids.data());
+// AutoRound's concat: documents' own BOS/EOS stripped, bodies joined, each sample BOS + body (+ EOS).
+class Packer {
+ public:
+  Packer(const Tokenizer& tok, Reservoir& r) : r_(r) {
+    const std::vector<int32_t> probe = tok.encode("a", true);  // what the tokenizer adds around a text
+    if (tok.bos() >= 0 && !probe.empty() && probe.front() == tok.bos()) bos_ = tok.bos();
+    if (tok.eos() >= 0 && probe.size() > 1 && probe.back() == tok.eos()) eos_ = tok.eos();
+    body_ = std::max<int64_t>(1, r.seqlen - (bos_ >= 0) - (eos_ >= 0));
   }
+  void add(std::vector<int32_t> ids, int64_t truncate_to) {
+    if (truncate_to > 0 && int64_t(ids.size()) > truncate_to) ids.resize(size_t(truncate_to));
+    size_t b = 0, e = ids.size();
+    if (bos_ >= 0 && e > b && ids[b] == bos_) ++b;
+    if (eos_ >= 0 && e > b && ids[e - 1] == eos_) --e;
+    stream_.insert(stream_.end(), ids.begin() + long(b), ids.begin() + long(e));
+    size_t used = 0;
+    std::vector<int32_t> sample;
+    while (int64_t(stream_.size() - used) >= body_) {
+      sample.clear();
+      if (bos_ >= 0) sample.push_back(bos_);
+      sample.insert(sample.end(), stream_.begin() + long(used), stream_.begin() + long(used) + body_);
+      if (eos_ >= 0) sample.push_back(eos_);
+      sample.resize(size_t(r_.seqlen), sample.back());  // only when seqlen < 3 with both BOS and EOS
+      r_.offer(sample.data());
+      used += size_t(body_);
+    }
+    stream_.erase(stream_.begin(), stream_.begin() + long(used));
+  }
+
+ private:
+  Reservoir& r_;
+  int32_t bos_ = -1, eos_ = -1;
+  int64_t body_ = 1;
+  std::vector<int32_t> stream_;
+};
+
+// What one source gave, for the note when there are fewer samples than asked.
+struct SourceStats {
+  int64_t documents = 0, too_short = 0, tokens = 0;
+};
+
+void draw_from_source(const Tokenizer& tok, const DatasetSource& src_opt, Reservoir& r, SourceStats& st) {
+  auto src = TextSource::open(src_opt.path, src_opt.field);
+  Packer packer(tok, r);
+  std::string doc;
+  while (src->next(&doc)) {
+    const bool plain = src->last_was_plain();
+    const bool concat = src_opt.concat.value_or(plain);
+    std::vector<int32_t> ids = tok.encode(doc, true);
+    ++st.documents;
+    st.tokens += int64_t(ids.size());
+    if (concat) {
+      packer.add(std::move(ids), plain ? 0 : r.seqlen);
+    } else if (int64_t(ids.size()) >= r.seqlen) {
+      r.offer(ids.data());
+    } else {
+      ++st.too_short;
+    }
+  }
+}
+
+std::string fewer_samples_note(int64_t got, const CalibOptions& opt, int64_t seqlen, const SourceStats& st) {
+  std::string note = "only " + std::to_string(got) + " usable samples of " + std::to_string(seqlen) +
+                     " tokens (from " + std::to_string(st.tokens) + " tokens of text): nsamples reduced from " +
+                     std::to_string(opt.nsamples) + ". More text";
+  if (st.too_short > 0)
+    note += ", :concat=true (" + std::to_string(st.too_short) + " of " + std::to_string(st.documents) +
+            " documents are shorter than --seqlen and were dropped)";
+  note += " or a smaller --seqlen gives more";
+  return note;
+}
+
+int64_t effective_seqlen(const CalibOptions& opt, std::vector<std::string>& notes) {
+  if (opt.seqlen < 2) fail(ErrorKind::InvalidInput, "--seqlen must be at least 2");
+  if (opt.max_context <= 0 || opt.seqlen <= opt.max_context) return opt.seqlen;
+  if (opt.seqlen_given)
+    fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(opt.seqlen) + " exceeds max_position_embeddings " +
+                                      std::to_string(opt.max_context) + " (the model's context)");
+  notes.push_back("--seqlen " + std::to_string(opt.seqlen) + " clamped to the model's context of " +
+                  std::to_string(opt.max_context) + " tokens (max_position_embeddings)");
+  return opt.max_context;
 }
 }  // namespace
 
 CalibData build_calibration(const Tokenizer& tok, const CalibOptions& opt) {
   if (opt.nsamples <= 0) fail(ErrorKind::InvalidInput, "--nsamples must be positive");
-  if (opt.seqlen < 2) fail(ErrorKind::InvalidInput, "--seqlen must be at least 2");
   CalibData d;
-  d.seqlen = opt.seqlen;
+  d.seqlen = effective_seqlen(opt, d.notes);
   std::vector<DatasetSource> sources;
   if (opt.dataset.empty()) {
     d.notes.push_back("no --dataset given: using the built-in calibration corpus (" +
-                      std::to_string(builtin_corpus().size()) + " bytes, packed with concat=true)");
+                      std::to_string(builtin_corpus().size()) + " bytes of plain text, packed)");
   } else {
     sources = parse_dataset_spec(opt.dataset);
   }
   std::vector<std::vector<int32_t>> samples;
+  SourceStats stats;
   const size_t n_src = std::max<size_t>(1, sources.size());
   for (size_t si = 0; si < n_src; ++si) {
     int64_t want = opt.nsamples;
@@ -131,29 +202,33 @@ CalibData build_calibration(const Tokenizer& tok, const CalibOptions& opt) {
       if (sources[si].num > 0) want = sources[si].num;
       else if (sources.size() > 1) want = (opt.nsamples + int64_t(n_src) - 1 - int64_t(si)) / int64_t(n_src);
     }
-    Reservoir r{want, opt.seqlen, 0, std::mt19937_64(opt.seed + si), {}};
-    std::vector<int32_t> stream;
+    Reservoir r{want, d.seqlen, 0, 0, std::mt19937_64(opt.seed + si), {}};
+    SourceStats st;
     if (sources.empty()) {
-      // Packed corpus, cycled so that small seqlen/nsamples settings get distinct windows.
       std::vector<int32_t> ids = tok.encode(builtin_corpus(), true);
-      for (int64_t off = 0; off + opt.seqlen <= int64_t(ids.size()); off += opt.seqlen) r.offer(ids.data() + off);
+      st.documents = 1;
+      st.tokens = int64_t(ids.size());
+      Packer(tok, r).add(std::move(ids), 0);
     } else {
-      auto src = TextSource::open(sources[si].path, sources[si].field);
-      std::string doc;
-      while (src->next(&doc)) feed(tok, doc, sources[si].concat, stream, r);
+      draw_from_source(tok, sources[si], r, st);
     }
+    stats.documents += st.documents;
+    stats.too_short += st.too_short;
+    stats.tokens += st.tokens;
     if (r.items.empty())
       fail(ErrorKind::InvalidInput, (sources.empty() ? std::string("built-in corpus") : sources[si].path) +
-                                        ": no usable calibration sample of " + std::to_string(opt.seqlen) +
-                                        " tokens (documents too short? try :concat=true or a smaller --seqlen)");
+                                        ": no usable calibration sample of " + std::to_string(d.seqlen) + " tokens (" +
+                                        std::to_string(st.tokens) + " tokens in " + std::to_string(st.documents) +
+                                        " documents" +
+                                        (st.too_short ? ", " + std::to_string(st.too_short) + " shorter than --seqlen: try :concat=true" : std::string()) +
+                                        (r.n_repetitive ? ", " + std::to_string(r.n_repetitive) + " dropped as repetitive" : std::string()) +
+                                        "; a smaller --seqlen may help)");
     for (auto& s : r.items) samples.push_back(std::move(s));
   }
   std::mt19937_64 rng(opt.seed);
   std::shuffle(samples.begin(), samples.end(), rng);
   if (int64_t(samples.size()) > opt.nsamples) samples.resize(size_t(opt.nsamples));
-  if (int64_t(samples.size()) < opt.nsamples)
-    d.notes.push_back("only " + std::to_string(samples.size()) + " usable samples of " + std::to_string(opt.seqlen) +
-                      " tokens: nsamples reduced from " + std::to_string(opt.nsamples));
+  if (int64_t(samples.size()) < opt.nsamples) d.notes.push_back(fewer_samples_note(int64_t(samples.size()), opt, d.seqlen, stats));
   d.n = int64_t(samples.size());
   for (const auto& s : samples) d.ids.insert(d.ids.end(), s.begin(), s.end());
   return d;

@@ -121,6 +121,20 @@ void read_pretokenizer(HfBpeTokenizer::Spec& s, const JsonIn& p, const std::stri
     unsupported(path, "pre-tokenizer '" + type + "'");
   }
 }
+
+// transformers 5's spelling of SentencePiece BPE: spaces -> "▁" and the "▁" prefix in the pre-tokenizer.
+void read_metaspace(HfBpeTokenizer::Spec& s, const JsonIn& p, const std::string& path) {
+  if (p.str("replacement", std::string(kSpace)) != kSpace)
+    unsupported(path, "Metaspace replacement '" + p.at("replacement").str() + "'");
+  s.kind = HfBpeTokenizer::Kind::SentencePiece;
+  // Older files spell the scheme as add_prefix_space (true: always).
+  const std::string scheme = p.str("prepend_scheme", std::string(p.boolean("add_prefix_space", true) ? "always" : "never"));
+  if (scheme == "first") s.prepend = HfBpeTokenizer::Prepend::First;
+  else if (scheme == "always") s.prepend = HfBpeTokenizer::Prepend::Always;
+  else if (scheme == "never") s.prepend = HfBpeTokenizer::Prepend::Never;
+  else unsupported(path, "Metaspace prepend_scheme '" + scheme + "'");
+  s.split_at_space = p.boolean("split", true);
+}
 }  // namespace
 
 HfBpeTokenizer::HfBpeTokenizer(Spec spec) : spec_(std::move(spec)) {
@@ -142,7 +156,7 @@ HfBpeTokenizer::HfBpeTokenizer(Spec spec) : spec_(std::move(spec)) {
       for (size_t i = 1; i + 3 <= p.size(); ++i)
         if (p.compare(i, 3, kSpace) == 0 && !(i >= 3 && p.compare(i - 3, 3, kSpace) == 0)) spm_split_words_ = false;
   }
-  o.cache = spec_.kind == Kind::ByteLevel || spm_split_words_;
+  o.cache = spec_.kind == Kind::ByteLevel || spm_split_words_ || spec_.split_at_space;
   model_ = std::make_unique<tok::BpeModel>(spec_.pieces, spec_.merges, o);
   spec_.merges.clear();
   spec_.merges.shrink_to_fit();
@@ -155,33 +169,48 @@ std::string HfBpeTokenizer::describe() const {
          "), " + std::to_string(model_->size()) + " tokens";
 }
 
-void HfBpeTokenizer::encode_segment(std::string_view text, bool first, std::vector<int32_t>* out) const {
-  if (text.empty()) return;
-  if (spec_.kind == Kind::SentencePiece) {
-    std::string s;
-    s.reserve(text.size() + 8);
-    if (first) s += kSpace;  // Prepend("▁") applies to the start of the input
-    for (char c : text) {
-      if (c == ' ') s += kSpace;
-      else s.push_back(c);
-    }
-    if (!spm_split_words_) {
-      model_->encode_word(s, out);
-      return;
-    }
-    size_t start = 0;  // cut before every "▁" run that follows another character
+void HfBpeTokenizer::encode_spm_segment(std::string_view text, bool first, std::vector<int32_t>* out) const {
+  std::string s;
+  s.reserve(text.size() + 8);
+  for (char c : text) {
+    if (c == ' ') s += kSpace;
+    else s.push_back(c);
+  }
+  const bool starts_with_space = s.compare(0, 3, kSpace) == 0;
+  switch (spec_.prepend) {
+    case Prepend::Legacy: if (first) s.insert(0, kSpace); break;
+    case Prepend::First: if (first && !starts_with_space) s.insert(0, kSpace); break;
+    case Prepend::Always: if (!starts_with_space) s.insert(0, kSpace); break;
+    case Prepend::Never: break;
+  }
+  auto space_at = [&](size_t i) { return s.compare(i, 3, kSpace) == 0; };
+  size_t start = 0;
+  if (spec_.split_at_space) {  // Metaspace split: cut before every "▁"
     for (size_t i = 1; i + 3 <= s.size(); ++i)
-      if (s.compare(i, 3, kSpace) == 0 && !(i >= 3 && s.compare(i - 3, 3, kSpace) == 0)) {
+      if (space_at(i)) {
         model_->encode_word(std::string_view(s).substr(start, i - start), out);
         start = i;
       }
-    model_->encode_word(std::string_view(s).substr(start), out);
-    return;
+  } else if (spm_split_words_) {  // cut before every "▁" run that follows another character
+    for (size_t i = 1; i + 3 <= s.size(); ++i)
+      if (space_at(i) && !(i >= 3 && space_at(i - 3))) {
+        model_->encode_word(std::string_view(s).substr(start, i - start), out);
+        start = i;
+      }
   }
+  model_->encode_word(std::string_view(s).substr(start), out);
+}
+
+void HfBpeTokenizer::encode_segment(std::string_view text, bool first, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
   std::string normalized;
   if (spec_.nfc) {
     normalized = tok::nfc(text);
     text = normalized;
+  }
+  if (spec_.kind == Kind::SentencePiece) {
+    encode_spm_segment(text, first, out);
+    return;
   }
   std::vector<std::string_view> words = {text}, next;
   for (const auto& sp : splitters_) {
@@ -236,7 +265,8 @@ std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_sp
       }
     }
   }
-  if (spec_.kind == Kind::SentencePiece && !out.empty() && out[0] == ' ') out.erase(0, 1);  // Strip(1, 0)
+  if (spec_.kind == Kind::SentencePiece && spec_.prepend != Prepend::Never && !out.empty() && out[0] == ' ')
+    out.erase(0, 1);  // Strip(1, 0)
   return out;
 }
 
@@ -278,9 +308,13 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_tokenizer_json(const std::s
     else if (t == "Replace" && n.at("pattern").str("String", std::string()) == " " && n.str("content", std::string()) == kSpace) spm = true;
     else unsupported(path, "normalizer '" + t + "'");
   }
-  if (spm) {
+  const JsonIn pre = j.opt("pre_tokenizer");
+  if (!pre.is_null() && pre.str("type", std::string()) == "Metaspace") {
+    if (spm) unsupported(path, "a Metaspace pre-tokenizer together with the SentencePiece normalizer");
+    read_metaspace(s, pre, path);
+  } else if (spm) {
     s.kind = Kind::SentencePiece;
-    if (j.has("pre_tokenizer")) unsupported(path, "a pre-tokenizer together with the SentencePiece normalizer");
+    if (!pre.is_null()) unsupported(path, "a pre-tokenizer together with the SentencePiece normalizer");
   } else {
     s.kind = Kind::ByteLevel;
     read_pretokenizer(s, j.opt("pre_tokenizer"), path);

@@ -2,7 +2,9 @@
 //  - byte-level (GPT-2, Llama-3, Qwen2/2.5/3, SmolLM, DeepSeek): optional NFC, regex pre-tokenizer
 //    (the pattern the files declare), optional individual digits, GPT-2 byte->unicode map, BPE;
 //  - SentencePiece-style BPE (Llama-2, TinyLlama, Mistral, Phi-3): "▁" prefix + spaces -> "▁",
-//    BPE over the whole segment, byte fallback <0xXX>.
+//    BPE over the whole segment, byte fallback <0xXX>. Both spellings HF writes: the Prepend/Replace
+//    normalizer pair (transformers 4) and the Metaspace pre-tokenizer (transformers 5: prepend_scheme
+//    first/always/never, split true/false).
 // Added/special tokens are matched literally (longest first) before anything else.
 #pragma once
 #include <memory>
@@ -20,6 +22,11 @@ namespace ar {
 class HfBpeTokenizer : public Tokenizer {
  public:
   enum class Kind { ByteLevel, SentencePiece };
+  // Where "▁" is prepended to a segment (text between added tokens), SentencePiece kind only:
+  //   Legacy: the Prepend normalizer, at the start of the input, unconditionally;
+  //   First/Always: Metaspace, to the first segment / every segment, unless it starts with "▁" already;
+  //   Never: Metaspace prepend_scheme "never".
+  enum class Prepend { Legacy, First, Always, Never };
   struct Added {
     std::string content;
     int32_t id;
@@ -28,6 +35,8 @@ class HfBpeTokenizer : public Tokenizer {
   struct Spec {
     Kind kind = Kind::ByteLevel;
     bool nfc = false;
+    Prepend prepend = Prepend::Legacy;
+    bool split_at_space = false;  // Metaspace split=true: every "▁" starts a new word (MergedWithNext)
     // Byte-level pre-tokenizer: regex splits applied one after the other, each cutting every piece
     // into matches and gaps (HF Sequence of Split/Digits/ByteLevel, llama.cpp regex lists).
     std::vector<std::string> splits;
@@ -64,6 +73,7 @@ class HfBpeTokenizer : public Tokenizer {
 
  private:
   void encode_segment(std::string_view text, bool first, std::vector<int32_t>* out) const;
+  void encode_spm_segment(std::string_view text, bool first, std::vector<int32_t>* out) const;
 
   Spec spec_;
   std::unique_ptr<tok::BpeModel> model_;

@@ -1,0 +1,135 @@
+#include "pipeline/outputs.h"
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/mapped_file.h"
+#include "pipeline/export_format.h"
+
+namespace ar {
+
+namespace {
+const char* const kFormats[] = {"auto_round", "auto_gptq", "auto_awq", "fake"};
+
+// AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
+bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
+  return format == "auto_awq" || (format == "auto_round" && !f.sym && f.bits == 4);
+}
+}  // namespace
+
+std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
+  std::vector<std::string> out;
+  std::stringstream ss(opt.format);
+  for (std::string f; std::getline(ss, f, ',');) {
+    if (f.empty()) continue;
+    if (std::find(std::begin(kFormats), std::end(kFormats), f) == std::end(kFormats))
+      fail(ErrorKind::InvalidInput, "--format '" + f + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
+    if (std::find(out.begin(), out.end(), f) != out.end())
+      fail(ErrorKind::InvalidInput, "--format lists '" + f + "' twice");
+    if (f == "auto_awq" && opt.fmt.bits != 4)
+      fail(ErrorKind::InvalidInput, "--format auto_awq needs --bits 4 (got " + std::to_string(opt.fmt.bits) + ")");
+    out.push_back(f);
+  }
+  if (out.empty()) fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' names no format");
+  return out;
+}
+
+std::string format_subdir(const std::string& format) {
+  std::string s = format;
+  for (char& c : s)
+    if (c == '_' || c == ':') c = '-';
+  return s;
+}
+
+OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes)
+    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size) {
+  const std::vector<std::string> formats = parse_formats(opt);
+  for (const auto& f : formats) {
+    Sink s;
+    s.format = f;
+    s.dir = formats.size() == 1 ? root : root + "/" + format_subdir(f);
+    std::filesystem::create_directories(s.dir);
+    s.awq = awq_layout(f, opt.fmt);
+    s.gptq = f == "auto_gptq";
+    s.fp16 = s.awq || s.gptq;  // GPTQ and AWQ kernels run in fp16: those outputs are fp16 throughout
+    s.writer = std::make_unique<ShardWriter>(s.dir, shard_bytes);
+    sinks_.push_back(std::move(s));
+  }
+}
+
+void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& ctx) {
+  const uint8_t* bytes = nullptr;
+  const StTensorInfo& info = m.raw_info(name, &bytes);
+  Tensor half;  // converted once, shared by every fp16 output
+  for (auto& s : sinks_) {
+    if (!s.fp16 || (info.dtype != DType::BF16 && info.dtype != DType::F32)) {
+      s.writer->add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
+      continue;
+    }
+    if (!half.defined()) {
+      Tensor t = m.load(name, {}, ctx);
+      for (int64_t i = 0; i < t.numel(); ++i)  // beyond fp16: an error, not infinities
+        if (std::fabs(t.f32()[i]) > 65504.f)
+          fail(ErrorKind::InvalidInput, m.dir() + ": tensor '" + name + "' has a value beyond the fp16 range (" +
+                                            std::to_string(t.f32()[i]) + ") that --format " + s.format +
+                                            " would store in fp16; use the auto_round format");
+      half = t.to(DType::F16, ctx);
+    }
+    s.writer->add(name, half);
+  }
+}
+
+void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head) {
+  for (auto& s : sinks_) {
+    if (s.format == "fake") {
+      s.writer->add(name + ".weight", L.weight->to(DType::F16, ctx));
+      continue;
+    }
+    pack_linear(ctx, *s.writer, name, L, sym_, !s.awq && (s.gptq || sym_), s.gptq, s.awq);
+    if (lm_head && !s.gptq)
+      s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"sym", sym_}, {"data_type", "int"}};
+  }
+}
+
+void OutputSet::keep_fp(const std::string& name) {
+  for (auto& s : sinks_) s.extra[name] = {{"bits", 16}, {"data_type", "fp"}};
+}
+
+void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q) {
+  for (auto& s : sinks_) {
+    s.writer->finish();
+    QuantizeOptions fo = opt;
+    fo.format = s.format;
+    fo.calib.seqlen = seqlen;
+    const nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra);
+    nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
+    config["quantization_config"] = q;
+    if (s.fp16) {
+      if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
+      if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";
+    }
+    write_file_atomic(s.dir + "/config.json", config.dump(2) + "\n");
+    write_file_atomic(s.dir + "/quantization_config.json", q.dump(2) + "\n");
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                          "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json",
+                          "generation_config.json", "chat_template.jinja"})
+      if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(s.dir + "/" + f, read_text_file(opt.model_dir + "/" + f));
+  }
+}
+
+std::vector<ResumeOutput> OutputSet::resume_outputs() {
+  std::vector<ResumeOutput> out;
+  for (auto& s : sinks_) out.push_back({s.writer.get(), &s.extra});
+  return out;
+}
+
+void OutputSet::keep_files() {
+  for (auto& s : sinks_) s.writer->keep_files();
+}
+
+}  // namespace ar

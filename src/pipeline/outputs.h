@@ -1,0 +1,59 @@
+// The outputs of one quantize run, one per --format entry ("auto_round,auto_gptq" writes both from
+// one tuning). AutoRound's layout: a single format writes its files directly into --output_dir; several
+// write one subdirectory each, named as AutoRound names them (":" and "_" -> "-": auto-round,
+// auto-gptq, auto-awq, fake). Every output gets the same tuned weights in its own packing, its own
+// quantization_config and extra_config, and copies of the source's tokenizer and generation files.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "export/shard_writer.h"
+#include "model/loader.h"
+#include "pipeline/quantize.h"
+#include "pipeline/resume_state.h"
+#include "quant/signround.h"
+
+namespace ar {
+
+// The formats of a --format list, in order; InvalidInput for an unknown or repeated one, or one the
+// options cannot be written in (auto_awq needs 4 bits and keeps lm_head in 16 bit).
+std::vector<std::string> parse_formats(const QuantizeOptions& opt);
+// The subdirectory of `format` when a run writes several ("auto_gptq" -> "auto-gptq").
+std::string format_subdir(const std::string& format);
+
+class OutputSet {
+ public:
+  // `root` is the (temporary) output directory; subdirectories are created there for several formats.
+  OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes);
+  size_t size() const { return sinks_.size(); }
+  // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats).
+  void copy_tensor(const HfModel& m, const std::string& name, Context& ctx);
+  // A tuned Linear (name: full module name, e.g. model.layers.0.mlp.up_proj); `lm_head` adds its
+  // extra_config entry where the format lists it.
+  void add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head = false);
+  // A Linear kept in 16 bit (extra_config {"bits": 16, "data_type": "fp"}, as AutoRound writes it).
+  void keep_fp(const std::string& name);
+  // Closes the shards and writes config.json, quantization_config.json and the source's tokenizer and
+  // generation files into every output; `seqlen` is the calibration's (after any clamp).
+  void finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q);
+  // For --resume: every output's writer and extra_config, in format order.
+  std::vector<ResumeOutput> resume_outputs();
+  void keep_files();
+
+ private:
+  struct Sink {
+    std::string format, dir;
+    bool awq = false, gptq = false, fp16 = false;
+    std::unique_ptr<ShardWriter> writer;
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  };
+  std::vector<Sink> sinks_;
+  bool sym_;
+  int bits_;
+  int64_t group_;
+};
+
+}  // namespace ar
