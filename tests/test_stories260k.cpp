@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "eval/generate.h"
 #include "eval/perplexity.h"
+#include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/llama2c.h"
 #include "io/mapped_file.h"
@@ -200,6 +201,34 @@ TEST(Stories260K, HeapMergeEqualsRunCQuadraticMerge) {
   // Decode round-trips (llama2.c decode drops the dummy-prefix space after BOS).
   std::string s = "Lily saw a big, red ball. \"Wow!\" she said.\nThe end.";
   EXPECT_EQ(tok.decode_all(tok.encode(s, true, false)), s);
+}
+
+// convert writes the llama2.c tokenizer also as tokenizer.json (so transformers needs no sentencepiece);
+// read back through the Hugging Face BPE path it must encode every text as run.c does.
+TEST(Stories260K, ConvertedTokenizerJsonEncodesAsRunC) {
+  AR_REQUIRE_FIXTURES(fx);
+  auto ref = Llama2cTokenizer::load(fx + "/stories260K/tok512.bin");
+  const std::string d = ar::test::temp_path("tokjson");
+  std::filesystem::create_directories(d);
+  write_file_atomic(d + "/tokenizer.json", llama2c_tokenizer_json(ref));
+  write_file_atomic(d + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": true, "add_eos_token": false})");
+  auto hf = load_tokenizer(d);
+  EXPECT_NE(hf->describe().find("tokenizer.json"), std::string::npos) << hf->describe();
+  EXPECT_EQ(hf->bos(), 1);
+  EXPECT_EQ(hf->eos(), 2);
+  std::string text = read_text_file(fx + "/text/tinystories/tinystories_sample.txt").substr(0, 200000);
+  text += read_text_file(fx + "/text/tinyshakespeare/input.txt").substr(0, 50000);
+  text += "naïve café 東京 🙂 \t tabs  and   spaces\n";
+  EXPECT_EQ(hf->encode(text), ref.encode(text, true, false));
+  std::mt19937 rng(5);
+  for (int it = 0; it < 200; ++it) {  // short pieces: starts and ends anywhere (on a code point)
+    size_t at = rng() % (text.size() - 100), n = 1 + rng() % 60;
+    while (at > 0 && (uint8_t(text[at]) & 0xC0) == 0x80) --at;
+    while (at + n < text.size() && (uint8_t(text[at + n]) & 0xC0) == 0x80) ++n;
+    const std::string s = text.substr(at, n);
+    EXPECT_EQ(hf->encode(s), ref.encode(s, true, false)) << "text: '" << s << "'";
+  }
+  std::filesystem::remove_all(d);
 }
 
 TEST(Stories260K, PerplexityIsDeterministicAndSane) {

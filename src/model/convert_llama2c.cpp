@@ -99,6 +99,7 @@ void convert_llama2c(const ConvertOptions& opt) {
   write_file_atomic(out.file("tokenizer_config.json"), tcfg.dump(2) + "\n");
   write_safetensors(out.file("model.safetensors"), t, {{"format", "pt"}});
   write_file_atomic(out.file("tokenizer.bin"), read_text_file(opt.tokenizer));
+  write_file_atomic(out.file("tokenizer.json"), llama2c_tokenizer_json(tok));  // transformers needs no extra package
   // A SentencePiece model next to the llama2.c tokenizer (same stem, .model) travels along for HF tools.
   std::filesystem::path spm = std::filesystem::path(opt.tokenizer).replace_extension(".model");
   if (file_exists(spm.string())) write_file_atomic(out.file("tokenizer.model"), read_text_file(spm.string()));

@@ -32,6 +32,8 @@ class Llama2cTokenizer : public Tokenizer {
   int32_t vocab_size() const override { return int32_t(pieces_.size()); }
   int32_t bos() const override { return 1; }
   int32_t eos() const override { return 2; }
+  const std::string& piece(int32_t id) const { return pieces_[size_t(id)]; }
+  float score(int32_t id) const { return scores_[size_t(id)]; }
 
  private:
   void merge(std::vector<int32_t>& ids) const;
@@ -39,5 +41,11 @@ class Llama2cTokenizer : public Tokenizer {
   std::vector<float> scores_;
   std::unordered_map<std::string, int32_t> lookup_;
 };
+
+// The same tokenizer as Hugging Face's tokenizer.json (SentencePiece-style BPE: the Prepend/Replace
+// normalizer, which prepends "▁" unconditionally as run.c's dummy prefix does; byte fallback; merges
+// ranked by the merged piece's score, as run.c merges), so transformers loads a converted model
+// without sentencepiece. Ids 0/1/2 are <unk>/<s>/</s>; every other piece keeps its id.
+std::string llama2c_tokenizer_json(const Llama2cTokenizer& tok);
 
 }  // namespace ar
