@@ -78,7 +78,9 @@ static Tensor dequantize_awq(const HfModel& m, const std::string& prefix, const 
   const QuantConfig& q = m.config().quant;
   const int64_t out = expect[0], in = expect[1];
   const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
-  Tensor qw = m.load_raw(prefix + ".qweight", {in, out / 8}, DType::I32, ctx);
+  const StTensorInfo* qinfo = m.info(prefix + ".qweight");  // rows padded to whole groups, as for GPTQ below
+  const bool padded = qinfo && groups * g != in && qinfo->shape == Shape{groups * g, out / 8};
+  Tensor qw = m.load_raw(prefix + ".qweight", {padded ? groups * g : in, out / 8}, DType::I32, ctx);
   Tensor qz = m.load_raw(prefix + ".qzeros", {groups, out / 8}, DType::I32, ctx);
   Tensor sc = m.load(prefix + ".scales", {groups, out}, ctx);
   Tensor w = Tensor::empty({out, in}, DType::F32, ctx);
@@ -96,7 +98,13 @@ static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const
   const QuantConfig& q = m.config().quant;
   const int64_t out = expect[0], in = expect[1], bits = q.bits;
   const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
-  Tensor qw = m.load_raw(prefix + ".qweight", {in * bits / 32, out}, DType::I32, ctx);
+  // AutoRound's model-free route pads the input dimension with zeros to a multiple of the group size
+  // before packing (qweight rows for round_up(in, g) inputs; qzeros/scales keep ceil(in/g) groups):
+  // both row counts are read, the padding rows are never used.
+  const int64_t rows = (in * bits + 31) / 32, padded_rows = (groups * g * bits + 31) / 32;
+  const StTensorInfo* qinfo = m.info(prefix + ".qweight");
+  const bool padded = qinfo && padded_rows != rows && qinfo->shape == Shape{padded_rows, out};
+  Tensor qw = m.load_raw(prefix + ".qweight", {padded ? padded_rows : rows, out}, DType::I32, ctx);
   Tensor qz = m.load_raw(prefix + ".qzeros", {groups, (out * bits + 31) / 32}, DType::I32, ctx);
   Tensor sc = m.load(prefix + ".scales", {groups, out}, ctx);
   Tensor w = Tensor::empty({out, in}, DType::F32, ctx);

@@ -81,7 +81,7 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) *
                        double(8 * C + 4 * cfg.intermediate_size + cfg.num_heads * seqlen) * 4;
   lines.push_back("estimated peak memory: " + mib(act + block + batch) + " (activations " + mib(act) + ", one block " +
-                  mib(block) + ", tuning caches " + mib(batch) + "); time: the run ETA follows the first iterations");
+                  mib(block) + ", tuning caches " + mib(batch) + ")");
   return lines;
 }
 
