@@ -20,7 +20,7 @@ LanePlanner::LanePlanner(const QuantizeOptions& opt, Device home, int64_t nsampl
              "cpu:0,cpu:1 to run replicas side by side");
 }
 
-quant::TuneLane LanePlanner::lane(parallel::Phase phase, int64_t items, size_t mirror_bytes) {
+parallel::Plan LanePlanner::resolve(parallel::Phase phase, int64_t items, size_t mirror_bytes) {
   parallel::PlanInput in;
   in.setting = opt_.parallel;
   in.phase = phase;
@@ -31,7 +31,7 @@ quant::TuneLane LanePlanner::lane(parallel::Phase phase, int64_t items, size_t m
   in.items = items;
   in.nsamples = nsamples_;
   in.mirror_bytes = mirror_bytes;
-  const parallel::Plan plan = parallel::resolve_plan(in);
+  parallel::Plan plan = parallel::resolve_plan(in);
   if (plan.refused()) {
     std::string why;
     for (const auto& r : plan.refusals) why.append(why.empty() ? "" : "; ").append(r);
@@ -43,6 +43,25 @@ quant::TuneLane LanePlanner::lane(parallel::Phase phase, int64_t items, size_t m
       log_info("parallel: " + note);
       notes_.push_back("parallel: " + note);
     }
+  return plan;
+}
+
+std::string LanePlanner::plan_line(parallel::Phase phase, int64_t items, size_t mirror_bytes) {
+  const char* what = phase == parallel::Phase::Tune ? "tuning" : phase == parallel::Phase::Search ? "search" : "block passes";
+  if (opt_.parallel.mode == parallel::ParallelSetting::Off)
+    return std::string("lane: serial ") + what + " on every core (--parallel_quantization off)";
+  const parallel::Plan plan = resolve(phase, items, mirror_bytes);
+  if (!plan.parallel() || !group_) return std::string("lane: serial ") + what + " (see the parallel notes above)";
+  std::string line = "lane: data-parallel " + std::string(what) + " on " + std::to_string(plan.world) + " replicas:";
+  for (size_t r = 0; r < plan.devices.size(); ++r)
+    line += (r ? ", " : " ") + plan.devices[r].str() + " [" + std::to_string(plan.ranges[r].first) + ", " +
+            std::to_string(plan.ranges[r].second) + ")";
+  return line + (opt_.tune.deterministic ? ", one gradient exchange per iteration (deterministic tree)"
+                                         : ", one gradient exchange per iteration");
+}
+
+quant::TuneLane LanePlanner::lane(parallel::Phase phase, int64_t items, size_t mirror_bytes) {
+  const parallel::Plan plan = resolve(phase, items, mirror_bytes);
   quant::TuneLane lane;
   if (plan.parallel() && group_) {
     lane.group = group_.get();

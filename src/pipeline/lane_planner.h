@@ -19,8 +19,12 @@ class LanePlanner {
   LanePlanner(const QuantizeOptions& opt, Device home, int64_t nsamples, std::vector<std::string>& notes);
   // items: samples (collection), modules (search) or the global batch (tuning).
   quant::TuneLane lane(parallel::Phase phase, int64_t items, size_t mirror_bytes);
+  // The start summary's line for a phase: serial, or the replicas with their item ranges. Refusals
+  // stop the run here, before any work.
+  std::string plan_line(parallel::Phase phase, int64_t items, size_t mirror_bytes);
 
  private:
+  parallel::Plan resolve(parallel::Phase phase, int64_t items, size_t mirror_bytes);
   const QuantizeOptions& opt_;
   Device home_;
   int64_t nsamples_;

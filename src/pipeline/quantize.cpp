@@ -32,6 +32,7 @@
 #include "pipeline/progress.h"
 #include "pipeline/report.h"
 #include "pipeline/resume_state.h"
+#include "pipeline/run_estimate.h"
 #include "pipeline/run_summary.h"
 #include "quant/tune_linear.h"
 
@@ -199,6 +200,19 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   for (int64_t s = 0; s < n; ++s) loss_mask[size_t(s * T + T - 1)] = 0;  // the last position never counts
   const BlockDims dims = cfg.block_dims();
   const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
+  const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));  // global batch
+  int levels = 1;  // of the deterministic gradient tree
+  while ((int64_t(1) << (levels - 1)) < B) ++levels;
+  {  // the rest of the start summary: the lane's plan for the main phase and the time estimate
+    const int64_t lin = block_linear_params(cfg), cache = T * (8 * C + 4 * dims.I + dims.H * T);
+    log_info(opt.tune.iters > 0
+                 ? lanes.plan_line(parallel::Phase::Tune, B,
+                                   parallel::price_mirror(lin + 2 * C, lin, opt.tune.deterministic ? levels : 1, cache,
+                                                          opt.tune.deterministic ? 1 : bs).total())
+                 : lanes.plan_line(parallel::Phase::Search, 7, parallel::price_mirror(lin + 2 * C, 0, 0, 0, 0).total()));
+    const double left = double(cfg.num_layers - start_block) / double(cfg.num_layers);
+    log_info(time_estimate_line(left * run_gflop(cfg, opt, n, T), measure_gemm_gflops(ctx, cfg, opt.tune.amp), opt.tune.amp));
+  }
   // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
   // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
   // micro-batch (8 samples of 512 tokens of a 1B block need ~1.2 GB of activations); the GEMMs keep
@@ -217,9 +231,6 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
     // Mirror prices (parallel/plan.h): whole block in fp32, tuning state of its Linears, activations.
     const int64_t block_elems = int64_t(w.bytes() / 4), cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
-    const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));
-    int levels = 1;
-    while ((int64_t(1) << (levels - 1)) < B) ++levels;
     const quant::TuneLane collect =
         lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, kPassSamples).total());
     Imatrix imat;

@@ -35,13 +35,17 @@ std::string mib(double bytes) {
 }
 }  // namespace
 
+int64_t block_linear_params(const ModelConfig& cfg) {
+  int64_t n = 0;
+  for (const auto& s : linear_shapes(cfg)) n += s.out * s.in;
+  return n;
+}
+
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
                                      int64_t seqlen, bool lm_head_q) {
   std::vector<std::string> lines;
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size, L = cfg.num_layers;
-  int64_t block_params = 2 * C, linear_params = 0;
-  for (const auto& s : linear_shapes(cfg)) linear_params += s.out * s.in;
-  block_params += linear_params;
+  const int64_t block_params = 2 * C + block_linear_params(cfg);
   const int64_t params = V * C * (cfg.tie_word_embeddings ? 1 : 2) + C + L * block_params;
   char b[320];
   std::snprintf(b, sizeof b, "model: %s (%s, %lld blocks, hidden %lld, intermediate %lld, heads %lld/%lld, %.1fM parameters)",

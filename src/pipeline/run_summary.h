@@ -15,6 +15,9 @@ namespace ar {
 // a dimension not a multiple of 32, or a --fp_layers substring.
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const std::vector<std::string>& fp_layers);
 
+// Parameters of one block's Linears (q, k, v, o, gate, up, down).
+int64_t block_linear_params(const ModelConfig& cfg);
+
 // The lines printed at the start of a run.
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
                                      int64_t seqlen, bool lm_head_q);
