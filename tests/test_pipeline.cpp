@@ -550,13 +550,37 @@ TEST(Pipeline, ProgressLinesAndSummaryWithoutATerminal) {
   fs::remove_all(q);
 }
 
+// The loaders' shape rules per format (issue 11, item 5): a 576-wide input at group 128 (SmolLM-135M's
+// hidden size) has a partial last group that no GPTQ/AWQ/auto-round loader reads, so it stays in 16 bit
+// for every packed format; the fake format (dequantized weights) has no such rule.
+TEST(Pipeline, LoaderShapeRulesPerFormat) {
+  for (const char* f : {"auto_round", "auto_gptq", "auto_awq"}) {
+    EXPECT_NE(loader_shape_rule(f, 1536, 576, 128).find("in_features 576 not a multiple of group_size 128"), std::string::npos) << f;
+    EXPECT_EQ(loader_shape_rule(f, 576, 1536, 128), "") << f;  // out 576: whole groups along the input
+    EXPECT_EQ(loader_shape_rule(f, 1536, 576, 64), "") << f;   // 576 = 9 x 64
+    EXPECT_EQ(loader_shape_rule(f, 1536, 576, -1), "") << f;   // per channel: one group of any width
+  }
+  EXPECT_EQ(loader_shape_rule("fake", 1536, 576, 128), "");
+  EXPECT_NE(loader_shape_rule("auto_awq", 36, 256, 128).find("out_features 36 not a multiple of 8"), std::string::npos);
+  EXPECT_EQ(loader_shape_rule("auto_gptq", 36, 256, 128), "");
+  LayerRules r;
+  r.group_size = 128;
+  r.formats = {"fake", "auto_gptq"};  // several formats: a rule of any of them keeps the layer
+  EXPECT_NE(kept_fp_reason("model.layers.0.self_attn.q_proj", 576, 576, r).find("(auto_gptq)"), std::string::npos);
+  r.formats = {"fake"};
+  EXPECT_EQ(kept_fp_reason("model.layers.0.self_attn.q_proj", 576, 576, r), "");
+}
+
 TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {
-  EXPECT_EQ(kept_fp_reason("model.layers.0.mlp.down_proj", 64, 172, {}), "shape [64, 172] not a multiple of 32");
-  EXPECT_EQ(kept_fp_reason("model.layers.3.mlp.up_proj", 256, 128, {"layers.3."}), "--fp_layers layers.3.");
-  EXPECT_EQ(kept_fp_reason("model.layers.13.mlp.up_proj", 256, 128, {"layers.3."}), "");
+  LayerRules r;
+  EXPECT_EQ(kept_fp_reason("model.layers.0.mlp.down_proj", 64, 172, r), "shape [64, 172] not a multiple of 32");
+  r.fp_layers = {"layers.3."};
+  EXPECT_EQ(kept_fp_reason("model.layers.3.mlp.up_proj", 256, 128, r), "--fp_layers layers.3.");
+  EXPECT_EQ(kept_fp_reason("model.layers.13.mlp.up_proj", 256, 128, r), "");
   auto cfg = parse_model_config(tiny_llama_config(4), "c");
   QuantizeOptions o;
   o.model_dir = "m";
+  o.fmt.group_size = 32;  // whole groups in every Linear of the 64-wide model
   o.fp_layers = {"layers.1.mlp"};
   bool kept_line = false;
   for (const auto& l : run_summary(cfg, o, 8, 64, false))

@@ -154,6 +154,10 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
                  "] not a multiple of 32");
   for (const auto& f : opt.fp_layers)
     if (lm_head_q && !f.empty() && std::string("lm_head").find(f) != std::string::npos) lm_head_skip("--fp_layers " + f);
+  const LayerRules rules = LayerRules::of(opt);
+  for (const auto& f : rules.formats)
+    if (std::string why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size); lm_head_q && !why.empty())
+      lm_head_skip(why);
   std::string report_path;
   AtomicDir out(output_spec(opt, &report_path));  // checked, temporary created: before any work
   if (!out.note().empty()) {
@@ -243,7 +247,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     int64_t tuned_elems = 0;
     for (auto& [nm, t] : quant::block_linears(w)) {
       const std::string full = prefix + nm;
-      const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), opt.fp_layers);
+      const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
       if (!why.empty()) {
         br.kept_fp.push_back(full + " (" + why + ")");
         continue;

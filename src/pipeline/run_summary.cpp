@@ -5,13 +5,34 @@
 
 #include "core/tensor.h"
 #include "model/loader.h"
+#include "pipeline/outputs.h"
 
 namespace ar {
 
-std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const std::vector<std::string>& fp_layers) {
+LayerRules LayerRules::of(const QuantizeOptions& opt) {
+  LayerRules r;
+  r.fp_layers = opt.fp_layers;
+  r.group_size = opt.fmt.group_size;
+  r.formats = parse_formats(opt);
+  return r;
+}
+
+std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in, int64_t group_size) {
+  if (format == "fake") return "";
+  if (group_size > 0 && in % group_size)
+    return "in_features " + std::to_string(in) + " not a multiple of group_size " + std::to_string(group_size) +
+           ": a partial last group loads in neither transformers/auto-round, gptqmodel nor vLLM (" + format + ")";
+  if (format == "auto_awq" && out % 8)
+    return "out_features " + std::to_string(out) + " not a multiple of 8 (AWQ packs 8 codes per int32 along the output)";
+  return "";
+}
+
+std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
   if (out % 32 || in % 32) return "shape " + shape_str({out, in}) + " not a multiple of 32";
-  for (const auto& f : fp_layers)
+  for (const auto& f : rules.fp_layers)
     if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
+  for (const auto& f : rules.formats)
+    if (std::string why = loader_shape_rule(f, out, in, rules.group_size); !why.empty()) return why;
   return "";
 }
 
@@ -59,10 +80,11 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   lines.push_back(b);
   // The layer rule per Linear, over all blocks (a --fp_layers substring may name only some blocks).
   std::string quantized, kept;
+  const LayerRules rules = LayerRules::of(opt);
   for (const auto& s : linear_shapes(cfg)) {
     std::map<std::string, int64_t> reasons;
     for (int64_t l = 0; l < L; ++l) {
-      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, opt.fp_layers);
+      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
       if (!why.empty()) ++reasons[why];
     }
     int64_t kept_n = 0;

@@ -11,9 +11,27 @@
 
 namespace ar {
 
-// Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized:
-// a dimension not a multiple of 32, or a --fp_layers substring.
-std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const std::vector<std::string>& fp_layers);
+// Which Linears are quantized (issue 11, item 5): AutoRound's rule (both dimensions multiples of 32),
+// --fp_layers, and the shape rules of the loaders and kernels that read each output format, checked
+// before any tuning so that every written layer loads:
+//   auto_round, auto_gptq, auto_awq: in_features a multiple of group_size. transformers + auto-round
+//     (QuantLinear reshapes the weight into whole groups), gptqmodel, and vLLM's GPTQ, AWQ and Marlin
+//     kernels all require it; a partial last group (e.g. hidden 576 at group 128) loads nowhere;
+//   auto_awq: out_features a multiple of 8 (eight 4-bit codes per int32 along the output);
+//   fake: none beyond AutoRound's (the weight is stored dequantized).
+// A layer that breaks a rule of any requested format stays in 16 bit, with the reason.
+struct LayerRules {
+  std::vector<std::string> fp_layers;
+  int64_t group_size = 128;
+  std::vector<std::string> formats = {"auto_round"};
+  static LayerRules of(const QuantizeOptions& opt);
+};
+
+// The loader rule that `format` breaks for a Linear of shape [out, in], or "".
+std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in, int64_t group_size);
+
+// Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized.
+std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 
 // Parameters of one block's Linears (q, k, v, o, gate, up, down).
 int64_t block_linear_params(const ModelConfig& cfg);
