@@ -571,6 +571,29 @@ TEST(Pipeline, LoaderShapeRulesPerFormat) {
   EXPECT_EQ(kept_fp_reason("model.layers.0.self_attn.q_proj", 576, 576, r), "");
 }
 
+// The scheme's default group (128) on a 64-wide model: halved to 64 with a note, so the Linears are
+// quantized in whole groups; an explicit --group_size 128 is kept and those Linears stay in 16 bit.
+TEST(Pipeline, DefaultGroupAdaptsToTheModelAndAnExplicitOneIsKept) {
+  std::string m = tmpdir("gm"), q = tmpdir("gq");
+  write_synthetic_model(m, tiny_llama_config(1), 2);
+  auto o = small_opts(m, q, 0);
+  o.fmt.group_size = 128;
+  QuantizeReport r = quantize_model(o);
+  EXPECT_TRUE(test::any_contains(r.notes, "group_size 128 -> 64 for this model")) << r.notes.size();
+  ASSERT_EQ(r.blocks.size(), 1u);
+  EXPECT_EQ(r.blocks[0].quantized.size(), 7u);
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(q + "/quantization_config.json"))["group_size"], 64);
+  fs::remove_all(q);
+  o.group_size_given = true;
+  r = quantize_model(o);
+  EXPECT_FALSE(test::any_contains(r.notes, "group_size 128 -> 64"));
+  EXPECT_EQ(r.blocks[0].quantized, std::vector<std::string>{"model.layers.0.mlp.down_proj"});  // in = 128
+  ASSERT_EQ(r.blocks[0].kept_fp.size(), 6u);
+  EXPECT_NE(r.blocks[0].kept_fp[0].find("in_features 64 not a multiple of group_size 128"), std::string::npos);
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
 TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {
   LayerRules r;
   EXPECT_EQ(kept_fp_reason("model.layers.0.mlp.down_proj", 64, 172, r), "shape [64, 172] not a multiple of 32");

@@ -309,6 +309,7 @@ void register_quantize(CLI::App& app) {
     qo.quant_lm_head = o->quant_lm_head;
     qo.calib.seed = qo.tune.seed;
     qo.calib.seqlen_given = given("--seqlen");
+    qo.group_size_given = given("--group_size");
     if (o->amp == "true" || o->amp == "1") qo.amp = true;
     else if (o->amp == "false" || o->amp == "0") qo.amp = false;
     else if (!o->amp.empty()) usage_error("--amp '" + o->amp + "': expected true or false");

@@ -137,6 +137,16 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
   auto tok = load_tokenizer(*model);  // ids checked against vocab_size
   QuantizeReport rep;
+  if (const int64_t g = loadable_group_size(cfg, opt); g != opt.fmt.group_size) {
+    const std::string note = "group_size " + std::to_string(opt.fmt.group_size) + " -> " + std::to_string(g) +
+                             " for this model: some Linears' in_features are not a multiple of " +
+                             std::to_string(opt.fmt.group_size) +
+                             " and loaders need whole groups; --group_size " + std::to_string(opt.fmt.group_size) +
+                             " keeps it and leaves those Linears in 16 bit";
+    log_info(note);
+    rep.notes.push_back(note);
+    resolved.fmt.group_size = g;
+  }
   // lm_head: AutoRound's rules, decided before anything is written.
   bool lm_head_q = opt.quant_lm_head;
   if (lm_head_q && std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())

@@ -25,6 +25,7 @@ struct QuantizeOptions {
   // (pipeline/outputs.h: subdirectories of output_dir named as AutoRound names them).
   std::string format = "auto_round";
   quant::QuantFormat fmt;
+  bool group_size_given = false;  // --group_size on the command line: never adapted to the model
   quant::SignRoundOptions tune;
   quant::CalibOptions calib;
   bool quanted_input = true;

@@ -1,5 +1,6 @@
 #include "pipeline/run_summary.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -55,6 +56,20 @@ std::string mib(double bytes) {
   return b;
 }
 }  // namespace
+
+int64_t loadable_group_size(const ModelConfig& cfg, const QuantizeOptions& opt) {
+  int64_t g = opt.fmt.group_size;
+  const std::vector<std::string> formats = parse_formats(opt);
+  const bool packed = std::any_of(formats.begin(), formats.end(), [](const std::string& f) { return f != "fake"; });
+  if (opt.group_size_given || g <= 32 || !packed) return g;
+  auto whole = [&](int64_t gs) {
+    for (const auto& s : linear_shapes(cfg))
+      if (s.out % 32 == 0 && s.in % 32 == 0 && s.in % gs) return false;
+    return true;
+  };
+  while (g > 32 && !whole(g)) g /= 2;
+  return whole(g) ? g : opt.fmt.group_size;
+}
 
 int64_t block_linear_params(const ModelConfig& cfg) {
   int64_t n = 0;

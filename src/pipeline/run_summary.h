@@ -33,6 +33,12 @@ std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in
 // Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized.
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 
+// The group size the run uses: opt.fmt.group_size, except when it came from the scheme's default
+// (no --group_size) and would leave Linears that AutoRound quantizes unloadable (in_features not a
+// multiple of it, e.g. hidden 576 or 64 at 128): then the largest power-of-two divisor >= 32 that
+// keeps every such Linear whole-grouped (576 -> 64), so the model is quantized and loads everywhere.
+int64_t loadable_group_size(const ModelConfig& cfg, const QuantizeOptions& opt);
+
 // Parameters of one block's Linears (q, k, v, o, gate, up, down).
 int64_t block_linear_params(const ModelConfig& cfg);
 
