@@ -61,6 +61,12 @@ const Row kRows[] = {
     {"--sym --asym", 2, "--sym and --asym contradict each other"},
     {"--scheme w5a16", 2, "--scheme 'w5a16' is not supported"},
     {"--device_map cuda:0", 2, "--device cuda:0: this build has the CPU backend only"},
+    {"--device_map 0", 2, "--device 0: this build has the CPU backend only"},
+    {"--device_map auto", 0, ""},
+    {"--format auto_round,auto_gptq", 0, ""},
+    {"--format auto_round,gguf:q4_k_m", 2, "--format 'gguf:q4_k_m' is not supported (auto_round, auto_gptq, auto_awq, fake)"},
+    {"--format auto_round,auto_round", 2, "--format lists 'auto_round' twice"},
+    {"--device_map 0,1", 2, "--device_map 0,1: a device list; this build has the CPU backend only (for data-parallel"},
     {"--iter 3", 2, "unknown option --iter for quantize (did you mean --iters?)"},
     {"--nsample 3", 2, "(did you mean --nsamples?)"},
 };

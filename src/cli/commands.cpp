@@ -83,6 +83,19 @@ void apply_scheme_and_recipe(const std::string& scheme, const std::string& recip
   }
 }
 
+// --device / --device_map as auto-round spells them: cpu, auto, a device (cuda:0, 0) or a list (0,1).
+// This build runs on the CPU: cpu and auto are accepted; GPUs and device lists are refused with what to
+// use instead.
+void check_device_map(const std::string& v) {
+  if (v == "auto" || v == "cpu") return;
+  if (v.find(',') != std::string::npos)
+    usage_error("--device_map " + v + ": a device list; this build has the CPU backend only (for data-parallel "
+                "CPU replicas use --parallel_quantization auto --devices cpu:0,cpu:1)");
+  const bool index = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  if (index || as_usage([&] { return Device::parse(v); }).kind != DeviceKind::CPU)
+    usage_error("--device " + v + ": this build has the CPU backend only");
+}
+
 // Every quantize option on its own and against the others, after scheme and recipe are applied.
 void check_quantize_usage(const QuantizeOptions& qo) {
   as_usage([&] { validate_quantize_options(qo); });
@@ -299,8 +312,7 @@ void register_quantize(CLI::App& app) {
     apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn);
     auto& qo = o->q;
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
-    if (as_usage([&] { return Device::parse(o->device); }).kind != DeviceKind::CPU)
-      usage_error("--device " + o->device + ": this build has the CPU backend only");
+    check_device_map(o->device);
     qo.fmt.sym = !o->asym;
     qo.tune.use_best_mse = !o->not_use_best;
     qo.tune.enable_minmax_tuning = !o->disable_minmax;
