@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
     nlohmann::json c = tiny_llama_config(iarg(argc, argv, "--layers", 16));
     c["hidden_size"] = iarg(argc, argv, "--hidden", 2048);
     c["intermediate_size"] = iarg(argc, argv, "--inter", 8192);
-    c["num_attention_heads"] = 32;
-    c["num_key_value_heads"] = 8;
+    c["num_attention_heads"] = iarg(argc, argv, "--heads", 32);
+    c["num_key_value_heads"] = iarg(argc, argv, "--kv_heads", 8);
     c["vocab_size"] = iarg(argc, argv, "--vocab", 32000);
     c["max_position_embeddings"] = 4096;
     write_synthetic_model(wdir, c, 1, DType::BF16, 2);
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (rdir.empty()) {
-    std::fprintf(stderr, "usage: stream_bench --write DIR [...] | --run DIR [--seq N]\n");
+    std::fprintf(stderr, "usage: stream_bench --write DIR [--layers L --hidden C --inter I --heads H --kv_heads K --vocab V] | --run DIR [--seq N]\n");
     return 2;
   }
   const int64_t T = iarg(argc, argv, "--seq", 512);

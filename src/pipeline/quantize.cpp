@@ -224,8 +224,8 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
                                    parallel::price_mirror(lin + 2 * C, lin, opt.tune.deterministic ? levels : 1, cache,
                                                           opt.tune.deterministic ? 1 : bs).total())
                  : lanes.plan_line(parallel::Phase::Search, 7, parallel::price_mirror(lin + 2 * C, 0, 0, 0, 0).total()));
-    const double left = double(cfg.num_layers - start_block) / double(cfg.num_layers);
-    log_info(time_estimate_line(left * run_gflop(cfg, opt, n, T), measure_gemm_gflops(ctx, cfg, opt.tune.amp), opt.tune.amp));
+    log_info(time_estimate_line(run_work(cfg, opt, n, T, cfg.num_layers - start_block),
+                                measure_rates(ctx, cfg, opt.tune.amp), opt.tune.amp));
   }
   // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
   // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per

@@ -13,35 +13,52 @@ namespace ar {
 
 namespace {
 constexpr double kIterationShareOfGemm = 0.75;  // whole tuning iteration vs the best GEMM (tune_bench)
-}
+constexpr double kExpsPerScore = 36;  // attention cost per score element, fwd + bwd, in exps (stories260K, seqlen 512)
+}  // namespace
 
-double run_gflop(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T) {
+RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T, int64_t blocks) {
   const double C = double(c.hidden_size), q = double(c.num_heads * c.head_dim), kv = double(c.num_kv_heads * c.head_dim);
   const double linear = C * q + 2 * C * kv + q * C + 3 * C * double(c.intermediate_size);
-  const double per_token = 2 * linear + 4 * q * double(T) / 2;  // Linears, then QK^T and PV (causal half)
-  const double pass = 2.0 * double(n) * double(T) * per_token;  // FP targets and the q-chain
-  double tune = 0;
+  const double per_token = 2 * linear + 4 * q * double(T) / 2;   // Linears, then QK^T and PV (causal half)
+  const double scores_per_token = double(c.num_heads) * double(T);  // one row of scores per head
+  double tokens = 2.0 * double(n) * double(T);  // FP targets and the q-chain: forward only
+  double tuned_tokens = 0;
   if (opt.tune.iters > 0) {
     const int64_t batch = std::min<int64_t>(n, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
-    tune = double(opt.tune.iters) * 3.0 * double(batch) * double(T) * per_token;
+    tuned_tokens = double(opt.tune.iters) * double(batch) * double(T);
   }
-  return double(c.num_layers) * (pass + tune) / 1e9;
+  RunWork w;
+  w.gflop = double(blocks) * (tokens + 3.0 * tuned_tokens) * per_token / 1e9;
+  w.score_giga = double(blocks) * (tokens / 3.0 + tuned_tokens) * scores_per_token / 1e9;  // a pass: 1/3 of fwd+bwd
+  return w;
 }
 
-double measure_gemm_gflops(Context& ctx, const ModelConfig& cfg, bool amp) {
+MachineRates measure_rates(Context& ctx, const ModelConfig& cfg, bool amp) {
   const int64_t M = 512, K = std::clamp<int64_t>(cfg.hidden_size, 64, 2048),
                 N = std::clamp<int64_t>(cfg.intermediate_size, 64, 4096);
   std::vector<float> a(size_t(M * K), 0.01f), b(size_t(K * N), 0.02f), out(size_t(M * N));
   std::vector<uint16_t> ab(a.size(), f32_to_bf16(0.01f)), bb(b.size(), f32_to_bf16(0.02f));
-  double best = 1e30;
+  using Clock = std::chrono::steady_clock;
+  double best = 1e30, best_exp = 1e30;
   for (int rep = 0; rep < 4; ++rep) {  // the first warms caches and kernel selection
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = Clock::now();
     if (amp) cpu::gemm_bf16(ctx, false, false, M, N, K, 1.f, ab.data(), K, bb.data(), N, 0.f, out.data(), N);
     else cpu::gemm(ctx, false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, out.data(), N);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) best = std::min(best, s);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (float& x : out) x = -1.f;
+    t0 = Clock::now();
+    cpu::exp_inplace(out.data(), int64_t(out.size()));
+    const double e = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep > 0) best = std::min(best, s), best_exp = std::min(best_exp, e);
   }
-  return 2.0 * double(M) * double(N) * double(K) / best / 1e9;
+  MachineRates r;
+  r.gemm_gflops = 2.0 * double(M) * double(N) * double(K) / best / 1e9;
+  r.exp_giga = double(out.size()) / best_exp / 1e9 * double(std::max(1, ctx.threads()));
+  return r;
+}
+
+double estimate_seconds(const RunWork& w, const MachineRates& r) {
+  return w.gflop / (r.gemm_gflops * kIterationShareOfGemm) + w.score_giga * kExpsPerScore / r.exp_giga;
 }
 
 std::string human_duration(double s) {
@@ -52,13 +69,13 @@ std::string human_duration(double s) {
   return b;
 }
 
-std::string time_estimate_line(double gflop, double gemm_gflops, bool amp) {
-  const double rate = gemm_gflops * kIterationShareOfGemm;
-  char b[256];
+std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp) {
+  char b[320];
   std::snprintf(b, sizeof b,
-                "estimated time: ~%s (%.0f GFLOP of matrix products at ~%.0f GFLOP/s: this machine's %s GEMM "
-                "measured now at %.0f GFLOP/s; the run ETA follows the first iterations)",
-                human_duration(gflop / rate).c_str(), gflop, rate, amp ? "bf16" : "fp32", gemm_gflops);
+                "estimated time: ~%s (%.0f GFLOP of matrix products at this machine's %s GEMM rate, measured now "
+                "at %.0f GFLOP/s, and %.1fG attention scores; the run ETA follows the first iterations)",
+                human_duration(estimate_seconds(w, r)).c_str(), w.gflop, amp ? "bf16" : "fp32", r.gemm_gflops,
+                w.score_giga);
   return b;
 }
 

@@ -1,8 +1,11 @@
-// The start summary's time estimate (issue 11, item 2): the run's GEMM work counted from the model's
-// shapes and the options, divided by this machine's GEMM rate measured at the start on a block-shaped
-// product, at the share of that rate a whole tuning iteration reaches (bench/tune_bench measures ~75%
-// on the reference machine; attention, QDQ, norms and the step make up the rest). The ETA during
-// block 1 replaces it with measured time.
+// The start summary's time estimate (issue 11, item 2), from two kinds of work counted from the
+// model's shapes and the options, each at a rate of this machine measured at the start:
+//   - matrix products (the Linears, QK^T and PV) at the block-shaped GEMM rate, times the share of it
+//     a whole tuning iteration reaches (bench/tune_bench: ~75%);
+//   - attention score elements (softmax forward and backward, masks: elementwise work that
+//     dominates small models with long sequences), at the measured exp rate of all threads divided by
+//     the cost of one score element in exps (calibrated on stories260K at seqlen 512).
+// The ETA during block 1 replaces it with measured time.
 #pragma once
 #include <string>
 
@@ -12,16 +15,26 @@
 
 namespace ar {
 
-// GFLOP of the run's matrix products: per block, the FP and q-chain passes over every sample and, with
-// SignRound, `iters` forward + backward passes over a batch (backward = 2 forward).
-double run_gflop(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen);
+struct RunWork {
+  double gflop = 0;          // matrix products
+  double score_giga = 0;     // attention score elements (forward + backward passes), in 1e9
+};
+// The run's work: per block, the FP and q-chain passes over every sample and, with SignRound,
+// `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of the model's.
+RunWork run_work(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen, int64_t blocks);
 
-// This machine's GEMM rate now, in GFLOP/s (amp: bf16 operands, fp32 accumulation), on a
-// [512 x hidden] x [hidden x intermediate] product (capped at 2048 x 4096), best of 3.
-double measure_gemm_gflops(Context& ctx, const ModelConfig& cfg, bool amp);
+struct MachineRates {
+  double gemm_gflops = 0;  // block-shaped GEMM (amp: bf16 operands, fp32 accumulation), best of 3
+  double exp_giga = 0;     // exps per second on all `threads`, in 1e9
+};
+// Measured now (~0.1 s): a [512 x hidden] x [hidden x intermediate] product (capped at 2048 x 4096)
+// and the softmax's exp kernel.
+MachineRates measure_rates(Context& ctx, const ModelConfig& cfg, bool amp);
+
+double estimate_seconds(const RunWork& w, const MachineRates& r);
 
 // "estimated time: ~1 h 05 min (...)" for the log.
-std::string time_estimate_line(double gflop, double gemm_gflops, bool amp);
+std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp);
 
 // 3725 -> "1 h 02 min", 95 -> "1 min 35 s", 12.3 -> "12 s".
 std::string human_duration(double seconds);

@@ -117,7 +117,7 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   // Peak memory, serial lane: the calibration activations (FP chain in and out, q-chain), one block in
   // fp32 with its tuning state (V, weight copies, gradients: ~4 more copies of its Linears), and the
   // per-batch forward caches of the tuning loop.
-  const double act = 3.0 * double(nsamples) * double(seqlen) * double(C) * 4;
+  const double act = 3.0 * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);  // bf16 under amp
   const double block = double(block_params) * 4 * (opt.tune.iters > 0 ? 5 : 2);
   const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) *
                        double(8 * C + 4 * cfg.intermediate_size + cfg.num_heads * seqlen) * 4;
