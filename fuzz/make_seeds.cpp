@@ -16,6 +16,7 @@
 #include "core/context.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/tokenizer_llama2c.h"
 #include "resume_fixture.h"
 
 namespace fs = std::filesystem;
@@ -229,6 +230,15 @@ int main(int argc, char** argv) {
     const fs::path fx(g_fix);
     for (const char* d : {"gpt2", "llama2-spm", "phi-3-mini", "smollm"})
       if (have(fx / "tokenizers" / d / "tokenizer.json")) shrink_tokenizer_json(fx / "tokenizers" / d / "tokenizer.json");
+    // transformers 5's Metaspace spelling (AutoRound goldens, committed) and convert's tokenizer.json.
+    const fs::path golden = fs::path(AR_SOURCE_DIR) / "tests/data/autoround_golden";
+    if (have(golden / "tokenizer/tokenizer.json")) shrink_tokenizer_json(golden / "tokenizer/tokenizer.json");
+    for (const char* v : {"metaspace_always_split_true", "metaspace_first_split_true"})
+      if (have(golden / "tokenizer_variants" / (std::string(v) + ".tokenizer.json")))
+        shrink_tokenizer_json(golden / "tokenizer_variants" / (std::string(v) + ".tokenizer.json"));
+    if (have(fx / "stories260K/tok512.bin"))
+      write("tokenizer_json", "llama2c_converted.json",
+            ar::llama2c_tokenizer_json(ar::Llama2cTokenizer::load((fx / "stories260K/tok512.bin").string())));
     for (const char* d : {"llama2-spm", "mistral-7b-v0.1"})
       if (have(fx / "tokenizers" / d / "tokenizer.model")) shrink_sentencepiece(fx / "tokenizers" / d / "tokenizer.model");
     for (const char* d : {"llama3", "llama4"}) {  // tiktoken rank files: the first kTokens lines
