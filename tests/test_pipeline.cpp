@@ -138,6 +138,13 @@ TEST(Pipeline, SeveralFormatsFromOneTuningEqualSingleRuns) {
   const auto qc = nlohmann::json::parse(read_text_file(multi + "/auto-round/quantization_config.json"));
   EXPECT_EQ(qc["extra_config"]["model.layers.0.mlp.down_proj"]["data_type"], "fp");  // AutoRound's spelling
   EXPECT_EQ(qc["extra_config"]["model.layers.0.mlp.down_proj"]["bits"], 16);
+  // auto_gptq lists the Linears quantized inside a block (transformers/optimum ignore `dynamic`), and
+  // fake is a plain 16-bit model (no quantization_config in config.json), as AutoRound writes them.
+  const auto gq = nlohmann::json::parse(read_text_file(multi + "/auto-gptq/quantization_config.json"));
+  EXPECT_EQ(gq["modules_in_block_to_quantize"],
+            nlohmann::json::parse(R"([["self_attn.k_proj", "self_attn.o_proj", "self_attn.q_proj", "self_attn.v_proj"]])"));
+  EXPECT_FALSE(nlohmann::json::parse(read_text_file(multi + "/fake/config.json")).contains("quantization_config"));
+  EXPECT_TRUE(nlohmann::json::parse(read_text_file(multi + "/auto-round/config.json")).contains("quantization_config"));
   o.format = "auto_round,auto_round";
   EXPECT_THROW(quantize_model(o), Error);
   o.format = "auto_round,gguf";

@@ -57,7 +57,7 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
 }
 
 nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq, bool lm_head_q,
-                                           const nlohmann::ordered_json& extra) {
+                                           const nlohmann::ordered_json& extra, const std::set<std::string>& in_block) {
   nlohmann::ordered_json q;
   if (opt.format == "auto_awq") {
     q["quant_method"] = "awq";
@@ -87,6 +87,10 @@ nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq,
       }
       q["dynamic"] = dyn;
     }
+    bool some_block_kept = false;
+    for (auto it = extra.begin(); it != extra.end(); ++it) some_block_kept |= it.key().rfind("model.layers.", 0) == 0;
+    if (some_block_kept)
+      q["modules_in_block_to_quantize"] = nlohmann::ordered_json::array({nlohmann::ordered_json(in_block)});
   } else {
     q["quant_method"] = "auto-round";
     q["packing_format"] = opt.format == "fake" ? "auto_round:fake"

@@ -1,6 +1,7 @@
 // How each --format writes a tuned Linear and the quantization_config (autoround-spec.md §8).
 #pragma once
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "export/shard_writer.h"
@@ -15,8 +16,11 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
                  bool zero_minus_one, bool g_idx, bool awq);
 
 // config.json's "quantization_config" for opt.format; `extra` holds per-layer overrides (16-bit layers,
-// a quantized lm_head), `awq` the AWQ packing of auto_round asym 4-bit.
+// a quantized lm_head), `awq` the AWQ packing of auto_round asym 4-bit, `in_block` the Linears (names
+// inside a block, e.g. mlp.down_proj) quantized in some block: auto_gptq lists them as
+// modules_in_block_to_quantize when any Linear of a block stays in 16 bit, as AutoRound does
+// (optimum/transformers honour that list and ignore gptqmodel's `dynamic` exclusions).
 nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq, bool lm_head_q,
-                                           const nlohmann::ordered_json& extra);
+                                           const nlohmann::ordered_json& extra, const std::set<std::string>& in_block);
 
 }  // namespace ar

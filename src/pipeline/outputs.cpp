@@ -85,7 +85,12 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
 }
 
 void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head) {
+  const std::string layers = "model.layers.";
+  std::string in_block;  // "model.layers.3.mlp.down_proj" -> "mlp.down_proj"
+  if (name.rfind(layers, 0) == 0)
+    if (size_t dot = name.find('.', layers.size()); dot != std::string::npos) in_block = name.substr(dot + 1);
   for (auto& s : sinks_) {
+    if (!in_block.empty()) s.in_block.insert(in_block);
     if (s.format == "fake") {
       s.writer->add(name + ".weight", L.weight->to(DType::F16, ctx));
       continue;
@@ -106,9 +111,9 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     QuantizeOptions fo = opt;
     fo.format = s.format;
     fo.calib.seqlen = seqlen;
-    const nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra);
+    const nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
     nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
-    config["quantization_config"] = q;
+    if (s.format != "fake") config["quantization_config"] = q;
     if (s.fp16) {
       if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
       if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";

@@ -3,9 +3,13 @@
 // write one subdirectory each, named as AutoRound names them (":" and "_" -> "-": auto-round,
 // auto-gptq, auto-awq, fake). Every output gets the same tuned weights in its own packing, its own
 // quantization_config and extra_config, and copies of the source's tokenizer and generation files.
+// The fake format (dense QDQ weights) writes no quantization_config into config.json, as AutoRound's
+// fake export does: it is a plain 16-bit model that every runtime loads (quantization_config.json
+// beside it records how it was made).
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +53,7 @@ class OutputSet {
     bool awq = false, gptq = false, fp16 = false;
     std::unique_ptr<ShardWriter> writer;
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    std::set<std::string> in_block;  // names inside a block of the Linears it packs (mlp.down_proj)
   };
   std::vector<Sink> sinks_;
   bool sym_;
