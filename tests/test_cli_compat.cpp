@@ -66,7 +66,9 @@ const Row kRows[] = {
     {"--format auto_round,auto_gptq", 0, ""},
     {"--format auto_round,gguf:q4_k_m", 2, "--format 'gguf:q4_k_m' is not supported (auto_round, auto_gptq, auto_awq, fake)"},
     {"--format auto_round,auto_round", 2, "--format lists 'auto_round' twice"},
-    {"--device_map 0,1", 2, "--device_map 0,1: a device list; this build has the CPU backend only (for data-parallel"},
+    {"--device_map 0,1", 2, "--device_map 0,1: GPU indices; this build has the CPU backend only (a list of CPU devices"},
+    {"--device_map cuda:0,cuda:1", 2, "--device_map cuda:0,cuda:1: cuda:0 is not a CPU device; this build has the CPU backend only"},
+    {"--device_map cpu:0,cpu:1", 0, "--device_map cpu:0,cpu:1: data-parallel over these CPU devices (--parallel_quantization auto --devices cpu:0,cpu:1)"},
     {"--iter 3", 2, "unknown option --iter for quantize (did you mean --iters?)"},
     {"--nsample 3", 2, "(did you mean --nsamples?)"},
 };

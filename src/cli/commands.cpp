@@ -84,16 +84,27 @@ void apply_scheme_and_recipe(const std::string& scheme, const std::string& recip
 }
 
 // --device / --device_map as auto-round spells them: cpu, auto, a device (cuda:0, 0) or a list (0,1).
-// This build runs on the CPU: cpu and auto are accepted; GPUs and device lists are refused with what to
-// use instead.
-void check_device_map(const std::string& v) {
-  if (v == "auto" || v == "cpu") return;
-  if (v.find(',') != std::string::npos)
-    usage_error("--device_map " + v + ": a device list; this build has the CPU backend only (for data-parallel "
-                "CPU replicas use --parallel_quantization auto --devices cpu:0,cpu:1)");
-  const bool index = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-  if (index || as_usage([&] { return Device::parse(v); }).kind != DeviceKind::CPU)
+// This build runs on the CPU: cpu and auto run as they are; a list of CPU devices (cpu:0,cpu:1) is the
+// data-parallel lane over them (as --parallel_quantization auto --devices, with a note); GPUs are
+// refused with what to use instead. Returns the --devices value the list stands for ("" if none).
+std::string check_device_map(const std::string& v) {
+  if (v == "auto" || v == "cpu") return "";
+  auto all_digits = [](const std::string& t) { return !t.empty() && t.find_first_not_of("0123456789") == std::string::npos; };
+  if (v.find(',') != std::string::npos) {
+    std::stringstream ss(v);
+    for (std::string part; std::getline(ss, part, ',');)
+      if (all_digits(part))
+        usage_error("--device_map " + v + ": GPU indices; this build has the CPU backend only (a list of CPU devices, "
+                    "e.g. cpu:0,cpu:1, runs data-parallel over them)");
+    const auto list = as_usage([&] { return parallel::parse_device_list(v); });
+    for (const auto& d : list)
+      if (d.kind != DeviceKind::CPU)
+        usage_error("--device_map " + v + ": " + d.str() + " is not a CPU device; this build has the CPU backend only");
+    return v;
+  }
+  if (all_digits(v) || as_usage([&] { return Device::parse(v); }).kind != DeviceKind::CPU)
     usage_error("--device " + v + ": this build has the CPU backend only");
+  return "";
 }
 
 // Every quantize option on its own and against the others, after scheme and recipe are applied.
@@ -312,7 +323,6 @@ void register_quantize(CLI::App& app) {
     apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn);
     auto& qo = o->q;
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
-    check_device_map(o->device);
     qo.fmt.sym = !o->asym;
     qo.tune.use_best_mse = !o->not_use_best;
     qo.tune.enable_minmax_tuning = !o->disable_minmax;
@@ -330,6 +340,15 @@ void register_quantize(CLI::App& app) {
       qo.amp = false;
     }
     qo.parallel = as_usage([&] { return parallel::ParallelSetting::parse(o->parallel); });
+    if (const std::string list = check_device_map(o->device); !list.empty()) {
+      if (!qo.devices.empty() && qo.devices != list)
+        usage_error("--device_map " + list + " contradicts --devices " + qo.devices);
+      qo.devices = list;
+      if (qo.parallel.mode == parallel::ParallelSetting::Off && !given("--parallel_quantization"))
+        qo.parallel = parallel::ParallelSetting::parse("auto");
+      log_info("--device_map " + list + ": data-parallel over these CPU devices (--parallel_quantization " +
+               qo.parallel.str() + " --devices " + list + ")");
+    }
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) qo.fp_layers.push_back(item);
