@@ -110,6 +110,70 @@ std::function<std::string(const std::string&, const std::vector<int64_t>&)> resu
   };
 }
 
+
+// A note for the log and the report.
+void note(QuantizeReport& rep, const std::string& s) {
+  log_info(s);
+  rep.notes.push_back(s);
+}
+
+// The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
+void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
+  const int64_t g = loadable_group_size(cfg, opt), was = opt.fmt.group_size;
+  if (g == was) return;
+  note(rep, "group_size " + std::to_string(was) + " -> " + std::to_string(g) +
+                " for this model: some Linears' in_features are not a multiple of " + std::to_string(was) +
+                " and loaders need whole groups; --group_size " + std::to_string(was) +
+                " keeps it and leaves those Linears in 16 bit");
+  opt.fmt.group_size = g;
+}
+
+// Whether lm_head is tuned and packed: only with --quant_lm_head, under AutoRound's rules and the
+// loaders' (decided before anything is written; a skip is a note, auto_awq a refusal).
+bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeReport& rep) {
+  if (!opt.quant_lm_head) return false;
+  const ModelConfig& cfg = model.config();
+  const std::vector<std::string> formats = parse_formats(opt);
+  if (std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
+    fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
+  std::string why;
+  if (cfg.tie_word_embeddings || !model.has("lm_head.weight"))
+    why = "tied to the embeddings; AutoRound never quantizes a tied lm_head";
+  else if (cfg.vocab_size % 32 || cfg.hidden_size % 32)
+    why = "shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) + "] not a multiple of 32";
+  for (const auto& f : opt.fp_layers)
+    if (why.empty() && !f.empty() && std::string("lm_head").find(f) != std::string::npos) why = "--fp_layers " + f;
+  for (const auto& f : formats)
+    if (why.empty()) why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size);
+  if (why.empty()) return true;
+  note(rep, "--quant_lm_head: lm_head kept in 16 bit (" + why + ")");
+  return false;
+}
+
+// lm_head tuned like a block (quant/tune_linear.h): input the final-normed quantized chain, target
+// the FP lm_head on the final-normed FP chain; packed into every output.
+void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt, const Tensor& x_fp, const Tensor& x_q,
+                  int64_t T, const std::vector<uint8_t>& loss_mask, OutputSet& outputs, QuantizeReport& rep) {
+  const auto t0 = Clock::now();
+  const ModelConfig& cfg = model.config();
+  const int64_t n = x_fp.dim(0), C = cfg.hidden_size;
+  Tensor norm = model.load_final_norm(ctx), head = model.load_lm_head(ctx);
+  const Tensor chain = as_f32((opt.quanted_input && x_q.defined()) ? x_q : x_fp, ctx), fp = as_f32(x_fp, ctx);
+  Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
+  Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
+  cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+  cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+  quant::BlockTuneResult tr = quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
+  outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
+  rep.lm_head_quantized = true;
+  rep.lm_head_loss_first = tr.loss_first;
+  rep.lm_head_loss_best = tr.loss_best;
+  rep.lm_head_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  char line[160];
+  std::snprintf(line, sizeof line, "lm_head: loss %.6g -> %.6g at iter %d, %.1f s", tr.loss_first, tr.loss_best,
+                tr.best_iter, rep.lm_head_seconds);
+  log_info(line);
+}
 }  // namespace
 
 AmpChoice choose_amp(const std::optional<bool>& requested) {
@@ -130,57 +194,23 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   resolved.tune.amp = amp.on;
   const QuantizeOptions& opt = resolved;
   const DType act_dtype = amp.on ? DType::BF16 : DType::F32;  // calibration activations
-  const std::vector<std::string> formats = parse_formats(opt);
+  parse_formats(opt);  // known, not repeated, writable with these bits
   quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
   auto model = HfModel::open(opt.model_dir);
   const ModelConfig& cfg = model->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
   auto tok = load_tokenizer(*model);  // ids checked against vocab_size
   QuantizeReport rep;
-  if (const int64_t g = loadable_group_size(cfg, opt); g != opt.fmt.group_size) {
-    const std::string note = "group_size " + std::to_string(opt.fmt.group_size) + " -> " + std::to_string(g) +
-                             " for this model: some Linears' in_features are not a multiple of " +
-                             std::to_string(opt.fmt.group_size) +
-                             " and loaders need whole groups; --group_size " + std::to_string(opt.fmt.group_size) +
-                             " keeps it and leaves those Linears in 16 bit";
-    log_info(note);
-    rep.notes.push_back(note);
-    resolved.fmt.group_size = g;
-  }
-  // lm_head: AutoRound's rules, decided before anything is written.
-  bool lm_head_q = opt.quant_lm_head;
-  if (lm_head_q && std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
-    fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
-  auto lm_head_skip = [&](const std::string& why) {
-    const std::string note = "--quant_lm_head: lm_head kept in 16 bit (" + why + ")";
-    log_info(note);
-    rep.notes.push_back(note);
-    lm_head_q = false;
-  };
-  if (lm_head_q && (cfg.tie_word_embeddings || !model->has("lm_head.weight")))
-    lm_head_skip("tied to the embeddings; AutoRound never quantizes a tied lm_head");
-  if (lm_head_q && (cfg.vocab_size % 32 || cfg.hidden_size % 32))
-    lm_head_skip("shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) +
-                 "] not a multiple of 32");
-  for (const auto& f : opt.fp_layers)
-    if (lm_head_q && !f.empty() && std::string("lm_head").find(f) != std::string::npos) lm_head_skip("--fp_layers " + f);
+  adapt_group_size(resolved, cfg, rep);
+  const bool lm_head_q = decide_lm_head(opt, *model, rep);
   const LayerRules rules = LayerRules::of(opt);
-  for (const auto& f : rules.formats)
-    if (std::string why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size); lm_head_q && !why.empty())
-      lm_head_skip(why);
   std::string report_path;
   AtomicDir out(output_spec(opt, &report_path));  // checked, temporary created: before any work
-  if (!out.note().empty()) {
-    log_info(out.note());
-    rep.notes.push_back(out.note());
-  }
+  if (!out.note().empty()) note(rep, out.note());
   quant::CalibOptions calib_opt = opt.calib;
   calib_opt.max_context = cfg.max_position_embeddings;
   quant::CalibData calib = quant::build_calibration(*tok, calib_opt);
-  for (const auto& n : calib.notes) {
-    log_info(n);
-    rep.notes.push_back(n);
-  }
+  for (const auto& n : calib.notes) note(rep, n);
   rep.nsamples = calib.n;
   rep.seqlen = calib.seqlen;
   const int64_t n = calib.n, T = calib.seqlen, C = cfg.hidden_size;
@@ -352,25 +382,8 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     }
   }
   outputs.copy_tensor(*model, "model.norm.weight", ctx);
-  if (lm_head_q) {  // tuned like a block: input from the quantized chain, target from the FP chain
-    const auto t_lm = Clock::now();
-    Tensor norm = model->load_final_norm(ctx), head = model->load_lm_head(ctx);
-    const Tensor chain = as_f32((opt.quanted_input && x_q.defined()) ? x_q : x_fp, ctx), fp = as_f32(x_fp, ctx);
-    Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
-    Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
-    cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-    cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-    quant::BlockTuneResult tr =
-        quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
-    outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
-    rep.lm_head_quantized = true;
-    rep.lm_head_loss_first = tr.loss_first;
-    rep.lm_head_loss_best = tr.loss_best;
-    rep.lm_head_seconds = std::chrono::duration<double>(Clock::now() - t_lm).count();
-    char line[160];
-    std::snprintf(line, sizeof line, "lm_head: loss %.6g -> %.6g at iter %d, %.1f s", tr.loss_first, tr.loss_best,
-                  tr.best_iter, rep.lm_head_seconds);
-    log_info(line);
+  if (lm_head_q) {
+    tune_lm_head(ctx, *model, opt, x_fp, x_q, T, loss_mask, outputs, rep);
   } else if (model->has("lm_head.weight")) {
     outputs.copy_tensor(*model, "lm_head.weight", ctx);
   }
