@@ -174,6 +174,75 @@ void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt
                 tr.best_iter, rep.lm_head_seconds);
   log_info(line);
 }
+
+// AutoRound's layer rules and the loaders', decided once per block: the Linears to quantize (their
+// short names, e.g. mlp.down_proj) and their element count; br lists both kinds with the reasons.
+std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
+                                        BlockReport& br, int64_t* tuned_elems) {
+  std::set<std::string> selected;
+  *tuned_elems = 0;
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    const std::string full = prefix + nm;
+    const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
+    if (!why.empty()) {
+      br.kept_fp.push_back(full + " (" + why + ")");
+      continue;
+    }
+    br.quantized.push_back(full);
+    selected.insert(nm);
+    *tuned_elems += t->numel();
+  }
+  return selected;
+}
+
+void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
+  const auto& p = tr.phases;
+  for (const auto& [k, v] : {std::pair{"tune_qdq", p.qdq}, {"tune_forward", p.forward}, {"tune_backward", p.backward},
+                             {"tune_step", p.step}, {"tune_mirrors", p.mirrors}, {"tune_warmup", p.warmup},
+                             {"tune_exchange", p.exchange}, {"tune_teardown", p.teardown}})
+    br.phase_seconds[k] = v;
+  br.exchange_bytes = p.exchange_bytes;
+  br.loss_first = tr.loss_first;
+  br.loss_best = tr.loss_best;
+  br.best_iter = tr.best_iter;
+}
+
+// Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
+// kept in 16 bit recorded, every other tensor of the block copied unchanged.
+void write_block(Context& ctx, const HfModel& model, const std::string& prefix, const quant::BlockTuneResult& tr,
+                 const BlockReport& br, OutputSet& outputs) {
+  std::set<std::string> done;
+  for (const auto& L : tr.layers) {
+    done.insert(prefix + L.name + ".weight");
+    outputs.add_linear(ctx, prefix + L.name, L);
+  }
+  for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
+  for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+                        "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                        "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
+                        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    const std::string name = prefix + t;
+    if (!done.count(name) && model.has(name)) outputs.copy_tensor(model, name, ctx);
+  }
+}
+
+// The block's log line, and with --verbose its tuning phases.
+void log_block(const BlockReport& br, int64_t blocks, const quant::BlockTuneResult& tr, bool verbose) {
+  char line[256];
+  std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
+                (long long)(br.index + 1), (long long)blocks, br.loss_first, br.loss_best, br.best_iter, br.seconds,
+                br.peak_rss_mb);
+  log_info(line);
+  if (!verbose) return;
+  const auto& p = tr.phases;
+  std::snprintf(line, sizeof line,
+                "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
+                "(%.1f MB) step %.3f teardown %.3f s",
+                (long long)(br.index + 1), br.world_tune, p.mirrors, p.warmup, p.forward, p.backward, p.exchange,
+                double(p.exchange_bytes) / 1e6, p.step, p.teardown);
+  log_info(line);
+}
 }  // namespace
 
 AmpChoice choose_amp(const std::optional<bool>& requested) {
@@ -282,20 +351,8 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
     BlockReport br;
     br.index = b;
-    // AutoRound's layer rules, decided once per block: which Linears are quantized, which stay 16-bit.
-    std::set<std::string> selected;
     int64_t tuned_elems = 0;
-    for (auto& [nm, t] : quant::block_linears(w)) {
-      const std::string full = prefix + nm;
-      const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
-      if (!why.empty()) {
-        br.kept_fp.push_back(full + " (" + why + ")");
-        continue;
-      }
-      br.quantized.push_back(full);
-      selected.insert(nm);
-      tuned_elems += t->numel();
-    }
+    const std::set<std::string> selected = plan_block_layers(w, prefix, rules, br, &tuned_elems);
     auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
     const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
     quant::SignRoundOptions tune = opt.tune;
@@ -320,20 +377,9 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     br.world_collect = collect.parallel() ? collect.world : 1;
     br.world_search = search.parallel() ? search.world : 1;
     br.world_tune = tuning.parallel() ? tuning.world : 1;
-    br.exchange_bytes = tr.phases.exchange_bytes;
     const auto t_q = Clock::now();
     br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
-    br.phase_seconds["tune_qdq"] = tr.phases.qdq;
-    br.phase_seconds["tune_forward"] = tr.phases.forward;
-    br.phase_seconds["tune_backward"] = tr.phases.backward;
-    br.phase_seconds["tune_step"] = tr.phases.step;
-    br.phase_seconds["tune_mirrors"] = tr.phases.mirrors;
-    br.phase_seconds["tune_warmup"] = tr.phases.warmup;
-    br.phase_seconds["tune_exchange"] = tr.phases.exchange;
-    br.phase_seconds["tune_teardown"] = tr.phases.teardown;
-    br.loss_first = tr.loss_first;
-    br.loss_best = tr.loss_best;
-    br.best_iter = tr.best_iter;
+    record_tuning(tr, br);
     if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
       if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, act_dtype, ctx);
       tmp = x_in.clone(ctx);
@@ -343,38 +389,11 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     std::swap(x_fp, y_fp);
     const auto t_pack = Clock::now();
     br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
-    // Stream the block: packed (or fake-QDQ) tuned Linears, everything else unchanged.
-    std::set<std::string> done;
-    for (const auto& L : tr.layers) {
-      done.insert(prefix + L.name + ".weight");
-      outputs.add_linear(ctx, prefix + L.name, L);
-    }
-    for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
-    for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
-                          "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                          "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
-                          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
-      const std::string name = prefix + t;
-      if (!done.count(name) && model->has(name)) outputs.copy_tensor(*model, name, ctx);
-    }
+    write_block(ctx, *model, prefix, tr, br, outputs);
     br.phase_seconds["pack_write"] = std::chrono::duration<double>(Clock::now() - t_pack).count();
     br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     br.peak_rss_mb = peak_rss_mb();
-    char line[256];
-    std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
-                  (long long)(b + 1), (long long)cfg.num_layers, br.loss_first, br.loss_best, br.best_iter,
-                  br.seconds, br.peak_rss_mb);
-    log_info(line);
-    if (opt.tune.iters > 0 && opt.verbose) {  // developer-level timing
-      const auto& p = tr.phases;
-      std::snprintf(line, sizeof line,
-                    "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
-                    "(%.1f MB) step %.3f teardown %.3f s",
-                    (long long)(b + 1), br.world_tune, p.mirrors, p.warmup, p.forward, p.backward, p.exchange,
-                    double(p.exchange_bytes) / 1e6, p.step, p.teardown);
-      log_info(line);
-    }
+    log_block(br, cfg.num_layers, tr, opt.tune.iters > 0 && opt.verbose);
     rep.blocks.push_back(std::move(br));
     if (opt.resume) {
       keeper.save(b + 1, x_fp, x_q, outputs.resume_outputs());
