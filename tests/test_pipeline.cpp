@@ -26,6 +26,7 @@
 #include "io/output_guard.h"
 #include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
+#include "pipeline/run_estimate.h"
 #include "pipeline/run_summary.h"
 #include "model/config.h"
 #include "quant/qdq.h"
@@ -599,6 +600,26 @@ TEST(Pipeline, DefaultGroupAdaptsToTheModelAndAnExplicitOneIsKept) {
   EXPECT_NE(r.blocks[0].kept_fp[0].find("in_features 64 not a multiple of group_size 128"), std::string::npos);
   fs::remove_all(m);
   fs::remove_all(q);
+}
+
+// The time estimate's work count against the formula worked by hand for a tiny Llama (hidden 64,
+// 4 heads of 16, 2 KV heads, intermediate 128), and the duration format.
+TEST(Pipeline, RunWorkCountsTheMatrixProductsAndScores) {
+  auto cfg = parse_model_config(tiny_llama_config(3), "c");
+  QuantizeOptions o;
+  o.tune.iters = 10;
+  o.tune.batch_size = 4;
+  const double linear = 64.0 * 64 + 2 * 64.0 * 32 + 64.0 * 64 + 3 * 64.0 * 128;  // q, k+v, o, gate+up+down
+  const double per_token = 2 * linear + 2 * 64.0 * 32;                             // + QK^T, PV at T = 32 (causal half)
+  RunWork w = run_work(cfg, o, 8, 32, 3);
+  const double tokens = 2 * 8 * 32.0 + 3 * 10 * 4 * 32.0;  // FP + q-chain passes, 10 iterations x 4 samples fwd+bwd
+  EXPECT_DOUBLE_EQ(w.gflop, 3 * tokens * per_token / 1e9);
+  EXPECT_DOUBLE_EQ(w.score_giga, 3 * (2 * 8 * 32.0 / 3 + 10 * 4 * 32.0) * 4 * 32 / 1e9);
+  o.tune.iters = 0;  // RTN: the FP pass only
+  EXPECT_DOUBLE_EQ(run_work(cfg, o, 8, 32, 3).gflop, 3 * 8 * 32.0 * per_token / 1e9);
+  EXPECT_EQ(human_duration(3725), "1 h 02 min");
+  EXPECT_EQ(human_duration(95), "1 min 35 s");
+  EXPECT_EQ(human_duration(12.3), "12 s");
 }
 
 TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {

@@ -21,7 +21,8 @@ RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, in
   const double linear = C * q + 2 * C * kv + q * C + 3 * C * double(c.intermediate_size);
   const double per_token = 2 * linear + 4 * q * double(T) / 2;   // Linears, then QK^T and PV (causal half)
   const double scores_per_token = double(c.num_heads) * double(T);  // one row of scores per head
-  double tokens = 2.0 * double(n) * double(T);  // FP targets and the q-chain: forward only
+  const bool q_chain = opt.tune.iters > 0 && opt.quanted_input;  // RTN runs no q-chain pass
+  const double tokens = (q_chain ? 2.0 : 1.0) * double(n) * double(T);  // FP targets (+ q-chain): forward only
   double tuned_tokens = 0;
   if (opt.tune.iters > 0) {
     const int64_t batch = std::min<int64_t>(n, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));

@@ -19,8 +19,9 @@ struct RunWork {
   double gflop = 0;          // matrix products
   double score_giga = 0;     // attention score elements (forward + backward passes), in 1e9
 };
-// The run's work: per block, the FP and q-chain passes over every sample and, with SignRound,
-// `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of the model's.
+// The run's work: per block, the FP pass (and with SignRound the q-chain pass) over every sample and,
+// with SignRound, `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of
+// the model's.
 RunWork run_work(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen, int64_t blocks);
 
 struct MachineRates {
