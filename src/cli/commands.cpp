@@ -295,7 +295,7 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
   sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (default: imatrix-weighted optimized RTN)");
   sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head too (not when tied to the embeddings)");
-  sub->add_option("--device,--device_map", o->device, "cpu");
+  sub->add_option("--device,--device_map", o->device, "cpu (default), auto, or a list of CPU devices (cpu:0,cpu:1: the data-parallel lane over them); GPUs are not built in");
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
   sub->add_option("--parallel_quantization", o->parallel,
                   "off (default) | auto | N: tune each block data-parallel on N devices (one replica each, "
