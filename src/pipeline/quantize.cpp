@@ -316,13 +316,16 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
   const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));  // global batch
   int levels = 1;  // of the deterministic gradient tree
   while ((int64_t(1) << (levels - 1)) < B) ++levels;
+  // Mirror prices (parallel/plan.h): the block's forward cache per sample.
+  const int64_t cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
+  constexpr int64_t kBlockLinears = 7;  // q, k, v, o, gate, up, down: the search's items at most
   {  // the rest of the start summary: the lane's plan for the main phase and the time estimate
-    const int64_t lin = block_linear_params(cfg), cache = T * (8 * C + 4 * dims.I + dims.H * T);
+    const int64_t lin = block_linear_params(cfg), cache = cache_per_sample;
     log_info(opt.tune.iters > 0
                  ? lanes.plan_line(parallel::Phase::Tune, B,
                                    parallel::price_mirror(lin + 2 * C, lin, opt.tune.deterministic ? levels : 1, cache,
                                                           opt.tune.deterministic ? 1 : bs).total())
-                 : lanes.plan_line(parallel::Phase::Search, 7, parallel::price_mirror(lin + 2 * C, 0, 0, 0, 0).total()));
+                 : lanes.plan_line(parallel::Phase::Search, kBlockLinears, parallel::price_mirror(lin + 2 * C, 0, 0, 0, 0).total()));
     log_info(time_estimate_line(run_work(cfg, opt, n, T, cfg.num_layers - start_block),
                                 measure_rates(ctx, cfg, opt.tune.amp), opt.tune.amp));
   }
@@ -343,7 +346,7 @@ QuantizeReport quantize_model(const QuantizeOptions& requested) {
     const auto t_fp = Clock::now();
     const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
     // Mirror prices (parallel/plan.h): whole block in fp32, tuning state of its Linears, activations.
-    const int64_t block_elems = int64_t(w.bytes() / 4), cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
+    const int64_t block_elems = int64_t(w.bytes() / 4);
     const quant::TuneLane collect =
         lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, kPassSamples).total());
     Imatrix imat;
