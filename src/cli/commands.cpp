@@ -14,6 +14,7 @@
 #include "io/atomic_file.h"
 #include "io/output_guard.h"
 #include "cli/autoround_compat.h"
+#include "cli/launch_command.h"
 #include "cli/model_path.h"
 #include "core/log.h"
 #include "io/mapped_file.h"
@@ -34,6 +35,7 @@ namespace {
 // Runners keyed by subcommand; owned here so option storage outlives parsing.
 struct Registry {
   std::map<CLI::App*, std::function<void()>> runners;
+  std::map<CLI::App*, std::function<int()>> exit_code_runners;  // `launch`: a rank's code is its result
 };
 Registry& registry() {
   static Registry r;  // populated once at startup by main(); read-only afterwards
@@ -391,10 +393,14 @@ void register_logits(CLI::App& app) {
   };
 }
 
-void run_selected(CLI::App& app) {
+void register_launch(CLI::App& app) {
+  add_launch_command(app, [](CLI::App* sub, std::function<int()> run) { registry().exit_code_runners[sub] = run; });
+}
+
+int run_selected(CLI::App& app) {
   for (auto* sub : app.get_subcommands()) {
-    auto it = registry().runners.find(sub);
-    if (it != registry().runners.end()) return it->second();
+    if (auto it = registry().runners.find(sub); it != registry().runners.end()) return it->second(), 0;
+    if (auto it = registry().exit_code_runners.find(sub); it != registry().exit_code_runners.end()) return it->second();
   }
   fail(ErrorKind::InvalidInput, "no subcommand given");
 }

@@ -9,5 +9,7 @@ void register_generate(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_logits(CLI::App& app);
-void run_selected(CLI::App& app);
+void register_launch(CLI::App& app);
+// Runs the parsed subcommand; returns its exit code (0 unless the subcommand is `launch`).
+int run_selected(CLI::App& app);
 }  // namespace ar::cli

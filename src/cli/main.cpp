@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   ar::cli::register_eval(app);
   ar::cli::register_quantize(app);
   ar::cli::register_logits(app);
+  ar::cli::register_launch(app);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (const int rc = ar::cli::handle_top_level(app, args); rc >= 0) return rc;  // --version, --help, typos
   // auto-round style: `autoround --model DIR ...` (no subcommand) means `autoround quantize ...`.
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    ar::cli::run_selected(app);
+    return ar::cli::run_selected(app);  // non-zero only from `launch`: a failed rank's code
   } catch (const ar::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     switch (e.kind()) {

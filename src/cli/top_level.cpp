@@ -41,7 +41,7 @@ int handle_top_level(CLI::App& app, const std::vector<std::string>& args) {
   for (const auto& n : names)
     if (n == args[0]) return -1;
   const std::string near = nearest_word(args[0], names);
-  std::fprintf(stderr, "error: unknown subcommand '%s'%s (subcommands: quantize, convert, eval, generate, logits; "
+  std::fprintf(stderr, "error: unknown subcommand '%s'%s (subcommands: quantize, convert, eval, generate, logits, launch; "
                "`autoround --model DIR ...` quantizes)\n",
                args[0].c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
   return 2;
