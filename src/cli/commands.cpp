@@ -16,6 +16,7 @@
 #include "cli/autoround_compat.h"
 #include "cli/launch_command.h"
 #include "cli/model_path.h"
+#include "cli/quantize_job.h"
 #include "core/log.h"
 #include "io/mapped_file.h"
 #include "io/text_source.h"
@@ -267,6 +268,7 @@ void register_quantize(CLI::App& app) {
     bool disable_opt_rtn = false, quant_lm_head = false, disable_amp = false;
     std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off", amp;
     CompatFlags compat;
+    JobFlags job;
   };
   auto o = std::make_shared<Opt>();
   auto& q = o->q;
@@ -318,6 +320,16 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--overwrite", q.overwrite, "replace an existing output directory");
   sub->add_flag("--resume", q.resume, "keep state in OUTPUT_DIR.partial after every block; rerun the same command to "
                                       "continue after a crash (output byte-identical to an uninterrupted run)");
+  sub->add_option("--master_addr", o->job.master_addr,
+                  "multi-process job: rank 0's rendezvous address (default MASTER_ADDR, or the first Slurm node)");
+  sub->add_option("--master_port", o->job.master_port, "multi-process job: rendezvous port (default MASTER_PORT or 29500)")
+      ->check(CLI::Range(1, 65535));
+  sub->add_option("--timeout", o->job.timeout_s,
+                  "multi-process job: seconds to reach the rendezvous and to declare a silent rank lost (default 60)")
+      ->check(CLI::Range(1.0, 86400.0));
+  sub->add_option("--advertise_addr", o->job.advertise_addr,
+                  "multi-process job: this host's address for the other ranks (default: GLOO_SOCKET_IFNAME's, or the "
+                  "route to the rendezvous)");
   register_compat_flags(sub, o->compat);
   sub->parse_complete_callback([o, sub] {
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
@@ -359,9 +371,7 @@ void register_quantize(CLI::App& app) {
   registry().runners[sub] = [o] {
     auto& qo = o->q;
     qo.model_dir = resolve_model_dir(qo.model_dir);
-    QuantizeReport r = quantize_model(qo);
-    std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
-                 r.peak_rss_mb, qo.output_dir.c_str());
+    run_quantize(qo, o->job);
   };
 }
 

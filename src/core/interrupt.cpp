@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace ar {
@@ -49,14 +50,11 @@ void remove_now(const std::string& path) {
   }
 }
 
-[[noreturn]] void watch(int read_fd) {
-  unsigned char b = 0;
-  while (::read(read_fd, &b, 1) != 1) {
-  }
-  const int sig = b;
+// Prints `header`, removes (or names, when kept) every registered temporary output and ends the process.
+[[noreturn]] void clean_up_and_exit(const std::string& header, int code) {
   Registry& r = registry();
   r.m.lock();  // never unlocked: the process ends below, and no commit may start meanwhile
-  std::fprintf(stderr, "\ninterrupted by %s\n", strsignal(sig));
+  std::fprintf(stderr, "%s\n", header.c_str());
   for (const auto& [id, e] : r.entries) {
     if (e.keep) {
       std::fprintf(stderr, "resume state kept in %s (rerun the same command with --resume to continue)\n", e.path.c_str());
@@ -66,9 +64,19 @@ void remove_now(const std::string& path) {
     }
   }
   std::fflush(stderr);
-  _exit(128 + sig);
+  _exit(code);
+}
+
+[[noreturn]] void watch(int read_fd) {
+  unsigned char b = 0;
+  while (::read(read_fd, &b, 1) != 1) {
+  }
+  const int sig = b;
+  clean_up_and_exit(std::string("\ninterrupted by ") + strsignal(sig), 128 + sig);
 }
 }  // namespace
+
+void exit_with_cleanup(const std::string& message, int code) { clean_up_and_exit(message, code); }
 
 void install_interrupt_cleanup() {
   Registry& r = registry();

@@ -32,6 +32,10 @@ class TempRegistration {
   long id_ = -1;
 };
 
+// Ends the process from any thread as an interrupt would (a lost peer of a multi-process job): prints
+// `message`, removes the registered temporary outputs (kept ones are named) and exits with `code`.
+[[noreturn]] void exit_with_cleanup(const std::string& message, int code);
+
 // Runs `f` while no interrupt cleanup can run: a commit's renames are seen by cleanup either not yet
 // started or finished, never half done.
 void without_interrupt_cleanup(const std::function<void()>& f);

@@ -1,5 +1,7 @@
 #include "pipeline/block_passes.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -19,6 +21,26 @@ const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& line
   if (linear == "mlp.down_proj") return im.at("down_in");
   if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
   return im.at("attn_in");
+}
+
+// Every process's rows (width floats each; shards differ in size by at most a few rows) in rank order.
+std::vector<float> gather_rows(parallel::ProcessLink& procs, const std::vector<float>& mine, int64_t width) {
+  const int P = procs.size();
+  std::vector<int64_t> rows(static_cast<size_t>(P));
+  const int64_t my_rows = int64_t(mine.size()) / width;
+  procs.allgather(&my_rows, sizeof my_rows, rows.data());
+  for (int q = 0; q < P; ++q)  // a peer's count sizes our buffers: checked, not trusted
+    if (rows[size_t(q)] < 0 || rows[size_t(q)] > (int64_t(1) << 31) / std::max<int64_t>(width, 1))
+      fail(ErrorKind::Internal, "imatrix gather: rank " + std::to_string(q) + " reports " +
+                                    std::to_string(rows[size_t(q)]) + " samples");
+  const int64_t most = *std::max_element(rows.begin(), rows.end());
+  std::vector<float> padded(size_t(most * width), 0.f), all(size_t(most * width * P));
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  procs.allgather(padded.data(), padded.size() * sizeof(float), all.data());
+  std::vector<float> out;
+  for (int q = 0; q < P; ++q)
+    out.insert(out.end(), all.begin() + q * most * width, all.begin() + (q * most + rows[size_t(q)]) * width);
+  return out;
 }
 
 void dispatch(Context& home, const quant::TuneLane& lane, const std::function<void(Context&, int, int)>& fn) {
@@ -72,6 +94,8 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
     }
   });
   if (!imat) return;
+  if (lane.procs) per_sample = gather_rows(*lane.procs, per_sample, width);
+  n = int64_t(per_sample.size()) / width;
   const char* keys[] = {"attn_in", "o_in", "mlp_in", "down_in"};
   int64_t off = 0;
   for (int k = 0; k < 4; ++k) {
@@ -103,9 +127,11 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
   const int64_t M = int64_t(r.layers.size());
   quant::TuneLane l = lane;  // the plan gives at most one rank per module
   AR_CHECK(!lane.parallel() || lane.world <= M, "search world exceeds the module count");
+  const int P = lane.processes(), p = lane.procs ? lane.procs->rank() : 0;
+  if (lane.procs) l = quant::TuneLane{};  // processes split the modules; each searches its own serially
   std::vector<Tensor> q(static_cast<size_t>(M));
   dispatch(home, l, [&](Context& ctx, int rank, int world) {
-    for (int64_t m = M * rank / world; m < M * (rank + 1) / world; ++m) {
+    for (int64_t m = M * (p * world + rank) / (P * world); m < M * (p * world + rank + 1) / (P * world); ++m) {
       auto& L = r.layers[size_t(m)];
       const float* W = targets[size_t(m)]->f32();
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
@@ -119,6 +145,13 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
       }
     }
   });
+  for (int64_t m = 0; lane.procs && m < M; ++m) {  // every process gets every module's result
+    int owner = 0;  // the process whose range [o M / P, (o + 1) M / P) holds m
+    while (M * (owner + 1) / P <= m) ++owner;
+    auto& L = r.layers[size_t(m)];
+    if (owner != p) q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, home);
+    for (Tensor* t : {&q[size_t(m)], &L.scale, &L.zero}) lane.procs->broadcast(t->raw(), t->nbytes(), owner);
+  }
   for (int64_t m = 0; m < M; ++m) *targets[size_t(m)] = q[size_t(m)].clone(home);  // copied back to the home block
   return r;
 }

@@ -23,12 +23,16 @@ namespace ar {
 using Imatrix = std::map<std::string, std::vector<float>>;
 
 // x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
+// In a multi-process job (lane.procs) x and y hold this process's shard, and the imatrix is the sum over
+// the whole pool: every process's per-sample sums are gathered and added in sample order, as serially.
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
                        Imatrix* imat = nullptr);
 
 // --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
-// is given, else plain RTN (min/max scale, rounding to nearest).
+// is given, else plain RTN (min/max scale, rounding to nearest). In a multi-process job process p
+// searches modules [p M / P, (p + 1) M / P) (serially, on `home`) and each module's result is broadcast
+// from the process that searched it.
 quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
                                  const quant::QuantFormat& fmt, const Imatrix* im,
                                  const std::function<bool(const std::string&)>& quantize_layer);

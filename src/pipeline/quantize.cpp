@@ -1,247 +1,414 @@
+// The quantization run as named stages shared by every lane: serial, in-process data-parallel and
+// multi-process runs are this one code path (docs/ARCHITECTURE.md, docs/distributed.md).
+//   plan       options resolved against the model and the CPU; the output checked (rank 0)
+//   calibrate  the calibration tokens (every process builds them all), the handshake, this process's
+//              shard of the pool, the start summary
+//   start      the resume state restored, or the embeddings of this process's samples
+//   per block  collect (FP targets, imatrix), tune or search, the q-chain, pack (rank 0), resume state
+//   finish     final norm and lm_head, the outputs committed, the summary and the report
+// In a multi-process job every process tunes the same block on its shard; the tuned weights are the
+// same bits everywhere (one tree-summed gradient per iteration), so rank 0 alone packs and writes.
 #include "pipeline/quantize.h"
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
-#include <cmath>
-#include <cstring>
-#include <filesystem>
-#include <functional>
-#include <map>
-#include <nlohmann/json.hpp>
+#include <iterator>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
-#include "core/hash.h"
 #include "core/log.h"
-#include "export/shard_writer.h"
+#include "dist/job.h"
 #include "io/atomic_file.h"
-#include "io/json_file.h"
-#include "io/mapped_file.h"
 #include "kernels/cpu/bf16_ops.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "model/loader.h"
 #include "model/rope_table.h"
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
+#include "pipeline/job_identity.h"
 #include "pipeline/lane_planner.h"
-#include "pipeline/outputs.h"
 #include "pipeline/option_limits.h"
 #include "pipeline/progress.h"
 #include "pipeline/report.h"
 #include "pipeline/resume_state.h"
 #include "pipeline/run_estimate.h"
-#include "pipeline/run_summary.h"
-#include "quant/tune_linear.h"
+#include "pipeline/run_steps.h"
+#include "pipeline/shard_stream.h"
 
 namespace ar {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
+constexpr int64_t kBlockLinears = 7;          // q, k, v, o, gate, up, down: the search's items at most
+// The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
+// allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
+// micro-batch (8 samples of 512 tokens of a 1B block need ~1.2 GB of activations); the GEMMs keep
+// >= 256 rows per unit either way.
+constexpr int64_t kPassSamples = 1;
 
-// NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
-void check_finite(const Tensor& t, const std::string& what) {
-  const bool bf16 = t.dtype() == DType::BF16;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(bf16 ? bf16_to_f32(t.data<uint16_t>()[i]) : t.f32()[i]))
-      fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+class QuantizeRun {
+ public:
+  QuantizeRun(const QuantizeOptions& requested, dist::Job* job)
+      : requested_(requested), job_(job), procs_(job ? &job->link() : nullptr) {}
+  QuantizeReport run();
+
+ private:
+  bool root() const { return !job_ || job_->rank() == 0; }
+  int processes() const { return job_ ? job_->size() : 1; }
+  void plan();
+  void calibrate();
+  void check_process_split() const;
+  void summary_head();
+  void summary_tail();
+  void start();
+  bool restore();
+  void block(int64_t b);
+  quant::BlockTuneResult tune_or_search(BlockWeights& w, const std::set<std::string>& selected, int64_t tuned_elems,
+                                        const Imatrix* imat, BlockReport& br);
+  void save_resume(int64_t next_block);
+  void gather_rank_metrics(BlockReport& br);
+  void finish();
+  std::vector<size_t> shard_bytes() const;
+
+  const QuantizeOptions& requested_;
+  dist::Job* job_;
+  parallel::ProcessLink* procs_;
+  Clock::time_point t_start_ = Clock::now();
+  QuantizeOptions opt_;
+  AmpChoice amp_;
+  DType act_dtype_ = DType::F32;
+  std::unique_ptr<HfModel> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  QuantizeReport rep_;
+  bool lm_head_q_ = false;
+  LayerRules rules_;
+  std::string report_path_;
+  std::optional<AtomicDir> out_;           // rank 0
+  std::unique_ptr<OutputSet> outputs_;     // rank 0
+  std::unique_ptr<ResumeKeeper> keeper_;   // rank 0 with --resume
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<LanePlanner> lanes_;
+  std::unique_ptr<Progress> progress_;     // rank 0
+  quant::CalibData calib_;
+  nlohmann::ordered_json fingerprint_;
+  int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
+  parallel::ProcessShard shard_;           // this process's samples (the whole pool when serial)
+  BlockDims dims_;
+  RopeTable rope_;
+  std::vector<int32_t> pos_;
+  std::vector<uint8_t> loss_mask_;         // the whole pool's [n * T]
+  Tensor x_fp_, y_fp_, x_q_, tmp_;         // this process's shard: [samples, T, C]
+};
+
+void QuantizeRun::plan() {
+  validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
+  amp_ = choose_amp(requested_.amp);
+  opt_ = requested_;
+  opt_.tune.amp = amp_.on;
+  act_dtype_ = amp_.on ? DType::BF16 : DType::F32;  // calibration activations
+  parse_formats(opt_);  // known, not repeated, writable with these bits
+  quant::make_qdq_shape(1, 32, opt_.fmt.bits, opt_.fmt.group_size, opt_.fmt.sym);  // validates bits and group size
+  model_ = HfModel::open(opt_.model_dir);
+  const ModelConfig& cfg = model_->config();
+  if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
+  tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
+  steps::adapt_group_size(opt_, cfg, rep_);
+  lm_head_q_ = steps::decide_lm_head(opt_, *model_, rep_);
+  if (lm_head_q_ && processes() > 1)
+    fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
+                                 "the whole calibration pool); run it with one process");
+  rules_ = LayerRules::of(opt_);
+  if (!root()) return;  // only rank 0 writes: only its output is checked and created
+  out_.emplace(steps::output_spec(opt_, &report_path_));  // checked, temporary created: before any work
+  if (!out_->note().empty()) steps::note(rep_, out_->note());
 }
 
-// The calibration activations' embeddings, sample by sample (x is fp32 or bf16).
-void embed(Context& ctx, const Tensor& emb, const std::vector<int32_t>& ids, Tensor& x, int64_t n, int64_t T,
-           int64_t C) {
-  if (x.dtype() == DType::F32) return cpu::embedding_fwd(ctx, emb.f32(), ids.data(), x.f32(), n * T, C);
-  Tensor row = Tensor::empty({T, C}, DType::F32, ctx);
-  for (int64_t s = 0; s < n; ++s) {
-    cpu::embedding_fwd(ctx, emb.f32(), ids.data() + s * T, row.f32(), T, C);
-    cpu::fp32_to_bf16(ctx, row.f32(), x.data<uint16_t>() + s * T * C, T * C);
+// Process p holds the pool samples of its batch positions (parallel/process_link.h): the shards stay
+// where they are used for the whole run, so per-process activation memory is ~1/P of serial.
+void QuantizeRun::check_process_split() const {
+  const int P = processes();
+  if (P == 1) return;
+  if (P > B_)
+    fail(ErrorKind::InvalidInput, "multi-process job of " + std::to_string(P) + " processes: the global batch holds " +
+                                      std::to_string(B_) + " samples (each process needs at least one)");
+  if (opt_.tune.deterministic && opt_.tune.iters > 0 && (!power_of_two(P) || B_ % P))
+    fail(ErrorKind::InvalidInput, "--deterministic true: a multi-process job needs a power-of-two process count "
+                                  "dividing the global batch (" + std::to_string(B_) + "), not " + std::to_string(P) +
+                                      " (or --deterministic false)");
+}
+
+void QuantizeRun::calibrate() {
+  const ModelConfig& cfg = model_->config();
+  quant::CalibOptions calib_opt = opt_.calib;
+  calib_opt.max_context = cfg.max_position_embeddings;
+  calib_ = quant::build_calibration(*tok_, calib_opt);
+  for (const auto& n : calib_.notes) steps::note(rep_, n);
+  rep_.nsamples = calib_.n;
+  rep_.processes = processes();
+  rep_.seqlen = calib_.seqlen;
+  n_ = calib_.n, T_ = calib_.seqlen, C_ = cfg.hidden_size;
+  fingerprint_ = steps::run_fingerprint(opt_, calib_, lm_head_q_, processes());
+  if (job_) {
+    job_->handshake(job_identity(fingerprint_, opt_.model_dir));
+    log_info("handshake: " + std::to_string(processes()) + " processes agree on build, options, model and calibration");
   }
+  bs_ = std::min<int64_t>(opt_.tune.batch_size, n_);
+  B_ = std::min<int64_t>(n_, bs_ * std::max(1, opt_.tune.gradient_accumulate_steps));  // global batch
+  check_process_split();
+  shard_ = parallel::process_shard(n_, B_, job_ ? job_->rank() : 0, processes());
+  while ((int64_t(1) << (levels_ - 1)) < B_) ++levels_;  // of the deterministic gradient tree
+  dims_ = cfg.block_dims();
+  cache_per_sample_ = T_ * (8 * C_ + 4 * dims_.I + dims_.H * T_);  // a block's forward cache per sample
+  rope_ = make_rope_table(cfg, T_);
+  pos_.resize(size_t(n_ * T_));
+  for (int64_t i = 0; i < n_ * T_; ++i) pos_[size_t(i)] = int32_t(i % T_);
+  loss_mask_.assign(size_t(n_ * T_), 1);
+  for (int64_t s = 0; s < n_; ++s) loss_mask_[size_t(s * T_ + T_ - 1)] = 0;  // the last position never counts
 }
 
-Tensor as_f32(const Tensor& t, Context& ctx) { return t.dtype() == DType::F32 ? t : t.to(DType::F32, ctx); }
-
-// The output's rules (io/output_guard.h): inputs are the model and the --dataset files; the report
-// path is checked too (an existing one is replaced only with --overwrite and only if it is ours).
-OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path) {
-  OutputSpec spec;
-  spec.path = opt.output_dir;
-  spec.overwrite = opt.overwrite;
-  spec.resumable = opt.resume;
-  spec.inputs = {opt.model_dir};
-  if (!opt.calib.dataset.empty())
-    for (const auto& src : quant::parse_dataset_spec(opt.calib.dataset)) spec.inputs.push_back(src.path);
-  if (!opt.report_path.empty())
-    *report_path = check_output_file(opt.report_path, "--report", opt.overwrite, spec.inputs, is_report_file);
-  return spec;
+void QuantizeRun::summary_head() {
+  for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_)) log_info(line);
+  log_info(amp_.line);
+  if (job_)
+    log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +
+             ") holds samples [" + std::to_string(shard_.sample_begin) + ", " + std::to_string(shard_.sample_end) +
+             ") for batch positions [" + std::to_string(shard_.pos_begin) + ", " + std::to_string(shard_.pos_end) + ")");
 }
 
-// Everything that determines the output; a resume state from other options is refused. Paths are
-// canonical and the calibration enters as a checksum of its tokens, so a resume works from any
-// current directory.
-nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::CalibData& calib, bool lm_head_q) {
-  const uint64_t tokens = hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]));
-  return {{"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
-          {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
-          {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
-          {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
-          {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
-          {"calibration", {{"n", calib.n}, {"seqlen", calib.seqlen}, {"tokens_hash", hex64(tokens)}}},
-          {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
-          {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic}, {"amp", opt.tune.amp},
-          // Without --deterministic the bits depend on the world, so a resume must keep it.
-          {"parallel", opt.tune.deterministic ? "any" : opt.parallel.str() + "@" + opt.devices}};
+// The lane's plan for the main phase and the time estimate (after a restore: the blocks left).
+void QuantizeRun::summary_tail() {
+  const ModelConfig& cfg = model_->config();
+  const int64_t lin = block_linear_params(cfg);
+  const int64_t tune_items = B_ / processes();  // this process's batch positions
+  log_info(opt_.tune.iters > 0
+               ? lanes_->plan_line(parallel::Phase::Tune, tune_items,
+                                   parallel::price_mirror(lin + 2 * C_, lin, opt_.tune.deterministic ? int(levels_) : 1,
+                                                          cache_per_sample_, opt_.tune.deterministic ? 1 : bs_)
+                                       .total())
+               : lanes_->plan_line(parallel::Phase::Search, kBlockLinears,
+                                   parallel::price_mirror(lin + 2 * C_, 0, 0, 0, 0).total()));
+  log_info(time_estimate_line(run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_),
+                              measure_rates(*ctx_, cfg, opt_.tune.amp), opt_.tune.amp));
 }
 
-// What a resume state's writer may hold: a model tensor with the model's shape, or the packed tensors
-// (qweight, qzeros, scales, g_idx) of one of the model's Linears.
-std::function<std::string(const std::string&, const std::vector<int64_t>&)> resume_tensor_check(const HfModel& m) {
-  return [&m](const std::string& name, const std::vector<int64_t>& shape) -> std::string {
-    if (const StTensorInfo* info = m.info(name))
-      return info->shape == shape ? "" : "shape " + shape_str(shape) + " differs from the model's " + shape_str(info->shape);
-    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
-      const std::string sfx = suffix;
-      if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
-        return m.has(name.substr(0, name.size() - sfx.size()) + ".weight") ? "" : "packs no Linear of the model";
-    }
-    return "not a tensor of the model";
-  };
+std::vector<size_t> QuantizeRun::shard_bytes() const {
+  std::vector<size_t> b;
+  for (int q = 0; q < processes(); ++q)
+    b.push_back(size_t(parallel::process_shard(n_, B_, q, processes()).samples() * T_ * C_) * dtype_size(act_dtype_));
+  return b;
 }
 
-
-// A note for the log and the report.
-void note(QuantizeReport& rep, const std::string& s) {
-  log_info(s);
-  rep.notes.push_back(s);
-}
-
-// The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
-void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
-  const int64_t g = loadable_group_size(cfg, opt), was = opt.fmt.group_size;
-  if (g == was) return;
-  note(rep, "group_size " + std::to_string(was) + " -> " + std::to_string(g) +
-                " for this model: some Linears' in_features are not a multiple of " + std::to_string(was) +
-                " and loaders need whole groups; --group_size " + std::to_string(was) +
-                " keeps it and leaves those Linears in 16 bit");
-  opt.fmt.group_size = g;
-}
-
-// Whether lm_head is tuned and packed: only with --quant_lm_head, under AutoRound's rules and the
-// loaders' (decided before anything is written; a skip is a note, auto_awq a refusal).
-bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeReport& rep) {
-  if (!opt.quant_lm_head) return false;
-  const ModelConfig& cfg = model.config();
-  const std::vector<std::string> formats = parse_formats(opt);
-  if (std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
-    fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
-  std::string why;
-  if (cfg.tie_word_embeddings || !model.has("lm_head.weight"))
-    why = "tied to the embeddings; AutoRound never quantizes a tied lm_head";
-  else if (cfg.vocab_size % 32 || cfg.hidden_size % 32)
-    why = "shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) + "] not a multiple of 32";
-  for (const auto& f : opt.fp_layers)
-    if (why.empty() && !f.empty() && std::string("lm_head").find(f) != std::string::npos) why = "--fp_layers " + f;
-  for (const auto& f : formats)
-    if (why.empty()) why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size);
-  if (why.empty()) return true;
-  note(rep, "--quant_lm_head: lm_head kept in 16 bit (" + why + ")");
-  return false;
-}
-
-// lm_head tuned like a block (quant/tune_linear.h): input the final-normed quantized chain, target
-// the FP lm_head on the final-normed FP chain; packed into every output.
-void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt, const Tensor& x_fp, const Tensor& x_q,
-                  int64_t T, const std::vector<uint8_t>& loss_mask, OutputSet& outputs, QuantizeReport& rep) {
-  const auto t0 = Clock::now();
-  const ModelConfig& cfg = model.config();
-  const int64_t n = x_fp.dim(0), C = cfg.hidden_size;
-  Tensor norm = model.load_final_norm(ctx), head = model.load_lm_head(ctx);
-  const Tensor chain = as_f32((opt.quanted_input && x_q.defined()) ? x_q : x_fp, ctx), fp = as_f32(x_fp, ctx);
-  Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
-  Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
-  cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-  cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-  quant::BlockTuneResult tr = quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
-  outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
-  rep.lm_head_quantized = true;
-  rep.lm_head_loss_first = tr.loss_first;
-  rep.lm_head_loss_best = tr.loss_best;
-  rep.lm_head_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  char line[160];
-  std::snprintf(line, sizeof line, "lm_head: loss %.6g -> %.6g at iter %d, %.1f s", tr.loss_first, tr.loss_best,
-                tr.best_iter, rep.lm_head_seconds);
-  log_info(line);
-}
-
-// AutoRound's layer rules and the loaders', decided once per block: the Linears to quantize (their
-// short names, e.g. mlp.down_proj) and their element count; br lists both kinds with the reasons.
-std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
-                                        BlockReport& br, int64_t* tuned_elems) {
-  std::set<std::string> selected;
-  *tuned_elems = 0;
-  for (auto& [nm, t] : quant::block_linears(w)) {
-    const std::string full = prefix + nm;
-    const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
-    if (!why.empty()) {
-      br.kept_fp.push_back(full + " (" + why + ")");
+// Rank 0 validates and reads the state; the other processes receive their shards of it.
+bool QuantizeRun::restore() {
+  if (!job_) {
+    start_block_ = keeper_->restore(x_fp_, x_q_, outputs_->resume_outputs(), *ctx_);
+    return start_block_ > 0;
+  }
+  std::optional<ResumeState> st;
+  if (root()) st = keeper_->load(outputs_->resume_outputs());
+  int64_t head[2] = {st ? st->next_block : 0, st && !st->x_q.empty()};  // next block, x_q saved
+  procs_->broadcast(head, sizeof head, 0);
+  start_block_ = head[0];
+  if (start_block_ == 0) return false;
+  ShardStream stream(*procs_, shard_bytes());
+  if (head[1]) x_q_ = Tensor::empty(x_fp_.shape(), x_fp_.dtype(), *ctx_);
+  for (Tensor* t : {&x_fp_, &x_q_}) {
+    if (!t->defined()) continue;
+    if (!root()) {
+      stream.receive(*t);
       continue;
     }
-    br.quantized.push_back(full);
-    selected.insert(nm);
-    *tuned_elems += t->numel();
+    const bool fp = t == &x_fp_;
+    size_t total = 0;
+    for (size_t b : shard_bytes()) total += b;
+    keeper_->read_act(fp ? st->x_fp : st->x_q, fp ? st->x_fp_hash : st->x_q_hash, total, stream.scatter(*t));
   }
-  return selected;
+  if (root()) keeper_->restore_outputs(*st, outputs_->resume_outputs());
+  return true;
 }
 
-void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
-  const auto& p = tr.phases;
-  for (const auto& [k, v] : {std::pair{"tune_qdq", p.qdq}, {"tune_forward", p.forward}, {"tune_backward", p.backward},
-                             {"tune_step", p.step}, {"tune_mirrors", p.mirrors}, {"tune_warmup", p.warmup},
-                             {"tune_exchange", p.exchange}, {"tune_teardown", p.teardown}})
-    br.phase_seconds[k] = v;
-  br.exchange_bytes = p.exchange_bytes;
-  br.loss_first = tr.loss_first;
-  br.loss_best = tr.loss_best;
-  br.best_iter = tr.best_iter;
+void QuantizeRun::start() {
+  ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
+  lanes_ = std::make_unique<LanePlanner>(opt_, ctx_->device(), shard_.samples(), rep_.notes);
+  if (root()) {
+    outputs_ = std::make_unique<OutputSet>(opt_, out_->tmp(), kShardBytes);
+    if (opt_.resume) outputs_->keep_files();
+    keeper_ = std::make_unique<ResumeKeeper>(
+        out_->tmp(), ResumeExpect{fingerprint_, model_->config().num_layers, outputs_->size(),
+                                  steps::resume_tensor_check(*model_)});
+  }
+  const int64_t rows = shard_.samples();
+  x_fp_ = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
+  y_fp_ = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
+  if (opt_.resume && restore()) {
+    if (root()) out_->keep();
+    log_info("resuming " + (root() ? out_->path() : opt_.output_dir) + " after block " + std::to_string(start_block_) +
+             "/" + std::to_string(model_->config().num_layers));
+    rep_.notes.push_back("resumed after block " + std::to_string(start_block_));
+  } else {
+    Tensor emb = model_->load_embeddings(*ctx_);
+    steps::embed(*ctx_, emb, calib_.ids.data() + shard_.sample_begin * T_, x_fp_, rows, T_, C_);
+    if (root()) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
+  }
+  summary_tail();
+  if (root())
+    progress_ = std::make_unique<Progress>(model_->config().num_layers, start_block_, isatty(STDERR_FILENO) != 0,
+                                           opt_.progress_interval_s);
 }
 
-// Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
-// kept in 16 bit recorded, every other tensor of the block copied unchanged.
-void write_block(Context& ctx, const HfModel& model, const std::string& prefix, const quant::BlockTuneResult& tr,
-                 const BlockReport& br, OutputSet& outputs) {
-  std::set<std::string> done;
-  for (const auto& L : tr.layers) {
-    done.insert(prefix + L.name + ".weight");
-    outputs.add_linear(ctx, prefix + L.name, L);
+quant::BlockTuneResult QuantizeRun::tune_or_search(BlockWeights& w, const std::set<std::string>& selected,
+                                                   int64_t tuned_elems, const Imatrix* imat, BlockReport& br) {
+  auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
+  const int64_t block_elems = int64_t(w.bytes() / 4);
+  quant::TuneLane lane;
+  if (opt_.tune.iters == 0) {
+    lane = lanes_->lane(parallel::Phase::Search, int64_t(selected.size()),
+                        parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
+  } else {
+    lane = lanes_->lane(parallel::Phase::Tune, B_ / processes(),
+                        parallel::price_mirror(block_elems, tuned_elems, opt_.tune.deterministic ? int(levels_) : 1,
+                                               cache_per_sample_, opt_.tune.deterministic ? 1 : bs_)
+                            .total());
   }
-  for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
-  for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
-                        "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                        "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
-                        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
-    const std::string name = prefix + t;
-    if (!done.count(name) && model.has(name)) outputs.copy_tensor(model, name, ctx);
+  (opt_.tune.iters == 0 ? br.world_search : br.world_tune) = (lane.parallel() ? lane.world : 1) * processes();
+  lane.procs = procs_;
+  lane.sample_base = shard_.sample_begin;
+  lane.pool = n_;
+  if (opt_.tune.iters == 0) return rtn_block(*ctx_, lane, w, opt_.fmt, imat, quantize_layer);
+  quant::SignRoundOptions tune = opt_.tune;
+  if (progress_)
+    tune.progress = [this](int it, int iters, double loss, double best) { progress_->iteration(it, iters, loss, best); };
+  const Tensor& x_in = (opt_.quanted_input && x_q_.defined()) ? x_q_ : x_fp_;
+  BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  return quant::signround_tune_block(*ctx_, dims_, w, opt_.fmt, aux, x_in, y_fp_, loss_mask_, tune, lane,
+                                     quantize_layer);
+}
+
+void QuantizeRun::block(int64_t b) {
+  const auto t0 = Clock::now();
+  const std::string prefix = HfModel::layer_prefix(b);
+  BlockWeights w = model_->load_block(b, *ctx_);
+  for (auto& [nm, t] : quant::block_linears(w)) steps::check_finite(*t, prefix + nm + ".weight");
+  steps::check_finite(w.ln1, prefix + "input_layernorm.weight");
+  steps::check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
+  const auto t_fp = Clock::now();
+  const bool opt_rtn = opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8;
+  const int64_t rows = shard_.samples();
+  quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
+                                         parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
+  collect.procs = procs_;
+  BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  Imatrix imat;
+  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp, opt_rtn ? &imat : nullptr);
+  steps::check_finite(y_fp_, "block " + std::to_string(b) + " (" + prefix + ") FP output");
+  BlockReport br;
+  br.index = b;
+  br.world_collect = (collect.parallel() ? collect.world : 1) * processes();
+  int64_t tuned_elems = 0;
+  const std::set<std::string> selected = steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
+  if (progress_) progress_->start_block(b);
+  const auto t_tune = Clock::now();
+  br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
+  quant::BlockTuneResult tr = tune_or_search(w, selected, tuned_elems, opt_rtn ? &imat : nullptr, br);
+  if (progress_) progress_->end_block();
+  const auto t_q = Clock::now();
+  br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
+  steps::record_tuning(tr, br);
+  if (opt_.quanted_input && opt_.tune.iters > 0) {  // RTN needs no tuning input
+    const Tensor& x_in = x_q_.defined() ? x_q_ : x_fp_;
+    if (!x_q_.defined()) x_q_ = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
+    tmp_ = x_in.clone(*ctx_);
+    collect.procs = nullptr;  // per sample: no statistics to gather
+    block_forward_all(*ctx_, collect, dims_, w, aux, tmp_, x_q_, rows, kPassSamples, opt_.tune.amp);
+    steps::check_finite(x_q_, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
+  }
+  std::swap(x_fp_, y_fp_);
+  const auto t_pack = Clock::now();
+  br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
+  if (root()) steps::write_block(*ctx_, *model_, prefix, tr, br, *outputs_);
+  br.phase_seconds["pack_write"] = seconds_since(t_pack);
+  br.seconds = seconds_since(t0);
+  br.peak_rss_mb = peak_rss_mb();
+  if (procs_) gather_rank_metrics(br);
+  steps::log_block(br, model_->config().num_layers, tr, opt_.tune.iters > 0 && opt_.verbose);
+  rep_.blocks.push_back(std::move(br));
+  if (opt_.resume) save_resume(b + 1);
+}
+
+// Every process's phase seconds, exchange bytes and peak RSS of this block, for the report.
+void QuantizeRun::gather_rank_metrics(BlockReport& br) {
+  static const char* kKeys[] = {"fp_forward", "tune", "q_forward", "tune_forward", "tune_backward", "tune_exchange"};
+  constexpr size_t kN = std::size(kKeys) + 2;
+  std::array<double, kN> mine{};
+  for (size_t k = 0; k < std::size(kKeys); ++k)
+    mine[k] = br.phase_seconds.count(kKeys[k]) ? br.phase_seconds.at(kKeys[k]) : 0.0;
+  mine[kN - 2] = double(br.exchange_bytes);
+  mine[kN - 1] = br.peak_rss_mb;
+  std::vector<double> all(kN * size_t(processes()));
+  procs_->allgather(mine.data(), sizeof mine, all.data());
+  for (int q = 0; q < processes(); ++q) {
+    std::map<std::string, double> m;
+    for (size_t k = 0; k < std::size(kKeys); ++k) m[kKeys[k]] = all[size_t(q) * kN + k];
+    m["exchange_bytes"] = all[size_t(q) * kN + kN - 2];
+    m["peak_rss_mb"] = all[size_t(q) * kN + kN - 1];
+    br.ranks.push_back(std::move(m));
   }
 }
 
-// The block's log line, and with --verbose its tuning phases.
-void log_block(const BlockReport& br, int64_t blocks, const quant::BlockTuneResult& tr, bool verbose) {
-  char line[256];
-  std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
-                (long long)(br.index + 1), (long long)blocks, br.loss_first, br.loss_best, br.best_iter, br.seconds,
-                br.peak_rss_mb);
-  log_info(line);
-  if (!verbose) return;
-  const auto& p = tr.phases;
-  std::snprintf(line, sizeof line,
-                "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
-                "(%.1f MB) step %.3f teardown %.3f s",
-                (long long)(br.index + 1), br.world_tune, p.mirrors, p.warmup, p.forward, p.backward, p.exchange,
-                double(p.exchange_bytes) / 1e6, p.step, p.teardown);
-  log_info(line);
+// Rank 0 writes the state; in a multi-process job it streams every process's shards into it.
+void QuantizeRun::save_resume(int64_t next_block) {
+  if (!job_) {
+    keeper_->save(next_block, x_fp_, x_q_, outputs_->resume_outputs());
+    out_->keep();
+    return;
+  }
+  ShardStream fp(*procs_, shard_bytes()), q(*procs_, shard_bytes());
+  if (!root()) {
+    fp.send(x_fp_);
+    if (x_q_.defined()) q.send(x_q_);
+    return;
+  }
+  const ActSource src_fp = fp.gather(x_fp_);
+  const ActSource src_q = x_q_.defined() ? q.gather(x_q_) : ActSource{};
+  keeper_->save(next_block, src_fp, x_q_.defined() ? &src_q : nullptr, outputs_->resume_outputs());
+  out_->keep();
+}
+
+void QuantizeRun::finish() {
+  if (procs_) procs_->sum_tree(1.0);  // a barrier: every process finished its blocks before rank 0 publishes
+  if (root()) {
+    outputs_->copy_tensor(*model_, "model.norm.weight", *ctx_);
+    if (lm_head_q_) {
+      steps::tune_lm_head(*ctx_, *model_, opt_, x_fp_, x_q_, T_, loss_mask_, *outputs_, rep_);
+    } else if (model_->has("lm_head.weight")) {
+      outputs_->copy_tensor(*model_, "lm_head.weight", *ctx_);
+    }
+    outputs_->finish(opt_, calib_.seqlen, lm_head_q_);
+    if (opt_.resume) keeper_->discard();  // the resume state is not part of the output
+  }
+  if (root()) out_->commit();
+  rep_.seconds = seconds_since(t_start_);
+  rep_.peak_rss_mb = peak_rss_mb();
+  for (const auto& line : summary_table(rep_.blocks, rep_.seconds, rep_.peak_rss_mb)) log_info(line);
+  if (root() && !report_path_.empty()) write_report(opt_, rep_, report_path_);
+}
+
+QuantizeReport QuantizeRun::run() {
+  plan();
+  calibrate();
+  summary_head();
+  start();
+  for (int64_t b = start_block_; b < model_->config().num_layers; ++b) block(b);
+  finish();
+  return std::move(rep_);
 }
 }  // namespace
 
@@ -255,168 +422,6 @@ AmpChoice choose_amp(const std::optional<bool>& requested) {
                     "; " + why + "): bf16 GEMM operands with fp32 accumulation, bf16 calibration activations"};
 }
 
-QuantizeReport quantize_model(const QuantizeOptions& requested) {
-  const auto t_start = Clock::now();
-  validate_quantize_options(requested);  // counts and rates in range (option_limits.h)
-  const AmpChoice amp = choose_amp(requested.amp);
-  QuantizeOptions resolved = requested;
-  resolved.tune.amp = amp.on;
-  const QuantizeOptions& opt = resolved;
-  const DType act_dtype = amp.on ? DType::BF16 : DType::F32;  // calibration activations
-  parse_formats(opt);  // known, not repeated, writable with these bits
-  quant::make_qdq_shape(1, 32, opt.fmt.bits, opt.fmt.group_size, opt.fmt.sym);  // validates bits and group size
-  auto model = HfModel::open(opt.model_dir);
-  const ModelConfig& cfg = model->config();
-  if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt.model_dir + ": the model is already quantized");
-  auto tok = load_tokenizer(*model);  // ids checked against vocab_size
-  QuantizeReport rep;
-  adapt_group_size(resolved, cfg, rep);
-  const bool lm_head_q = decide_lm_head(opt, *model, rep);
-  const LayerRules rules = LayerRules::of(opt);
-  std::string report_path;
-  AtomicDir out(output_spec(opt, &report_path));  // checked, temporary created: before any work
-  if (!out.note().empty()) note(rep, out.note());
-  quant::CalibOptions calib_opt = opt.calib;
-  calib_opt.max_context = cfg.max_position_embeddings;
-  quant::CalibData calib = quant::build_calibration(*tok, calib_opt);
-  for (const auto& n : calib.notes) note(rep, n);
-  rep.nsamples = calib.n;
-  rep.seqlen = calib.seqlen;
-  const int64_t n = calib.n, T = calib.seqlen, C = cfg.hidden_size;
-  for (const auto& line : run_summary(cfg, opt, n, T, lm_head_q)) log_info(line);
-  log_info(amp.line);
-  Context ctx(Device{}, opt.threads);
-  LanePlanner lanes(opt, ctx.device(), n, rep.notes);
-  OutputSet outputs(opt, out.tmp(), kShardBytes);
-  if (opt.resume) outputs.keep_files();
-
-  Tensor x_fp = Tensor::empty({n, T, C}, act_dtype, ctx), y_fp = Tensor::empty({n, T, C}, act_dtype, ctx);
-  Tensor x_q, tmp;
-  ResumeKeeper keeper(out.tmp(),
-                      {run_fingerprint(opt, calib, lm_head_q), cfg.num_layers, outputs.size(), resume_tensor_check(*model)});
-  const int64_t start_block = opt.resume ? keeper.restore(x_fp, x_q, outputs.resume_outputs(), ctx) : 0;
-  if (start_block > 0) out.keep();
-  if (start_block > 0) {
-    log_info("resuming " + out.path() + " after block " + std::to_string(start_block) + "/" +
-             std::to_string(cfg.num_layers));
-    rep.notes.push_back("resumed after block " + std::to_string(start_block));
-  } else {
-    Tensor emb = model->load_embeddings(ctx);
-    embed(ctx, emb, calib.ids, x_fp, n, T, C);
-    outputs.copy_tensor(*model, "model.embed_tokens.weight", ctx);
-  }
-  RopeTable rope = make_rope_table(cfg, T);
-  std::vector<int32_t> pos(static_cast<size_t>(n * T));
-  for (int64_t i = 0; i < n * T; ++i) pos[size_t(i)] = int32_t(i % T);
-  BlockAux<float> aux{1, T, pos.data(), rope.cos.data(), rope.sin.data(), nullptr};
-  std::vector<uint8_t> loss_mask(size_t(n * T), 1);
-  for (int64_t s = 0; s < n; ++s) loss_mask[size_t(s * T + T - 1)] = 0;  // the last position never counts
-  const BlockDims dims = cfg.block_dims();
-  const int64_t bs = std::min<int64_t>(opt.tune.batch_size, n);
-  const int64_t B = std::min<int64_t>(n, bs * std::max(1, opt.tune.gradient_accumulate_steps));  // global batch
-  int levels = 1;  // of the deterministic gradient tree
-  while ((int64_t(1) << (levels - 1)) < B) ++levels;
-  // Mirror prices (parallel/plan.h): the block's forward cache per sample.
-  const int64_t cache_per_sample = T * (8 * C + 4 * dims.I + dims.H * T);
-  constexpr int64_t kBlockLinears = 7;  // q, k, v, o, gate, up, down: the search's items at most
-  {  // the rest of the start summary: the lane's plan for the main phase and the time estimate
-    const int64_t lin = block_linear_params(cfg), cache = cache_per_sample;
-    log_info(opt.tune.iters > 0
-                 ? lanes.plan_line(parallel::Phase::Tune, B,
-                                   parallel::price_mirror(lin + 2 * C, lin, opt.tune.deterministic ? levels : 1, cache,
-                                                          opt.tune.deterministic ? 1 : bs).total())
-                 : lanes.plan_line(parallel::Phase::Search, kBlockLinears, parallel::price_mirror(lin + 2 * C, 0, 0, 0, 0).total()));
-    log_info(time_estimate_line(run_work(cfg, opt, n, T, cfg.num_layers - start_block),
-                                measure_rates(ctx, cfg, opt.tune.amp), opt.tune.amp));
-  }
-  // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
-  // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
-  // micro-batch (8 samples of 512 tokens of a 1B block need ~1.2 GB of activations); the GEMMs keep
-  // >= 256 rows per unit either way.
-  constexpr int64_t kPassSamples = 1;
-
-  Progress progress(cfg.num_layers, start_block, isatty(STDERR_FILENO) != 0, opt.progress_interval_s);
-  for (int64_t b = start_block; b < cfg.num_layers; ++b) {
-    const auto t0 = Clock::now();
-    const std::string prefix = HfModel::layer_prefix(b);
-    BlockWeights w = model->load_block(b, ctx);
-    for (auto& [nm, t] : quant::block_linears(w)) check_finite(*t, prefix + nm + ".weight");
-    check_finite(w.ln1, prefix + "input_layernorm.weight");
-    check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
-    const auto t_fp = Clock::now();
-    const bool opt_rtn = opt.tune.iters == 0 && !opt.disable_opt_rtn && opt.fmt.sym && opt.fmt.bits < 8;
-    // Mirror prices (parallel/plan.h): whole block in fp32, tuning state of its Linears, activations.
-    const int64_t block_elems = int64_t(w.bytes() / 4);
-    const quant::TuneLane collect =
-        lanes.lane(parallel::Phase::Collect, n, parallel::price_mirror(block_elems, 0, 0, cache_per_sample, kPassSamples).total());
-    Imatrix imat;
-    block_forward_all(ctx, collect, dims, w, aux, x_fp, y_fp, n, kPassSamples, opt.tune.amp, opt_rtn ? &imat : nullptr);
-    check_finite(y_fp, "block " + std::to_string(b) + " (" + prefix + ") FP output");
-    BlockReport br;
-    br.index = b;
-    int64_t tuned_elems = 0;
-    const std::set<std::string> selected = plan_block_layers(w, prefix, rules, br, &tuned_elems);
-    auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
-    const Tensor& x_in = (opt.quanted_input && x_q.defined()) ? x_q : x_fp;
-    quant::SignRoundOptions tune = opt.tune;
-    progress.start_block(b);
-    tune.progress = [&](int it, int iters, double loss, double best) { progress.iteration(it, iters, loss, best); };
-    const auto t_tune = Clock::now();
-    br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
-    quant::TuneLane search, tuning;
-    if (opt.tune.iters == 0) {
-      search = lanes.lane(parallel::Phase::Search, int64_t(selected.size()), parallel::price_mirror(block_elems, 0, 0, 0, 0).total());
-    } else if (opt.tune.iters > 0) {
-      tuning = lanes.lane(parallel::Phase::Tune, B,
-                        parallel::price_mirror(block_elems, tuned_elems, opt.tune.deterministic ? levels : 1,
-                                               cache_per_sample, opt.tune.deterministic ? 1 : bs)
-                            .total());
-    }
-    quant::BlockTuneResult tr =
-        opt.tune.iters == 0 ? rtn_block(ctx, search, w, opt.fmt, opt_rtn ? &imat : nullptr, quantize_layer)
-                : quant::signround_tune_block(ctx, dims, w, opt.fmt, aux, x_in, y_fp, loss_mask, tune, tuning,
-                                              quantize_layer);
-    progress.end_block();
-    br.world_collect = collect.parallel() ? collect.world : 1;
-    br.world_search = search.parallel() ? search.world : 1;
-    br.world_tune = tuning.parallel() ? tuning.world : 1;
-    const auto t_q = Clock::now();
-    br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
-    record_tuning(tr, br);
-    if (opt.quanted_input && opt.tune.iters > 0) {  // RTN needs no tuning input
-      if (!x_q.defined()) x_q = Tensor::empty({n, T, C}, act_dtype, ctx);
-      tmp = x_in.clone(ctx);
-      block_forward_all(ctx, collect, dims, w, aux, tmp, x_q, n, kPassSamples, opt.tune.amp);
-      check_finite(x_q, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
-    }
-    std::swap(x_fp, y_fp);
-    const auto t_pack = Clock::now();
-    br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
-    write_block(ctx, *model, prefix, tr, br, outputs);
-    br.phase_seconds["pack_write"] = std::chrono::duration<double>(Clock::now() - t_pack).count();
-    br.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    br.peak_rss_mb = peak_rss_mb();
-    log_block(br, cfg.num_layers, tr, opt.tune.iters > 0 && opt.verbose);
-    rep.blocks.push_back(std::move(br));
-    if (opt.resume) {
-      keeper.save(b + 1, x_fp, x_q, outputs.resume_outputs());
-      out.keep();
-    }
-  }
-  outputs.copy_tensor(*model, "model.norm.weight", ctx);
-  if (lm_head_q) {
-    tune_lm_head(ctx, *model, opt, x_fp, x_q, T, loss_mask, outputs, rep);
-  } else if (model->has("lm_head.weight")) {
-    outputs.copy_tensor(*model, "lm_head.weight", ctx);
-  }
-  outputs.finish(opt, calib.seqlen, lm_head_q);
-  if (opt.resume) keeper.discard();  // the resume state is not part of the output
-  out.commit();
-  rep.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  rep.peak_rss_mb = peak_rss_mb();
-  for (const auto& line : summary_table(rep.blocks, rep.seconds, rep.peak_rss_mb)) log_info(line);
-  if (!report_path.empty()) write_report(opt, rep, report_path);
-  return rep;
-}
+QuantizeReport quantize_model(const QuantizeOptions& opt, dist::Job* job) { return QuantizeRun(opt, job).run(); }
 
 }  // namespace ar

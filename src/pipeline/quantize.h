@@ -18,6 +18,9 @@
 #include "quant/signround.h"
 
 namespace ar {
+namespace dist {
+class Job;
+}
 
 struct QuantizeOptions {
   std::string model_dir, output_dir;
@@ -62,17 +65,21 @@ struct BlockReport {
   std::map<std::string, double> phase_seconds;  // fp_forward, tune, tune_<lane phase>, q_forward, pack_write
   int world_collect = 1, world_search = 1, world_tune = 1;
   int64_t exchange_bytes = 0;  // read by one rank from the others over the whole tuning
+  // Multi-process job: per process (rank order) its phase seconds, exchange bytes and peak RSS.
+  std::vector<std::map<std::string, double>> ranks;
 };
 
 struct QuantizeReport {
   std::vector<BlockReport> blocks;
   std::vector<std::string> notes;
   int64_t nsamples = 0, seqlen = 0;
+  int processes = 1;  // of a multi-process job
   double seconds = 0, peak_rss_mb = 0;
   bool lm_head_quantized = false;
   double lm_head_loss_first = 0, lm_head_loss_best = 0, lm_head_seconds = 0;
 };
 
-QuantizeReport quantize_model(const QuantizeOptions& opt);
+// job: this process's multi-process job (dist/job.h), nullptr for a single process.
+QuantizeReport quantize_model(const QuantizeOptions& opt, dist::Job* job = nullptr);
 
 }  // namespace ar

@@ -27,13 +27,16 @@ void write_report(const QuantizeOptions& opt, const QuantizeReport& rep, const s
                     {"seconds", rep.lm_head_seconds}};
   r["parallel_quantization"] = opt.parallel.str();
   r["deterministic"] = opt.tune.deterministic;
-  for (const auto& b : rep.blocks)
+  r["processes"] = rep.processes;
+  for (const auto& b : rep.blocks) {
     r["blocks"].push_back({{"block", b.index}, {"loss_first", b.loss_first}, {"loss_best", b.loss_best},
                            {"best_iter", b.best_iter}, {"seconds", b.seconds}, {"phase_seconds", b.phase_seconds},
                            {"peak_rss_mb", b.peak_rss_mb},
                            {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
                            {"exchange_bytes", b.exchange_bytes},
                            {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
+    if (!b.ranks.empty()) r["blocks"].back()["ranks"] = b.ranks;  // per process: phases, bytes, memory
+  }
   write_file_atomic(path, r.dump(2) + "\n");
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <cctype>
 #include <functional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -137,42 +138,48 @@ std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json
   return j.dump();
 }
 
-void ResumeKeeper::read_act(const std::string& name, uint64_t hash, Tensor& t) const {
+ActSource ActSource::of(const Tensor& t) {
+  return {t.nbytes(), [&t](const ActSink& sink) { sink(t.raw(), t.nbytes()); }};
+}
+
+void ResumeKeeper::read_act(const std::string& name, uint64_t hash, size_t bytes, const ActSink& sink) const {
   const std::string path = dir_ + "/" + name;
   auto bad = [&](const std::string& what) {
     fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: " + path + ": " + what);
   };
   std::error_code ec;
   if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) bad("missing or not a regular file");
-  if (std::filesystem::file_size(path, ec) != t.nbytes())
-    bad("size " + std::to_string(std::filesystem::file_size(path, ec)) + " bytes, expected " + std::to_string(t.nbytes()));
+  if (std::filesystem::file_size(path, ec) != bytes)
+    bad("size " + std::to_string(std::filesystem::file_size(path, ec)) + " bytes, expected " + std::to_string(bytes));
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) bad(std::string("cannot open: ") + std::strerror(errno));
-  auto* dst = static_cast<char*>(t.raw());
+  std::vector<char> buf(std::min<size_t>(bytes, 16u << 20));
+  Hash64 h;
   size_t got = 0;
-  while (got < t.nbytes()) {
-    const ssize_t r = ::read(fd, dst + got, t.nbytes() - got);
+  while (got < bytes) {
+    const ssize_t r = ::read(fd, buf.data(), std::min(buf.size(), bytes - got));
     if (r <= 0) break;
+    h.update(buf.data(), size_t(r));
+    sink(buf.data(), size_t(r));
     got += size_t(r);
   }
   close(fd);
-  if (got != t.nbytes()) bad("short read");
-  if (hash64(t.raw(), t.nbytes()) != hash) bad("checksum mismatch");
+  if (got != bytes) bad("short read");
+  if (h.digest() != hash) bad("checksum mismatch");
 }
 
-int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, const std::vector<ResumeOutput>& outputs, Context& ctx) {
+std::optional<ResumeState> ResumeKeeper::load(const std::vector<ResumeOutput>& outputs) {
   std::error_code ec;
   const auto st = std::filesystem::symlink_status(state_path(), ec);
-  if (!std::filesystem::exists(st)) return 0;
+  if (!std::filesystem::exists(st)) return std::nullopt;
   if (!std::filesystem::is_regular_file(st) || std::filesystem::file_size(state_path(), ec) > (64u << 20))
     fail(ErrorKind::InvalidInput, state_path() + ": corrupt resume state: not a regular file of sane size");
   ResumeState s = parse_resume_state(read_text_file(state_path()), state_path(), expect_);
-  read_act(s.x_fp, s.x_fp_hash, x_fp);
-  if (!s.x_q.empty()) {
-    x_q = Tensor::empty(x_fp.shape(), x_fp.dtype(), ctx);
-    read_act(s.x_q, s.x_q_hash, x_q);
-  }
   if (outputs.size() != s.outputs.size()) fail(ErrorKind::Internal, "resume: output count differs from the expectation");
+  return s;
+}
+
+void ResumeKeeper::restore_outputs(const ResumeState& s, const std::vector<ResumeOutput>& outputs) {
   try {
     for (size_t i = 0; i < outputs.size(); ++i) outputs[i].writer->restore(s.outputs[i].writer);
   } catch (const Error& e) {
@@ -180,28 +187,58 @@ int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, const std::vector<Resum
   }
   for (size_t i = 0; i < outputs.size(); ++i) *outputs[i].extra = s.outputs[i].extra;
   last_ = s.next_block;
-  return s.next_block;
 }
 
-void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q,
+int64_t ResumeKeeper::restore(Tensor& x_fp, Tensor& x_q, const std::vector<ResumeOutput>& outputs, Context& ctx) {
+  const std::optional<ResumeState> s = load(outputs);
+  if (!s) return 0;
+  auto into = [](Tensor& t) {
+    return [&t, off = size_t(0)](const void* p, size_t n) mutable {
+      std::memcpy(static_cast<char*>(t.raw()) + off, p, n);
+      off += n;
+    };
+  };
+  read_act(s->x_fp, s->x_fp_hash, x_fp.nbytes(), into(x_fp));
+  if (!s->x_q.empty()) {
+    x_q = Tensor::empty(x_fp.shape(), x_fp.dtype(), ctx);
+    read_act(s->x_q, s->x_q_hash, x_q.nbytes(), into(x_q));
+  }
+  restore_outputs(*s, outputs);
+  return s->next_block;
+}
+
+void ResumeKeeper::save(int64_t next_block, const ActSource& x_fp, const ActSource* x_q,
                         const std::vector<ResumeOutput>& outputs) {
   ResumeState s;
   s.next_block = next_block;
-  auto dump = [&](const Tensor& t, const char* which, uint64_t* hash) {
+  auto dump = [&](const ActSource& src, const char* which, uint64_t* hash) {
     const std::string name = resume_act_name(which, next_block);
     AtomicFile f(dir_ + "/" + name);
-    f.write(t.raw(), t.nbytes());
+    Hash64 h;
+    size_t wrote = 0;
+    src.produce([&](const void* p, size_t n) {
+      f.write(p, n);
+      h.update(p, n);
+      wrote += n;
+    });
+    AR_CHECK(wrote == src.bytes, "resume: activation stream of the wrong length");
     f.commit();
-    *hash = hash64(t.raw(), t.nbytes());
+    *hash = h.digest();
     return name;
   };
   s.x_fp = dump(x_fp, "x_fp", &s.x_fp_hash);
-  if (x_q.defined()) s.x_q = dump(x_q, "x_q", &s.x_q_hash);
+  if (x_q) s.x_q = dump(*x_q, "x_q", &s.x_q_hash);
   for (const auto& o : outputs) s.outputs.push_back({o.writer->checkpoint(), *o.extra});
   write_file_atomic(state_path(), resume_state_json(s, expect_.fingerprint));
   if (last_ >= 0 && last_ != next_block)
     for (const char* which : {"x_fp", "x_q"}) std::remove((dir_ + "/" + resume_act_name(which, last_)).c_str());
   last_ = next_block;
+}
+
+void ResumeKeeper::save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q,
+                        const std::vector<ResumeOutput>& outputs) {
+  const ActSource q = x_q.defined() ? ActSource::of(x_q) : ActSource{};
+  save(next_block, ActSource::of(x_fp), x_q.defined() ? &q : nullptr, outputs);
 }
 
 void ResumeKeeper::discard() {

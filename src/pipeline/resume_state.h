@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,22 +55,39 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
 std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json& fingerprint);
 std::string resume_act_name(const char* which, int64_t next_block);  // "x_fp.3.bin"
 
+// The calibration activations of the whole pool as a byte stream in sample order. A single process
+// hands over its tensor; a multi-process job's rank 0 streams every rank's shard through it
+// (pipeline/shard_stream.h), so the state is the same files whatever the world.
+using ActSink = std::function<void(const void* data, size_t bytes)>;
+struct ActSource {
+  size_t bytes = 0;
+  std::function<void(const ActSink&)> produce;  // calls the sink with the pieces in order
+  static ActSource of(const Tensor& t);
+};
+
 // Saves and restores the state of a run in `dir` (the .partial directory of a resumable AtomicDir).
 class ResumeKeeper {
  public:
   ResumeKeeper(std::string dir, ResumeExpect expect) : dir_(std::move(dir)), expect_(std::move(expect)) {}
-  // When a state exists: validates it completely (state, activation sizes and checksums, then the
-  // writers' files) before changing anything, then loads x_fp (and x_q, allocated like x_fp when saved),
-  // restores the writers and extra_configs. Returns the next block to run, 0 when there is no state.
+  // The state with every field validated, or nullopt when there is none. Changes nothing; the
+  // activations are checked by read_act, the writers' files by restore_outputs.
+  std::optional<ResumeState> load(const std::vector<ResumeOutput>& outputs);
+  // Streams an activation file of `state` (x_fp or x_q name) of `bytes` bytes to `sink` in pieces;
+  // a size or checksum mismatch is an error (after the pieces went out: callers discard them).
+  void read_act(const std::string& name, uint64_t hash, size_t bytes, const ActSink& sink) const;
+  // Restores the writers and extra_configs of a loaded state.
+  void restore_outputs(const ResumeState& s, const std::vector<ResumeOutput>& outputs);
+  // Single process: load + activations into x_fp (and x_q, allocated like x_fp when saved) + outputs.
+  // Returns the next block to run, 0 when there is no state.
   int64_t restore(Tensor& x_fp, Tensor& x_q, const std::vector<ResumeOutput>& outputs, Context& ctx);
   // Durable state after `next_block` blocks: activations, writer positions, extra_configs; state file last.
+  void save(int64_t next_block, const ActSource& x_fp, const ActSource* x_q, const std::vector<ResumeOutput>& outputs);
   void save(int64_t next_block, const Tensor& x_fp, const Tensor& x_q, const std::vector<ResumeOutput>& outputs);
   // Removes the state and its activations (before the directory becomes the output).
   void discard();
 
  private:
   std::string state_path() const { return dir_ + "/resume_state.json"; }
-  void read_act(const std::string& name, uint64_t hash, Tensor& t) const;
   std::string dir_;
   ResumeExpect expect_;
   int64_t last_ = -1;  // next_block of the newest saved state

@@ -168,13 +168,15 @@ class BlockTuner {
              const std::function<bool(const std::string&)>& quantize_layer)
       : ctx_(ctx), dims_(dims), w_(w), aux_(aux), x_in_(x_in), y_fp_(y_fp), mask_(loss_mask), opt_(opt), lane_(lane),
         fmt_(fmt) {
+    n_ = lane.procs ? lane.pool : x_in.dim(0);
     check_shapes();
-    n_ = x_in.dim(0);
     const int64_t bs = std::min<int64_t>(opt.batch_size, n_);
     B_ = std::min<int64_t>(n_, bs * std::max(1, opt.gradient_accumulate_steps));
     W_ = lane.group ? lane.world : 1;
-    AR_CHECK(W_ >= 1 && W_ <= B_ && (!lane.group || W_ <= lane.group->size()), "tuning world out of range");
-    AR_CHECK(!opt.deterministic || B_ % W_ == 0, "deterministic tuning needs a world dividing the batch");
+    P_ = lane.processes();
+    p_ = lane.procs ? lane.procs->rank() : 0;
+    AR_CHECK(W_ >= 1 && P_ * W_ <= B_ && (!lane.group || W_ <= lane.group->size()), "tuning world out of range");
+    AR_CHECK(!opt.deterministic || B_ % (P_ * W_) == 0, "deterministic tuning needs a world dividing the batch");
     AR_CHECK(!opt.amp || cpu::bf16_gemm_supported(), "amp tuning without bf16 GEMMs");
     leaf_ = opt.deterministic ? 1 : bs;
     int64_t max_leaves = 1;
@@ -193,12 +195,14 @@ class BlockTuner {
 
  private:
   void check_shapes() const {
-    const int64_t n = x_in_.dim(0), T = aux_.T;
-    if (x_in_.numel() != n * T * dims_.C || y_fp_.numel() != x_in_.numel() || int64_t(mask_.size()) != n * T)
+    const int64_t rows = x_in_.dim(0), T = aux_.T;
+    if (x_in_.numel() != rows * T * dims_.C || y_fp_.numel() != x_in_.numel() || int64_t(mask_.size()) != n_ * T ||
+        lane_.sample_base + rows > n_)
       fail(ErrorKind::Internal, "signround_tune_block: inconsistent input shapes");
-    if (n == 0) fail(ErrorKind::InvalidInput, "no calibration samples");
+    if (n_ == 0) fail(ErrorKind::InvalidInput, "no calibration samples");
   }
-  int64_t pos(int r) const { return B_ * r / W_; }  // rank r holds batch positions [pos(r), pos(r + 1))
+  // Local rank r is global rank p W + r and holds batch positions [pos(r), pos(r + 1)).
+  int64_t pos(int r) const { return B_ * (int64_t(p_) * W_ + r) / (int64_t(P_) * W_); }
   int64_t leaves_of(int r) const { return (pos(r + 1) - pos(r) + leaf_ - 1) / leaf_; }
 
   void select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer);
@@ -211,6 +215,7 @@ class BlockTuner {
     return loss_tree(a, (a + b) / 2) + loss_tree((a + b) / 2, b);
   }
   void iteration(int it);
+  void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr);
   void snapshot(bool save);
 
@@ -222,8 +227,8 @@ class BlockTuner {
   const std::vector<uint8_t>& mask_;
   const SignRoundOptions& opt_;
   const TuneLane& lane_;
-  int64_t n_ = 0, B_ = 0, leaf_ = 1;
-  int W_ = 1, depth_ = 1;
+  int64_t n_ = 0, B_ = 0, leaf_ = 1;  // n_: the whole pool (every process's shard)
+  int W_ = 1, P_ = 1, p_ = 0, depth_ = 1;  // local world, processes, this process
   std::vector<size_t> lin_;  // index into block_linears of each tuned layer
   GradLayout g_;
   std::vector<Replica> reps_;
@@ -328,7 +333,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
   Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
          yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
   for (int64_t b = 0; b < Bm; ++b) {
-    const int64_t s = idx_[size_t(p0 + b)];
+    const int64_t s = idx_[size_t(p0 + b)] - lane_.sample_base;  // a row of this process's shard
     load_rows(c, x_in_, s * T * C, T * C, x.f32() + b * T * C);
     load_rows(c, y_fp_, s * T * C, T * C, yfp.f32() + b * T * C);
   }
@@ -425,6 +430,28 @@ void BlockTuner::snapshot(bool save) {
   }
 }
 
+// The batch's dW^: the tree over this process's ranks (in-process exchange), then over the processes
+// (one fp32 sum over the network, into local rank 0's buffer, copied to the other local ranks).
+void BlockTuner::exchange() {
+  auto& ph = res_.phases;
+  auto tx = Clock::now();
+  if (xchg_) {
+    lane_.run([&](int r) { xchg_->reduce_scatter(r, &reps_[size_t(r)].ctx->pool()); });
+    lane_.run([&](int r) { xchg_->all_gather(r); });
+    ph.exchange_bytes += xchg_->bytes_per_rank();
+  }
+  if (lane_.procs) {
+    float* g = W_ > 1 ? reps_[0].total.f32() : reps_[0].levels[0].f32();
+    const int64_t before = lane_.procs->bytes_received();
+    lane_.procs->sum_tree(g, g_.wsize);
+    ph.exchange_bytes += lane_.procs->bytes_received() - before;
+    if (W_ > 1) lane_.run([&](int r) {
+        if (r > 0) std::memcpy(reps_[size_t(r)].total.f32(), g, size_t(g_.wsize) * sizeof(float));
+      });
+  }
+  ph.exchange += since(tx);
+}
+
 void BlockTuner::iteration(int it) {
   auto& ph = res_.phases;
   const auto t_it = Clock::now();
@@ -441,7 +468,8 @@ void BlockTuner::iteration(int it) {
     R.loss = tree(R, r, 0, leaves_of(r), 0);
     if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
   });
-  const double loss = loss_tree(0, W_);
+  double loss = loss_tree(0, W_);
+  if (lane_.procs) loss = lane_.procs->sum_tree(loss);  // the tree's top levels span the processes
   if (it == 0) res_.loss_first = loss;
   res_.loss_last = loss;
   if (loss < best_loss_) {
@@ -449,19 +477,13 @@ void BlockTuner::iteration(int it) {
     res_.best_iter = it;
     snapshot(true);
   }
-  if (xchg_) {
-    auto tx = Clock::now();
-    lane_.run([&](int r) { xchg_->reduce_scatter(r, &reps_[size_t(r)].ctx->pool()); });
-    lane_.run([&](int r) { xchg_->all_gather(r); });
-    ph.exchange += since(tx);
-    ph.exchange_bytes += xchg_->bytes_per_rank();
-  }
+  if (xchg_ || lane_.procs) exchange();
   auto ts = Clock::now();
   const double decay = 1.0 - double(it) / opt_.iters;
   const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;
   lane_.run([&](int r) {
     Replica& R = reps_[size_t(r)];
-    step(R, xchg_ ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay));
+    step(R, W_ > 1 ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay));
   });
   ph.step += since(ts);
   if (it == 0) ph.warmup = since(t_it);

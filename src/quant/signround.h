@@ -27,6 +27,7 @@
 #include "core/tensor.h"
 #include "model/block_impl.h"
 #include "model/loader.h"
+#include "parallel/process_link.h"
 #include "parallel/replica_group.h"
 #include "quant/qdq.h"
 
@@ -59,10 +60,16 @@ struct SignRoundOptions {
 
 // Where a block's work runs: serially on the caller's context, or on `world` ranks of a group
 // (rank r on group member members[r]; members empty: members 0..world-1).
+// In a multi-process job (procs set), this process holds only its shard of the calibration pool: x_in /
+// y_fp rows are pool samples [sample_base, sample_base + rows), the loss mask covers the whole pool of
+// `pool` samples, and the global world is procs->size() x world (process-major ranks).
 struct TuneLane {
   parallel::ReplicaGroup* group = nullptr;
   int world = 1;
   std::vector<int> members;
+  parallel::ProcessLink* procs = nullptr;
+  int64_t sample_base = 0, pool = 0;
+  int processes() const { return procs ? procs->size() : 1; }
   bool parallel() const { return group && world > 1; }
   int member(int rank) const { return members.empty() ? rank : members[size_t(rank)]; }
   Context& ctx(int rank) const { return group->ctx(member(rank)); }

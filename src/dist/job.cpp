@@ -1,0 +1,164 @@
+#include "dist/job.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <thread>
+
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/log.h"
+#include "dist/handshake.h"
+#include "dist/process_group.h"
+#include "dist/store.h"
+
+namespace ar::dist {
+
+using std::chrono::milliseconds;
+
+std::string route_address(const std::string& master) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(master.c_str(), "9", &hints, &res) != 0 || !res)
+    ar::fail(ErrorKind::InvalidInput, "rendezvous address '" + master + "' does not resolve");
+  std::string out;
+  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage me{};
+  socklen_t len = sizeof me;
+  // A datagram socket's connect() only picks the route: no packet is sent.
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* a = me.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&me)->sin6_addr)
+                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&me)->sin_addr);
+    if (inet_ntop(me.ss_family, a, buf, sizeof buf)) out = buf;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  if (out.empty()) fail(ErrorKind::Io, "no route to the rendezvous address '" + master + "'");
+  return out;
+}
+
+namespace {
+std::string hostname() {
+  char h[256] = {};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+std::string secs(milliseconds t) { return std::to_string(t.count() / 1000) + " s"; }
+}  // namespace
+
+struct Job::Impl {
+  LaunchEnv env;
+  JobOptions opt;
+  std::string host;
+  std::unique_ptr<StoreServer> server;  // rank 0
+  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<Liveness> live;
+  std::unique_ptr<GlooProcessGroup> group;
+  std::atomic<bool> failing{false};
+
+  // A Gloo error: the liveness verdict names the lost rank; wait for it briefly.
+  std::string explain(const std::string& op, const std::string& what) {
+    for (int i = 0; i < 3 * 10 && live && live->verdict().empty(); ++i) std::this_thread::sleep_for(milliseconds(100));
+    const std::string v = live ? live->verdict() : "";
+    return "multi-process " + op + " failed on rank " + std::to_string(env.rank) + ": " + (v.empty() ? what : v);
+  }
+  void on_verdict(const std::string& verdict) {
+    if (failing.exchange(true)) return;  // this rank's own failure: its main thread reports it
+    exit_with_cleanup("error: " + verdict + "; stopping rank " + std::to_string(env.rank) + " (" + host + ")", 3);
+  }
+  void connect_mesh();
+};
+
+void Job::Impl::connect_mesh() {
+  gloo::transport::tcp::attr attr;
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (!opt.advertise_addr.empty()) attr.hostname = opt.advertise_addr;
+  else if (ifname && *ifname) attr.iface = ifname;
+  else attr.hostname = route_address(env.master_addr);
+  std::shared_ptr<gloo::transport::Device> dev;
+  try {
+    dev = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    ar::fail(ErrorKind::Io, "rank " + std::to_string(env.rank) + ": cannot open the mesh's device on " +
+                            (attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface) + ": " + e.what());
+  }
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world);
+  ctx->setTimeout(opt.timeout);
+  gloo::rendezvous::PrefixStore prefixed("gloo", *store);
+  try {
+    ctx->connectFullMesh(prefixed, dev);
+  } catch (const std::exception& e) {
+    ar::fail(ErrorKind::Io, explain("mesh connection", e.what()));
+  }
+  ctx->setTimeout(opt.collective_timeout);
+  group = std::make_unique<GlooProcessGroup>(ctx, [this](const std::string& op, const std::string& w) { return explain(op, w); });
+}
+
+std::unique_ptr<Job> Job::start(const LaunchEnv& env, const JobOptions& opt) {
+  auto im = std::make_unique<Impl>();
+  im->env = env;
+  im->opt = opt;
+  im->host = hostname();
+  if (env.rank == 0) im->server = std::make_unique<StoreServer>("", env.master_port, env.world, opt.timeout);
+  log_info("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + " on " + im->host +
+           ": rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " (timeout " +
+           secs(opt.timeout) + ")");
+  im->store = std::make_unique<StoreClient>(env.master_addr, env.master_port, opt.timeout);
+  Impl* raw = im.get();
+  im->live = std::make_unique<Liveness>(env.master_addr, env.master_port, env.rank, im->host, opt.heartbeat, opt.timeout,
+                                        [raw](const std::string& v) { raw->on_verdict(v); });
+  im->connect_mesh();
+  return std::unique_ptr<Job>(new Job(std::move(im)));
+}
+
+Job::Job(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Job::~Job() = default;
+int Job::rank() const { return impl_->env.rank; }
+int Job::size() const { return impl_->env.world; }
+const std::string& Job::host() const { return impl_->host; }
+parallel::ProcessLink& Job::link() { return *impl_->group; }
+
+void Job::handshake(const nlohmann::ordered_json& identity) {
+  nlohmann::ordered_json me = identity;
+  me["host"] = impl_->host;
+  const std::string mine = me.dump();
+  impl_->store->set("hello/" + std::to_string(rank()), std::vector<char>(mine.begin(), mine.end()));
+  std::vector<nlohmann::ordered_json> ids(static_cast<size_t>(size()));
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) {
+      ids[size_t(r)] = me;
+      continue;
+    }
+    const std::vector<char> b = impl_->store->get("hello/" + std::to_string(r));
+    ids[size_t(r)] = parse_identity(std::string(b.begin(), b.end()), r, me);
+  }
+  if (const std::string bad = handshake_mismatch(ids); !bad.empty()) {
+    impl_->failing = true;  // every rank fails alike: no verdict needed
+    ar::fail(ErrorKind::InvalidInput, bad);
+  }
+}
+
+void Job::finish() {
+  impl_->failing = true;  // from here on, peers leaving is the normal end
+  impl_->live->finish();
+  if (impl_->server && !impl_->server->wait_all_bye(impl_->opt.timeout))
+    log_warn("rank 0: not every rank said goodbye within " + secs(impl_->opt.timeout));
+}
+
+void Job::fail(const std::string& message) {
+  impl_->failing = true;
+  impl_->live->report_failure(message);
+  // Rank 0 serves the verdict: give the others a heartbeat or two to read it before the store goes.
+  if (impl_->server) impl_->server->wait_all_bye(2 * impl_->opt.heartbeat);
+}
+
+}  // namespace ar::dist

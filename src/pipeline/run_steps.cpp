@@ -1,0 +1,248 @@
+#include "pipeline/run_steps.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "export/shard_writer.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/mapped_file.h"
+#include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/loader.h"
+#include "model/rope_table.h"
+#include "model/tokenizer/tokenizer.h"
+#include "parallel/plan.h"
+#include "pipeline/block_passes.h"
+#include "pipeline/export_format.h"
+#include "pipeline/lane_planner.h"
+#include "pipeline/outputs.h"
+#include "pipeline/option_limits.h"
+#include "pipeline/progress.h"
+#include "pipeline/report.h"
+#include "pipeline/resume_state.h"
+#include "pipeline/run_estimate.h"
+#include "pipeline/run_summary.h"
+#include "quant/tune_linear.h"
+
+namespace ar {
+
+namespace steps {
+using Clock = std::chrono::steady_clock;
+
+// NaN/Inf stop the run with the block and tensor named (weights as loaded, activations per block).
+void check_finite(const Tensor& t, const std::string& what) {
+  const bool bf16 = t.dtype() == DType::BF16;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(bf16 ? bf16_to_f32(t.data<uint16_t>()[i]) : t.f32()[i]))
+      fail(ErrorKind::InvalidInput, what + ": non-finite value at element " + std::to_string(i));
+}
+
+// The calibration activations' embeddings, sample by sample (x is fp32 or bf16).
+void embed(Context& ctx, const Tensor& emb, const int32_t* ids, Tensor& x, int64_t n, int64_t T, int64_t C) {
+  if (x.dtype() == DType::F32) return cpu::embedding_fwd(ctx, emb.f32(), ids, x.f32(), n * T, C);
+  Tensor row = Tensor::empty({T, C}, DType::F32, ctx);
+  for (int64_t s = 0; s < n; ++s) {
+    cpu::embedding_fwd(ctx, emb.f32(), ids + s * T, row.f32(), T, C);
+    cpu::fp32_to_bf16(ctx, row.f32(), x.data<uint16_t>() + s * T * C, T * C);
+  }
+}
+
+Tensor as_f32(const Tensor& t, Context& ctx) { return t.dtype() == DType::F32 ? t : t.to(DType::F32, ctx); }
+
+// The output's rules (io/output_guard.h): inputs are the model and the --dataset files; the report
+// path is checked too (an existing one is replaced only with --overwrite and only if it is ours).
+OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path) {
+  OutputSpec spec;
+  spec.path = opt.output_dir;
+  spec.overwrite = opt.overwrite;
+  spec.resumable = opt.resume;
+  spec.inputs = {opt.model_dir};
+  if (!opt.calib.dataset.empty())
+    for (const auto& src : quant::parse_dataset_spec(opt.calib.dataset)) spec.inputs.push_back(src.path);
+  if (!opt.report_path.empty())
+    *report_path = check_output_file(opt.report_path, "--report", opt.overwrite, spec.inputs, is_report_file);
+  return spec;
+}
+
+// Everything that determines the output; a resume state from other options is refused. Paths are
+// canonical and the calibration enters as a checksum of its tokens, so a resume works from any
+// current directory.
+nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::CalibData& calib, bool lm_head_q,
+                                       int processes) {
+  const uint64_t tokens = hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]));
+  return {{"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
+          {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
+          {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
+          {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
+          {"best", opt.tune.use_best_mse}, {"seed", opt.tune.seed},
+          {"calibration", {{"n", calib.n}, {"seqlen", calib.seqlen}, {"tokens_hash", hex64(tokens)}}},
+          {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
+          {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic}, {"amp", opt.tune.amp},
+          // Without --deterministic the bits depend on the world, so a resume must keep it.
+          {"parallel", opt.tune.deterministic ? "any"
+                                              : opt.parallel.str() + "@" + opt.devices +
+                                                    (processes > 1 ? " x" + std::to_string(processes) + " processes" : "")}};
+}
+
+// What a resume state's writer may hold: a model tensor with the model's shape, or the packed tensors
+// (qweight, qzeros, scales, g_idx) of one of the model's Linears.
+std::function<std::string(const std::string&, const std::vector<int64_t>&)> resume_tensor_check(const HfModel& m) {
+  return [&m](const std::string& name, const std::vector<int64_t>& shape) -> std::string {
+    if (const StTensorInfo* info = m.info(name))
+      return info->shape == shape ? "" : "shape " + shape_str(shape) + " differs from the model's " + shape_str(info->shape);
+    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+      const std::string sfx = suffix;
+      if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
+        return m.has(name.substr(0, name.size() - sfx.size()) + ".weight") ? "" : "packs no Linear of the model";
+    }
+    return "not a tensor of the model";
+  };
+}
+
+
+// A note for the log and the report.
+void note(QuantizeReport& rep, const std::string& s) {
+  log_info(s);
+  rep.notes.push_back(s);
+}
+
+// The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
+void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
+  const int64_t g = loadable_group_size(cfg, opt), was = opt.fmt.group_size;
+  if (g == was) return;
+  note(rep, "group_size " + std::to_string(was) + " -> " + std::to_string(g) +
+                " for this model: some Linears' in_features are not a multiple of " + std::to_string(was) +
+                " and loaders need whole groups; --group_size " + std::to_string(was) +
+                " keeps it and leaves those Linears in 16 bit");
+  opt.fmt.group_size = g;
+}
+
+// Whether lm_head is tuned and packed: only with --quant_lm_head, under AutoRound's rules and the
+// loaders' (decided before anything is written; a skip is a note, auto_awq a refusal).
+bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeReport& rep) {
+  if (!opt.quant_lm_head) return false;
+  const ModelConfig& cfg = model.config();
+  const std::vector<std::string> formats = parse_formats(opt);
+  if (std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
+    fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
+  std::string why;
+  if (cfg.tie_word_embeddings || !model.has("lm_head.weight"))
+    why = "tied to the embeddings; AutoRound never quantizes a tied lm_head";
+  else if (cfg.vocab_size % 32 || cfg.hidden_size % 32)
+    why = "shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) + "] not a multiple of 32";
+  for (const auto& f : opt.fp_layers)
+    if (why.empty() && !f.empty() && std::string("lm_head").find(f) != std::string::npos) why = "--fp_layers " + f;
+  for (const auto& f : formats)
+    if (why.empty()) why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size);
+  if (why.empty()) return true;
+  note(rep, "--quant_lm_head: lm_head kept in 16 bit (" + why + ")");
+  return false;
+}
+
+// lm_head tuned like a block (quant/tune_linear.h): input the final-normed quantized chain, target
+// the FP lm_head on the final-normed FP chain; packed into every output.
+void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt, const Tensor& x_fp, const Tensor& x_q,
+                  int64_t T, const std::vector<uint8_t>& loss_mask, OutputSet& outputs, QuantizeReport& rep) {
+  const auto t0 = Clock::now();
+  const ModelConfig& cfg = model.config();
+  const int64_t n = x_fp.dim(0), C = cfg.hidden_size;
+  Tensor norm = model.load_final_norm(ctx), head = model.load_lm_head(ctx);
+  const Tensor chain = as_f32((opt.quanted_input && x_q.defined()) ? x_q : x_fp, ctx), fp = as_f32(x_fp, ctx);
+  Tensor h_in = Tensor::empty({n, T, C}, DType::F32, ctx), h_fp = Tensor::empty({n, T, C}, DType::F32, ctx);
+  Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
+  cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+  cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
+  quant::BlockTuneResult tr = quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
+  outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
+  rep.lm_head_quantized = true;
+  rep.lm_head_loss_first = tr.loss_first;
+  rep.lm_head_loss_best = tr.loss_best;
+  rep.lm_head_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  char line[160];
+  std::snprintf(line, sizeof line, "lm_head: loss %.6g -> %.6g at iter %d, %.1f s", tr.loss_first, tr.loss_best,
+                tr.best_iter, rep.lm_head_seconds);
+  log_info(line);
+}
+
+// AutoRound's layer rules and the loaders', decided once per block: the Linears to quantize (their
+// short names, e.g. mlp.down_proj) and their element count; br lists both kinds with the reasons.
+std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
+                                        BlockReport& br, int64_t* tuned_elems) {
+  std::set<std::string> selected;
+  *tuned_elems = 0;
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    const std::string full = prefix + nm;
+    const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
+    if (!why.empty()) {
+      br.kept_fp.push_back(full + " (" + why + ")");
+      continue;
+    }
+    br.quantized.push_back(full);
+    selected.insert(nm);
+    *tuned_elems += t->numel();
+  }
+  return selected;
+}
+
+void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
+  const auto& p = tr.phases;
+  for (const auto& [k, v] : {std::pair{"tune_qdq", p.qdq}, {"tune_forward", p.forward}, {"tune_backward", p.backward},
+                             {"tune_step", p.step}, {"tune_mirrors", p.mirrors}, {"tune_warmup", p.warmup},
+                             {"tune_exchange", p.exchange}, {"tune_teardown", p.teardown}})
+    br.phase_seconds[k] = v;
+  br.exchange_bytes = p.exchange_bytes;
+  br.loss_first = tr.loss_first;
+  br.loss_best = tr.loss_best;
+  br.best_iter = tr.best_iter;
+}
+
+// Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
+// kept in 16 bit recorded, every other tensor of the block copied unchanged.
+void write_block(Context& ctx, const HfModel& model, const std::string& prefix, const quant::BlockTuneResult& tr,
+                 const BlockReport& br, OutputSet& outputs) {
+  std::set<std::string> done;
+  for (const auto& L : tr.layers) {
+    done.insert(prefix + L.name + ".weight");
+    outputs.add_linear(ctx, prefix + L.name, L);
+  }
+  for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
+  for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+                        "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                        "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
+                        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    const std::string name = prefix + t;
+    if (!done.count(name) && model.has(name)) outputs.copy_tensor(model, name, ctx);
+  }
+}
+
+// The block's log line, and with --verbose its tuning phases.
+void log_block(const BlockReport& br, int64_t blocks, const quant::BlockTuneResult& tr, bool verbose) {
+  char line[256];
+  std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
+                (long long)(br.index + 1), (long long)blocks, br.loss_first, br.loss_best, br.best_iter, br.seconds,
+                br.peak_rss_mb);
+  log_info(line);
+  if (!verbose) return;
+  const auto& p = tr.phases;
+  std::snprintf(line, sizeof line,
+                "block %lld phases (world %d): mirrors %.3f warmup %.3f forward %.3f backward %.3f exchange %.3f "
+                "(%.1f MB) step %.3f teardown %.3f s",
+                (long long)(br.index + 1), br.world_tune, p.mirrors, p.warmup, p.forward, p.backward, p.exchange,
+                double(p.exchange_bytes) / 1e6, p.step, p.teardown);
+  log_info(line);
+}
+}  // namespace steps
+}  // namespace ar

@@ -1,0 +1,293 @@
+// The multi-process lane end to end, on Gloo over loopback: ranks of the CLI started with torchrun's
+// variables (and through `autoround launch`) write the serial run's bytes for 2 and 4 processes and for
+// 2 processes x 2 in-process devices (SignRound and opt-RTN; a generated model and stories260K); the
+// batched mode is at parity; a SIGKILLed rank stops every rank within the timeout, naming it, with no
+// output, and --resume then writes the uninterrupted bytes; a mismatched build, model or option is
+// refused naming the ranks; an unreachable rendezvous and a port in use are clear errors in bounded time;
+// two ranks in two network namespaces (a veth link) agree with serial where namespaces can be created.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dist_ranks.h"
+#include "io/mapped_file.h"
+#include "model/convert_llama2c.h"
+#include "model/synthetic.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using ar::test::RankEnd;
+using ar::test::RankSpec;
+
+namespace {
+constexpr double kJobTimeout = 600;  // a whole job on a loaded 2-core machine
+
+std::vector<std::string> quant_args(const std::string& model, const std::string& out, int iters) {
+  return {"--model", model, "--output_dir", out, "--iters", std::to_string(iters), "--nsamples", "8", "--seqlen", "64",
+          "--bits", "4", "--group_size", "32", "--asym", "--threads", "1", "--timeout", "20"};
+}
+
+struct Fixture {
+  std::string dir, model;
+  Fixture(const std::string& name, int layers, int seed) : dir(ar::test::temp_path(name)) {
+    fs::create_directories(dir);
+    model = dir + "/model";
+    ar::write_synthetic_model(model, ar::tiny_llama_config(layers), uint64_t(seed));
+  }
+  ~Fixture() { fs::remove_all(dir); }
+};
+
+std::string run_serial(const std::vector<std::string>& args, const std::string& dir) {
+  std::vector<RankSpec> one(1);
+  one[0].args = args;
+  auto r = ar::test::start_ranks(one, 0, dir, AR_CLI_PATH);  // world 1: a plain single process
+  auto e = ar::test::wait_ranks(r, kJobTimeout);
+  EXPECT_EQ(e[0].code, 0) << e[0].log;
+  return e[0].log;
+}
+
+std::vector<RankEnd> run_job(int world, const std::vector<std::string>& args, const std::string& dir,
+                             const std::vector<std::string>& extra = {}) {
+  std::vector<RankSpec> specs(static_cast<size_t>(world));
+  for (auto& s : specs) {
+    s.args = args;
+    s.args.insert(s.args.end(), extra.begin(), extra.end());
+  }
+  auto ranks = ar::test::start_ranks(specs, ar::test::free_port(), dir, AR_CLI_PATH);
+  return ar::test::wait_ranks(ranks, kJobTimeout);
+}
+
+void expect_all_ok(const std::vector<RankEnd>& ends, const std::string& what) {
+  for (size_t r = 0; r < ends.size(); ++r) EXPECT_EQ(ends[r].code, 0) << what << ": rank " << r << "\n" << ends[r].log;
+}
+}  // namespace
+
+TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
+  Fixture f("dj_bytes", 2, 31);
+  struct Case {
+    int iters;
+    std::vector<std::string> extra;
+  };
+  // SignRound (asym), then opt-RTN (symmetric imatrix search: statistics gathered, modules divided).
+  for (const Case& c : {Case{6, {}}, Case{0, {"--sym"}}}) {
+    auto args = quant_args(f.model, f.dir + "/serial", c.iters);
+    if (!c.extra.empty()) args.erase(std::find(args.begin(), args.end(), "--asym"));
+    run_serial(args, f.dir);
+    const auto ref = ar::test::dir_files(f.dir + "/serial");
+    struct Split {
+      int procs;
+      std::vector<std::string> lane;
+    };
+    for (const Split& s : {Split{2, {}}, Split{4, {}}, Split{2, {"--parallel_quantization", "2", "--devices", "cpu:0,cpu:1"}}}) {
+      auto a = args;
+      a[3] = f.dir + "/job";
+      const auto ends = run_job(s.procs, a, f.dir, s.lane);
+      const std::string what = std::to_string(s.procs) + " processes" + (s.lane.empty() ? "" : " x 2 devices") +
+                               ", iters " + std::to_string(c.iters);
+      expect_all_ok(ends, what);
+      EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ref) << what << " differs from serial";
+      EXPECT_NE(ends[0].log.find("handshake: " + std::to_string(s.procs) + " processes agree"), std::string::npos)
+          << ends[0].log;
+      for (size_t r = 1; r < ends.size(); ++r) EXPECT_EQ(ends[r].log.find("block 1/2"), std::string::npos) << "rank " << r << " logs";
+      fs::remove_all(f.dir + "/job");
+    }
+    fs::remove_all(f.dir + "/serial");
+  }
+}
+
+// stories260K (converted), W4G32 asym, 20 iterations of 16 x 128 tokens: 2 processes equal serial byte
+// for byte; batched (--deterministic false) 2 processes at parity: every block's best loss within 5% of
+// serial's batched run (the micro-batch sums differ in order, so near-zero signs may flip).
+TEST(DistJob, Stories260kTwoProcessesAtParity) {
+  AR_REQUIRE_FIXTURES(fx);
+  const std::string d = ar::test::temp_path("dj_s260");
+  fs::create_directories(d);
+  ar::ConvertOptions c;
+  c.checkpoint = fx + "/stories260K/stories260K.bin";
+  c.tokenizer = fx + "/stories260K/tok512.bin";
+  c.out_dir = d + "/model";
+  ar::convert_llama2c(c);
+  auto args = quant_args(d + "/model", d + "/serial", 20);
+  args[7] = "16";
+  args[9] = "128";
+  run_serial(args, d);
+  auto job = args;
+  job[3] = d + "/job";
+  expect_all_ok(run_job(2, job, d), "stories260K, 2 processes");
+  EXPECT_TRUE(ar::test::dir_files(d + "/job") == ar::test::dir_files(d + "/serial")) << "2 processes differ from serial";
+  // Batched mode: reports of serial and 2 processes.
+  for (auto* a : {&args, &job}) {
+    a->insert(a->end(), {"--deterministic", "false", "--overwrite", "--report", (*a)[3] + ".json"});
+  }
+  run_serial(args, d);
+  expect_all_ok(run_job(2, job, d), "stories260K batched, 2 processes");
+  const auto rs = nlohmann::json::parse(ar::read_text_file(d + "/serial.json"));
+  const auto rp = nlohmann::json::parse(ar::read_text_file(d + "/job.json"));
+  ASSERT_EQ(rs["blocks"].size(), rp["blocks"].size());
+  for (size_t b = 0; b < rs["blocks"].size(); ++b) {
+    const double ls = rs["blocks"][b]["loss_best"], lp = rp["blocks"][b]["loss_best"];
+    EXPECT_NEAR(lp, ls, 0.05 * ls) << "block " << b;
+  }
+  const double f0 = rs["blocks"][0]["loss_first"], p0 = rp["blocks"][0]["loss_first"];
+  EXPECT_NEAR(p0, f0, 1e-5 * f0) << "block 0's first loss: same state, same batch";
+  fs::remove_all(d);
+}
+
+// A rank SIGKILLed after the first block: the other stops within the timeout (20 s) naming rank 1, no
+// output appears, the resume state stays; the same command with --resume writes the serial bytes.
+TEST(DistJob, KilledRankStopsTheJobAndResumeFinishesIt) {
+  Fixture f("dj_kill", 4, 33);
+  auto args = quant_args(f.model, f.dir + "/serial", 40);
+  run_serial(args, f.dir);
+  args[3] = f.dir + "/out";
+  args.push_back("--resume");
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) s.args = args;
+  const int port = ar::test::free_port();
+  auto ranks = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);
+  const std::string state = f.dir + "/out.partial/resume_state.json";
+  bool killed = false;
+  for (int i = 0; i < 60000 && !killed; ++i) {
+    if (fs::exists(state) && ar::read_text_file(state).find("\"next_block\":1") != std::string::npos) {
+      kill(ranks[1].pid, SIGKILL);
+      killed = true;
+    }
+    usleep(5000);
+  }
+  ASSERT_TRUE(killed) << "the job finished before rank 1 could be killed";
+  const auto ends = ar::test::wait_ranks(ranks, 120);
+  EXPECT_EQ(ends[1].code, 128 + SIGKILL);
+  EXPECT_EQ(ends[0].code, 3) << ends[0].log;
+  EXPECT_LT(ends[0].seconds, 20 + 10) << "rank 0 took too long to stop";
+  EXPECT_NE(ends[0].log.find("rank 1 ("), std::string::npos) << ends[0].log;
+  EXPECT_NE(ends[0].log.find("lost"), std::string::npos) << ends[0].log;
+  EXPECT_FALSE(fs::exists(f.dir + "/out")) << "a partial output appeared";
+  EXPECT_TRUE(fs::exists(state)) << "the resume state was lost";
+  auto again = ar::test::start_ranks(specs, ar::test::free_port(), f.dir, AR_CLI_PATH);
+  const auto done = ar::test::wait_ranks(again, kJobTimeout);
+  expect_all_ok(done, "resumed job");
+  EXPECT_NE(done[0].log.find("after block 1/4"), std::string::npos) << done[0].log;
+  EXPECT_TRUE(ar::test::dir_files(f.dir + "/out") == ar::test::dir_files(f.dir + "/serial")) << "resume differs";
+}
+
+// Mismatches found by the handshake: every rank stops with one error naming the field and the ranks.
+TEST(DistJob, HandshakeRefusesMismatchedOptionsModelAndBuild) {
+  Fixture f("dj_hand", 2, 35);
+  const auto args = quant_args(f.model, f.dir + "/out", 4);
+  // A copy of the model with one more file; a copy of the binary with one more byte (still runs).
+  fs::copy(f.model, f.dir + "/model2", fs::copy_options::recursive);
+  { std::ofstream(f.dir + "/model2/README.md") << "extra\n"; }
+  fs::copy_file(AR_CLI_PATH, f.dir + "/autoround2");
+  { std::ofstream(f.dir + "/autoround2", std::ios::app) << 'x'; }
+  fs::permissions(f.dir + "/autoround2", fs::perms::owner_all);
+  struct Case {
+    std::string field;
+    std::function<void(RankSpec&)> change;
+  };
+  for (const Case& c : {Case{"options", [](RankSpec& s) { s.args[5] = std::to_string(5); }},
+                        Case{"model", [&](RankSpec& s) { s.args[1] = f.dir + "/model2"; }},
+                        Case{"build", [&](RankSpec& s) { s.binary = f.dir + "/autoround2"; }}}) {
+    std::vector<RankSpec> specs(2);
+    for (auto& s : specs) s.args = args;
+    c.change(specs[1]);
+    auto ranks = ar::test::start_ranks(specs, ar::test::free_port(), f.dir, AR_CLI_PATH);
+    const auto ends = ar::test::wait_ranks(ranks, 120);
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_NE(ends[r].code, 0) << c.field << ": rank " << r;
+      EXPECT_NE(ends[r].log.find("handshake: the ranks differ in " + c.field), std::string::npos)
+          << c.field << ": rank " << r << "\n" << ends[r].log;
+      EXPECT_NE(ends[r].log.find("rank 1 ("), std::string::npos) << ends[r].log;
+    }
+    EXPECT_FALSE(fs::exists(f.dir + "/out"));
+  }
+}
+
+TEST(DistJob, UnreachableRendezvousAndPortInUseAreClearErrorsInBoundedTime) {
+  Fixture f("dj_rdv", 2, 37);
+  auto args = quant_args(f.model, f.dir + "/out", 2);
+  args[args.size() - 1] = "3";  // --timeout 3
+  // Rank 1 of 2 alone: nothing listens at the rendezvous.
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) s.args = args;
+  const int port = ar::test::free_port();
+  specs[0].skip = true;  // rank 0 never shows up
+  auto lonely = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);
+  auto ends = ar::test::wait_ranks(lonely, 60);
+  specs[0].skip = false;
+  EXPECT_EQ(ends[1].code, 3) << ends[1].log;
+  EXPECT_LT(ends[1].seconds, 3 + 5);
+  EXPECT_NE(ends[1].log.find("cannot reach the rendezvous at 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << ends[1].log;
+  // Rank 0 on a port somebody else holds.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(port));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  auto busy = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);
+  ends = ar::test::wait_ranks(busy, 60);
+  close(fd);
+  EXPECT_EQ(ends[0].code, 3) << ends[0].log;
+  EXPECT_LT(ends[0].seconds, 5);
+  EXPECT_NE(ends[0].log.find(std::to_string(port)), std::string::npos) << ends[0].log;
+  EXPECT_NE(ends[0].log.find("in use"), std::string::npos) << ends[0].log;
+  EXPECT_NE(ends[1].code, 0);
+  EXPECT_FALSE(fs::exists(f.dir + "/out"));
+}
+
+// `autoround launch` starts the local ranks itself (one node, 2 processes) and the job writes the serial bytes.
+TEST(DistJob, LaunchCommandRunsTheJob) {
+  Fixture f("dj_launch", 2, 39);
+  auto args = quant_args(f.model, f.dir + "/serial", 4);
+  run_serial(args, f.dir);
+  std::vector<RankSpec> one(1);
+  one[0].args = {"launch", "--nproc_per_node", "2", "--master_port", std::to_string(ar::test::free_port()), "--"};
+  args[3] = f.dir + "/job";
+  one[0].args.insert(one[0].args.end(), args.begin(), args.end());
+  auto r = ar::test::start_ranks(one, 0, f.dir, AR_CLI_PATH);
+  const auto e = ar::test::wait_ranks(r, kJobTimeout);
+  EXPECT_EQ(e[0].code, 0) << e[0].log;
+  EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
+}
+
+// Two "hosts": rank 0 in network namespace A, rank 1 in B, joined by a veth pair (10.231.0.1 and .2);
+// MASTER_ADDR is A's veth address. Skips where namespaces cannot be created (no CAP_NET_ADMIN).
+TEST(DistJob, TwoNetworkNamespacesWriteTheSerialBytes) {
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string a = "ar_a" + tag, b = "ar_b" + tag;
+  const std::string setup = "ip netns add " + a + " && ip netns add " + b + " && ip link add va" + tag +
+                            " type veth peer name vb" + tag + " && ip link set va" + tag + " netns " + a +
+                            " && ip link set vb" + tag + " netns " + b + " && ip -n " + a + " addr add 10.231.0.1/24 dev va" +
+                            tag + " && ip -n " + b + " addr add 10.231.0.2/24 dev vb" + tag + " && ip -n " + a +
+                            " link set va" + tag + " up && ip -n " + b + " link set vb" + tag + " up && ip -n " + a +
+                            " link set lo up && ip -n " + b + " link set lo up";
+  const std::string teardown = "ip netns del " + a + " 2>/dev/null; ip netns del " + b + " 2>/dev/null";
+  if (std::system((setup + " 2>/dev/null").c_str()) != 0) {
+    (void)std::system(teardown.c_str());
+    GTEST_SKIP() << "cannot create network namespaces here (needs CAP_NET_ADMIN)";
+  }
+  Fixture f("dj_netns", 2, 41);
+  auto args = quant_args(f.model, f.dir + "/serial", 4);
+  run_serial(args, f.dir);
+  args[3] = f.dir + "/job";
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) {
+    s.args = args;
+    s.master_addr = "10.231.0.1";
+  }
+  specs[0].prefix = {"ip", "netns", "exec", a};
+  specs[1].prefix = {"ip", "netns", "exec", b};
+  auto ranks = ar::test::start_ranks(specs, 29400 + int(getpid() % 500), f.dir, AR_CLI_PATH);
+  const auto ends = ar::test::wait_ranks(ranks, kJobTimeout);
+  (void)std::system(teardown.c_str());
+  expect_all_ok(ends, "two namespaces");
+  EXPECT_NE(ends[0].log.find("10.231.0.1"), std::string::npos) << ends[0].log;
+  EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
+}
