@@ -7,7 +7,7 @@ and peak RSS per rank against the serial run's; then a projection of the exchang
 from the measured bytes. Standard library only; needs root for the namespace rows (skipped otherwise).
 
   bench/dist_bench.py [--build build] [--hidden 1024] [--inter 2816] [--layers 2] [--iters 20]
-                      [--nsamples 16] [--seqlen 256]
+                      [--nsamples 16] [--seqlen 256] [--worlds 1,2,4] [--no_netns]
 """
 import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, time
 
@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--worlds", default="1,2,4", help="process counts of the loopback rows")
+    ap.add_argument("--no_netns", action="store_true", help="skip the network-namespace rows")
     a = ap.parse_args()
     cli = os.path.abspath(f"{a.build}/src/cli/autoround")
     work = tempfile.mkdtemp(prefix="dist_bench_")
@@ -90,7 +91,7 @@ def main():
              f"ip -n {na} link set va{tagn} up", f"ip -n {nb} link set vb{tagn} up",
              f"ip -n {na} link set lo up", f"ip -n {nb} link set lo up"]
     teardown = f"ip netns del {na} 2>/dev/null; ip netns del {nb} 2>/dev/null"
-    if netns(setup):
+    if not a.no_netns and netns(setup):
         try:
             for rate, delay, burst in (("100gbit", "10us", "16mb"), ("10gbit", "50us", "2mb")):
                 # netem shapes rate and latency; kernels without sch_netem get tbf (rate only).
