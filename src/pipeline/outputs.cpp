@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
+#include "quant/gguf_scheme.h"
 #include "io/mapped_file.h"
 #include "pipeline/export_format.h"
 
@@ -27,8 +28,10 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
   std::stringstream ss(opt.format);
   for (std::string f; std::getline(ss, f, ',');) {
     if (f.empty()) continue;
-    if (std::find(std::begin(kFormats), std::end(kFormats), f) == std::end(kFormats))
-      fail(ErrorKind::InvalidInput, "--format '" + f + "' is not supported (auto_round, auto_gptq, auto_awq, fake)");
+    if (quant::is_gguf_format(f)) {
+      quant::parse_gguf_scheme(f);  // a known preset
+    } else if (std::find(std::begin(kFormats), std::end(kFormats), f) == std::end(kFormats))
+      fail(ErrorKind::InvalidInput, "--format '" + f + "' is not supported (auto_round, auto_gptq, auto_awq, fake, gguf:<preset>)");
     if (std::find(out.begin(), out.end(), f) != out.end())
       fail(ErrorKind::InvalidInput, "--format lists '" + f + "' twice");
     if (f == "auto_awq" && opt.fmt.bits != 4)

@@ -14,7 +14,9 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -29,6 +31,7 @@
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
+#include "pipeline/gguf_output.h"
 #include "pipeline/job_identity.h"
 #include "pipeline/lane_planner.h"
 #include "pipeline/option_limits.h"
@@ -38,6 +41,7 @@
 #include "pipeline/run_estimate.h"
 #include "pipeline/run_steps.h"
 #include "pipeline/shard_stream.h"
+#include "quant/gguf_rtn.h"
 
 namespace ar {
 
@@ -76,6 +80,8 @@ class QuantizeRun {
   void save_resume(int64_t next_block);
   void gather_rank_metrics(BlockReport& br);
   void finish();
+  void gguf_run();
+  void gguf_add(Context& c, const std::string& name, const Tensor& t);
   std::vector<size_t> shard_bytes() const;
 
   const QuantizeOptions& requested_;
@@ -97,6 +103,8 @@ class QuantizeRun {
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<LanePlanner> lanes_;
   std::unique_ptr<Progress> progress_;     // rank 0
+  std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
+  std::unique_ptr<GgufOutput> gguf_;
   quant::CalibData calib_;
   nlohmann::ordered_json fingerprint_;
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
@@ -126,6 +134,18 @@ void QuantizeRun::plan() {
     fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
                                  "the whole calibration pool); run it with one process");
   rules_ = LayerRules::of(opt_);
+  for (const auto& f : parse_formats(opt_)) {
+    if (!quant::is_gguf_format(f)) continue;
+    if (parse_formats(opt_).size() > 1)
+      fail(ErrorKind::Unsupported, "--format " + f + " cannot be combined with other formats yet (one GGUF run each)");
+    if (opt_.tune.iters != 0)
+      fail(ErrorKind::Unsupported, "--format " + f + " is written by round-to-nearest in this version: pass --iters 0 "
+                                   "(SignRound through GGUF's double-quantized formats is not implemented yet)");
+    if (opt_.resume || processes() > 1)
+      fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
+                                   "yet (a GGUF round-to-nearest run reads no calibration data)");
+    gguf_scheme_ = quant::parse_gguf_scheme(f);
+  }
   if (!root()) return;  // only rank 0 writes: only its output is checked and created
   out_.emplace(steps::output_spec(opt_, &report_path_));  // checked, temporary created: before any work
   if (!out_->note().empty()) steps::note(rep_, out_->note());
@@ -401,8 +421,67 @@ void QuantizeRun::finish() {
   if (root() && !report_path_.empty()) write_report(opt_, rep_, report_path_);
 }
 
+// The tensor in the type the GGUF preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h), 1-D
+// as f32.
+void QuantizeRun::gguf_add(Context& c, const std::string& name, const Tensor& t) {
+  if (!gguf_->expects(name)) return;
+  if (t.shape().size() == 1) return gguf_->add_f32(name, t.f32(), t.numel());
+  gguf_->add(name, quant::gguf_quantize_rtn(c, gguf_->type_of(name), t.f32(), t.dim(0), t.dim(1)));
+}
+
+// --format gguf:<preset> --iters 0: every tensor quantized to its preset type, block by block; no
+// calibration data is read.
+void QuantizeRun::gguf_run() {
+  const ModelConfig& cfg = model_->config();
+  ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
+  log_info("gguf:" + gguf_scheme_->preset + ": round-to-nearest of every tensor in llama.cpp's per-tensor types; "
+           "no calibration data");
+  gguf_ = std::make_unique<GgufOutput>(out_->tmp(), *model_, *gguf_scheme_);
+  gguf_add(*ctx_, "model.embed_tokens.weight", model_->load_embeddings(*ctx_));
+  for (int64_t b = 0; b < cfg.num_layers; ++b) {
+    const auto t0 = Clock::now();
+    const std::string prefix = HfModel::layer_prefix(b);
+    BlockWeights w = model_->load_block(b, *ctx_);
+    const std::pair<const char*, const Tensor*> all[] = {
+        {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
+        {"self_attn.q_proj.weight", &w.wq}, {"self_attn.k_proj.weight", &w.wk}, {"self_attn.v_proj.weight", &w.wv},
+        {"self_attn.o_proj.weight", &w.wo}, {"mlp.gate_proj.weight", &w.wg}, {"mlp.up_proj.weight", &w.wu},
+        {"mlp.down_proj.weight", &w.wd}, {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk},
+        {"self_attn.v_proj.bias", &w.bv}, {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm},
+        {"self_attn.k_norm.weight", &w.k_norm}};
+    std::map<std::string, int> types;  // the block's tensors per ggml type, for the log
+    for (const auto& [nm, t] : all)
+      if (t->defined() && gguf_->expects(prefix + nm)) {
+        gguf_add(*ctx_, prefix + nm, *t);
+        types[quant::ggml_type_name(gguf_->type_of(prefix + nm))]++;
+      }
+    BlockReport br;
+    br.index = b;
+    br.seconds = seconds_since(t0);
+    br.peak_rss_mb = peak_rss_mb();
+    std::string line = "block " + std::to_string(b + 1) + "/" + std::to_string(cfg.num_layers) + ":";
+    for (const auto& [type, count] : types) line += " " + type + " x" + std::to_string(count);
+    char tail[64];
+    std::snprintf(tail, sizeof tail, ", %.1f s, peak mem %.0f MiB", br.seconds, br.peak_rss_mb);
+    log_info(line + tail);
+    rep_.blocks.push_back(std::move(br));
+  }
+  gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
+  if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
+  gguf_->finish();
+  out_->commit();
+  log_info("wrote " + out_->path() + "/" + std::filesystem::path(gguf_->path()).filename().string());
+  rep_.seconds = seconds_since(t_start_);
+  rep_.peak_rss_mb = peak_rss_mb();
+  if (!report_path_.empty()) write_report(opt_, rep_, report_path_);
+}
+
 QuantizeReport QuantizeRun::run() {
   plan();
+  if (gguf_scheme_) {
+    gguf_run();
+    return std::move(rep_);
+  }
   calibrate();
   summary_head();
   start();

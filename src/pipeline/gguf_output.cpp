@@ -1,0 +1,127 @@
+#include "pipeline/gguf_output.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "export/gguf_model.h"
+
+namespace ar {
+
+namespace {
+// The tensor kind a preset's rules see, from the HF name.
+quant::GgufTensorKind kind_of(const std::string& n) {
+  using K = quant::GgufTensorKind;
+  if (n == "model.embed_tokens.weight") return K::TokenEmbd;
+  if (n == "lm_head.weight") return K::Output;
+  for (auto [part, k] : {std::pair{"q_proj", K::AttnQ}, {"k_proj", K::AttnK}, {"v_proj", K::AttnV}, {"o_proj", K::AttnOutput},
+                         {"gate_proj", K::FfnGate}, {"up_proj", K::FfnUp}, {"down_proj", K::FfnDown}})
+    if (n.find(part) != std::string::npos) return k;
+  fail(ErrorKind::Internal, "gguf: no tensor kind for " + n);
+}
+
+int64_t layer_of(const std::string& n) {
+  const std::string p = "model.layers.";
+  return n.rfind(p, 0) == 0 ? std::stoll(n.substr(p.size())) : 0;
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+  return s;
+}
+}  // namespace
+
+GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme)
+    : cfg_(model.config()), scheme_(scheme) {
+  const std::string name = std::filesystem::path(model.dir()).filename().string();
+  path_ = dir + "/" + (name.empty() ? std::string("model") : name) + "-" + upper(scheme.preset) + ".gguf";
+  writer_ = std::make_unique<GgufWriter>(path_);
+  add_gguf_model_metadata(*writer_, cfg_, model.dir(), scheme.file_type, name);
+  for (const auto& x : gguf_extra_tensors(cfg_)) {
+    writer_->add_tensor_info(x.name, x.dims, uint32_t(quant::GgmlType::F32), x.data.size() * 4);
+    extras_.emplace_back(reinterpret_cast<const uint8_t*>(x.data.data()),
+                         reinterpret_cast<const uint8_t*>(x.data.data()) + x.data.size() * 4);
+    order_.push_back("#" + x.name);  // written first, from extras_
+  }
+  std::vector<std::string> names = {"model.embed_tokens.weight"};
+  const char* block[] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                         "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+                         "self_attn.v_proj.bias", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                         "self_attn.o_proj.weight", "self_attn.o_proj.bias", "post_attention_layernorm.weight",
+                         "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+  for (int64_t b = 0; b < cfg_.num_layers; ++b)
+    for (const char* t : block) names.push_back(HfModel::layer_prefix(b) + t);
+  names.push_back("model.norm.weight");
+  if (!cfg_.tie_word_embeddings && model.has("lm_head.weight")) names.push_back("lm_head.weight");
+  for (const auto& n : names)
+    if (const StTensorInfo* info = model.info(n)) declare(n, *info);
+  writer_->write_header();
+  for (size_t i = 0; i < extras_.size(); ++i) writer_->write_tensor_data(order_[i].substr(1), extras_[i].data(), extras_[i].size());
+  next_ = extras_.size();
+}
+
+void GgufOutput::declare(const std::string& hf_name, const StTensorInfo& info) {
+  Decl d;
+  d.gguf_name = gguf_tensor_name(hf_name, cfg_);
+  d.cols = info.shape.back();
+  d.rows = info.shape.size() == 2 ? info.shape[0] : 1;
+  if (info.shape.size() == 2) {
+    quant::GgufTensorKind k = kind_of(hf_name);
+    if (k == quant::GgufTensorKind::TokenEmbd && cfg_.tie_word_embeddings) k = quant::GgufTensorKind::Output;
+    d.type = scheme_.type_of(k, layer_of(hf_name), cfg_.num_layers, d.cols,
+                             cfg_.num_heads / std::max<int64_t>(1, cfg_.num_kv_heads));
+  }
+  d.row_order = gguf_tensor_row_order(hf_name, cfg_);
+  std::vector<uint64_t> dims = {uint64_t(d.cols)};
+  if (info.shape.size() == 2) dims.push_back(uint64_t(d.rows));
+  writer_->add_tensor_info(d.gguf_name, dims, uint32_t(d.type), uint64_t(d.rows * quant::ggml_row_bytes(d.type, d.cols)));
+  order_.push_back(hf_name);
+  decl_[hf_name] = std::move(d);
+}
+
+quant::GgmlType GgufOutput::type_of(const std::string& hf_name) const {
+  auto it = decl_.find(hf_name);
+  if (it == decl_.end()) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
+  return it->second.type;
+}
+
+void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
+  auto it = decl_.find(hf_name);
+  if (it == decl_.end()) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
+  const Decl& d = it->second;
+  const size_t rb = size_t(quant::ggml_row_bytes(d.type, d.cols));
+  AR_CHECK(bytes.size() == rb * size_t(d.rows), "gguf: " + hf_name + " has the wrong byte count");
+  if (!d.row_order.empty()) {
+    std::vector<uint8_t> moved(bytes.size());
+    for (size_t r = 0; r < d.row_order.size(); ++r)
+      std::memcpy(moved.data() + r * rb, bytes.data() + size_t(d.row_order[r]) * rb, rb);
+    bytes.swap(moved);
+  }
+  staged_[hf_name] = std::move(bytes);
+  flush();
+}
+
+void GgufOutput::add_f32(const std::string& hf_name, const float* data, int64_t n) {
+  AR_CHECK(type_of(hf_name) == quant::GgmlType::F32, "gguf: " + hf_name + " is not an f32 tensor");
+  const auto* p = reinterpret_cast<const uint8_t*>(data);
+  add(hf_name, std::vector<uint8_t>(p, p + n * 4));
+}
+
+void GgufOutput::flush() {
+  while (next_ < order_.size()) {
+    auto it = staged_.find(order_[next_]);
+    if (it == staged_.end()) return;
+    writer_->write_tensor_data(decl_[order_[next_]].gguf_name, it->second.data(), it->second.size());
+    staged_.erase(it);
+    ++next_;
+  }
+}
+
+void GgufOutput::finish() {
+  if (next_ < order_.size()) fail(ErrorKind::Internal, "gguf: " + order_[next_] + " was never written");
+  writer_->commit();
+}
+
+}  // namespace ar

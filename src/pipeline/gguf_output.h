@@ -1,0 +1,55 @@
+// `--format gguf:<preset>` (docs/gguf.md): one GGUF v3 file, <output>/<model>-<PRESET>.gguf, written
+// as the run goes. At construction every tensor is declared (llama.cpp's names, ggml dims, the type
+// the preset gives it: quant/gguf_scheme.h) in llama.cpp's converter order: rope_freqs (llama3 rope
+// scaling), token_embd, per block attn_norm, attn_q/k/v (and biases), attn_q_norm/k_norm,
+// attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and output (not when tied).
+// Tensors may arrive in any order within that stream; each is held until every tensor declared
+// before it is written, so at most one block's packed tensors wait in memory. The llama
+// architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/gguf_writer.h"
+#include "model/loader.h"
+#include "quant/gguf_scheme.h"
+
+namespace ar {
+
+class GgufOutput {
+ public:
+  GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme);
+  // The ggml type an HF tensor is written in (F32 for 1-D tensors).
+  quant::GgmlType type_of(const std::string& hf_name) const;
+  // The tensor's rows in its type, HF row order.
+  void add(const std::string& hf_name, std::vector<uint8_t> bytes);
+  // fp32 values of a 1-D tensor (norms, biases).
+  void add_f32(const std::string& hf_name, const float* data, int64_t n);
+  bool expects(const std::string& hf_name) const { return decl_.count(hf_name) > 0; }
+  void finish();  // every declared tensor must have been added
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Decl {
+    std::string gguf_name;
+    int64_t rows = 1, cols = 0;
+    quant::GgmlType type = quant::GgmlType::F32;
+    std::vector<int64_t> row_order;  // llama Q/K permutation, empty = as is
+  };
+  void declare(const std::string& hf_name, const StTensorInfo& info);
+  void flush();
+  const ModelConfig& cfg_;
+  quant::GgufScheme scheme_;
+  std::string path_;
+  std::unique_ptr<GgufWriter> writer_;
+  std::map<std::string, Decl> decl_;
+  std::vector<std::string> order_;                     // HF names in file order
+  size_t next_ = 0;                                     // the next to write
+  std::map<std::string, std::vector<uint8_t>> staged_;  // added, not yet written
+  std::vector<std::vector<uint8_t>> extras_;            // rope_freqs: written at the start
+};
+
+}  // namespace ar
