@@ -81,6 +81,10 @@ class QuantizeRun {
   void gather_rank_metrics(BlockReport& br);
   void finish();
   void gguf_run();
+  void gguf_embeddings(const Tensor& emb);
+  std::set<std::string> gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems);
+  void gguf_fix_params(Context& c, quant::TunedLinear& L);
+  void gguf_write_block(BlockWeights& w, const std::string& prefix, const quant::BlockTuneResult& tr);
   void gguf_add(Context& c, const std::string& name, const Tensor& t);
   std::vector<size_t> shard_bytes() const;
 
@@ -105,6 +109,8 @@ class QuantizeRun {
   std::unique_ptr<Progress> progress_;     // rank 0
   std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
   std::unique_ptr<GgufOutput> gguf_;
+  std::string gguf_prefix_;                                    // the block being tuned
+  std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
   quant::CalibData calib_;
   nlohmann::ordered_json fingerprint_;
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
@@ -138,12 +144,9 @@ void QuantizeRun::plan() {
     if (!quant::is_gguf_format(f)) continue;
     if (parse_formats(opt_).size() > 1)
       fail(ErrorKind::Unsupported, "--format " + f + " cannot be combined with other formats yet (one GGUF run each)");
-    if (opt_.tune.iters != 0)
-      fail(ErrorKind::Unsupported, "--format " + f + " is written by round-to-nearest in this version: pass --iters 0 "
-                                   "(SignRound through GGUF's double-quantized formats is not implemented yet)");
     if (opt_.resume || processes() > 1)
       fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
-                                   "yet (a GGUF round-to-nearest run reads no calibration data)");
+                                   "outputs yet");
     gguf_scheme_ = quant::parse_gguf_scheme(f);
   }
   if (!root()) return;  // only rank 0 writes: only its output is checked and created
@@ -258,7 +261,9 @@ bool QuantizeRun::restore() {
 void QuantizeRun::start() {
   ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
   lanes_ = std::make_unique<LanePlanner>(opt_, ctx_->device(), shard_.samples(), rep_.notes);
-  if (root()) {
+  if (root() && gguf_scheme_) {
+    gguf_ = std::make_unique<GgufOutput>(out_->tmp(), *model_, *gguf_scheme_);
+  } else if (root()) {
     outputs_ = std::make_unique<OutputSet>(opt_, out_->tmp(), kShardBytes);
     if (opt_.resume) outputs_->keep_files();
     keeper_ = std::make_unique<ResumeKeeper>(
@@ -276,7 +281,8 @@ void QuantizeRun::start() {
   } else {
     Tensor emb = model_->load_embeddings(*ctx_);
     steps::embed(*ctx_, emb, calib_.ids.data() + shard_.sample_begin * T_, x_fp_, rows, T_, C_);
-    if (root()) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
+    if (gguf_) gguf_embeddings(emb);
+    else if (root()) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
   }
   summary_tail();
   if (root())
@@ -304,6 +310,7 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(BlockWeights& w, const std::s
   lane.pool = n_;
   if (opt_.tune.iters == 0) return rtn_block(*ctx_, lane, w, opt_.fmt, imat, quantize_layer);
   quant::SignRoundOptions tune = opt_.tune;
+  if (gguf_) tune.fix_params = [this](Context& c, quant::TunedLinear& L) { gguf_fix_params(c, L); };
   if (progress_)
     tune.progress = [this](int it, int iters, double loss, double best) { progress_->iteration(it, iters, loss, best); };
   const Tensor& x_in = (opt_.quanted_input && x_q_.defined()) ? x_q_ : x_fp_;
@@ -333,7 +340,8 @@ void QuantizeRun::block(int64_t b) {
   br.index = b;
   br.world_collect = (collect.parallel() ? collect.world : 1) * processes();
   int64_t tuned_elems = 0;
-  const std::set<std::string> selected = steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
+  const std::set<std::string> selected =
+      gguf_ ? gguf_tuned_layers(w, prefix, &tuned_elems) : steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
   if (progress_) progress_->start_block(b);
   const auto t_tune = Clock::now();
   br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
@@ -353,7 +361,8 @@ void QuantizeRun::block(int64_t b) {
   std::swap(x_fp_, y_fp_);
   const auto t_pack = Clock::now();
   br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
-  if (root()) steps::write_block(*ctx_, *model_, prefix, tr, br, *outputs_);
+  if (gguf_) gguf_write_block(w, prefix, tr);
+  else if (root()) steps::write_block(*ctx_, *model_, prefix, tr, br, *outputs_);
   br.phase_seconds["pack_write"] = seconds_since(t_pack);
   br.seconds = seconds_since(t0);
   br.peak_rss_mb = peak_rss_mb();
@@ -404,7 +413,11 @@ void QuantizeRun::save_resume(int64_t next_block) {
 
 void QuantizeRun::finish() {
   if (procs_) procs_->sum_tree(1.0);  // a barrier: every process finished its blocks before rank 0 publishes
-  if (root()) {
+  if (gguf_) {
+    gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
+    if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
+    gguf_->finish();
+  } else if (root()) {
     outputs_->copy_tensor(*model_, "model.norm.weight", *ctx_);
     if (lm_head_q_) {
       steps::tune_lm_head(*ctx_, *model_, opt_, x_fp_, x_q_, T_, loss_mask_, *outputs_, rep_);
@@ -427,6 +440,68 @@ void QuantizeRun::gguf_add(Context& c, const std::string& name, const Tensor& t)
   if (!gguf_->expects(name)) return;
   if (t.shape().size() == 1) return gguf_->add_f32(name, t.f32(), t.numel());
   gguf_->add(name, quant::gguf_quantize_rtn(c, gguf_->type_of(name), t.f32(), t.dim(0), t.dim(1)));
+}
+
+// GGUF: the embeddings in the preset's type; the q-chain starts from their dequantized values, as
+// AutoRound re-caches block 0's quantized inputs when it quantizes the embeddings.
+void QuantizeRun::gguf_embeddings(const Tensor& emb) {
+  const std::string name = "model.embed_tokens.weight";
+  const quant::GgmlType t = gguf_->type_of(name);
+  Tensor deq = Tensor::empty(emb.shape(), DType::F32, *ctx_);
+  gguf_->add(name, quant::gguf_quantize_rtn(*ctx_, t, emb.f32(), emb.dim(0), emb.dim(1), deq.f32()));
+  if (!opt_.quanted_input) return;
+  x_q_ = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
+  steps::embed(*ctx_, deq, calib_.ids.data() + shard_.sample_begin * T_, x_q_, shard_.samples(), T_, C_);
+}
+
+// GGUF: the block's Linears whose preset type has scales (the others are written as f16/bf16/f32).
+std::set<std::string> QuantizeRun::gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems) {
+  std::set<std::string> selected;
+  *tuned_elems = 0;
+  gguf_prefix_ = prefix;
+  gguf_params_.clear();
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    const quant::GgmlType type = gguf_->type_of(prefix + nm + ".weight");
+    if (!quant::ggml_is_kquant(type) && !quant::ggml_is_legacy(type)) continue;
+    selected.insert(nm);
+    *tuned_elems += t->numel();
+  }
+  return selected;
+}
+
+// GGUF: a Linear's scales and mins fixed by round-to-nearest + double quantization before tuning;
+// only V is tuned (quant/qdq_fixed.h), so the tuned weights are exactly what the file holds.
+void QuantizeRun::gguf_fix_params(Context& c, quant::TunedLinear& L) {
+  const Tensor& W = *L.weight;
+  const std::string name = gguf_prefix_ + L.name + ".weight";
+  quant::GgufLayerParams p = quant::gguf_params_rtn(c, gguf_->type_of(name), W.f32(), W.dim(0), W.dim(1));
+  L.fixed = p.qdq();
+  const int64_t ng = L.fixed->out * L.fixed->groups();
+  L.V = Tensor::zeros({W.dim(0), W.dim(1)}, DType::F32, c);
+  L.scale = Tensor::empty({ng}, DType::F32, c);
+  L.zero = Tensor::empty({ng}, DType::F32, c);
+  quant::gguf_group_scales(p, L.scale.f32(), L.zero.f32());
+  gguf_params_[L.name] = std::move(p);
+}
+
+// GGUF: a finished block into the file. The tuned Linears hold s q - m; their codes are recovered from
+// those values exactly ((w^ + m) / s is within 1e-6 of the integer q) and packed with the fixed
+// scales; the other tensors go through gguf_add.
+void QuantizeRun::gguf_write_block(BlockWeights& w, const std::string& prefix, const quant::BlockTuneResult& tr) {
+  std::set<std::string> done;
+  for (const auto& L : tr.layers) {
+    quant::GgufLayerParams& p = gguf_params_.at(L.name);
+    gguf_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(*ctx_, p, L.weight->f32(), nullptr));
+    done.insert(L.name);
+  }
+  const std::pair<const char*, const Tensor*> rest[] = {
+      {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
+      {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk}, {"self_attn.v_proj.bias", &w.bv},
+      {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
+  for (const auto& [nm, t] : rest)
+    if (t->defined()) gguf_add(*ctx_, prefix + nm, *t);
+  for (auto& [nm, t] : quant::block_linears(w))
+    if (!done.count(nm)) gguf_add(*ctx_, prefix + nm + ".weight", *t);  // f16/bf16 fallbacks
 }
 
 // --format gguf:<preset> --iters 0: every tensor quantized to its preset type, block by block; no
@@ -478,7 +553,7 @@ void QuantizeRun::gguf_run() {
 
 QuantizeReport QuantizeRun::run() {
   plan();
-  if (gguf_scheme_) {
+  if (gguf_scheme_ && opt_.tune.iters == 0) {
     gguf_run();
     return std::move(rep_);
   }

@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "core/context.h"
+#include "quant/ggml_kquants.h"
+#include "quant/ggml_legacy.h"
 #include "quant/ggml_types.h"
+#include "quant/qdq_fixed.h"
 
 namespace ar::quant {
 
@@ -25,5 +28,25 @@ namespace ar::quant {
 // weight. InvalidInput when cols is not a multiple of t's block.
 std::vector<uint8_t> gguf_quantize_rtn(Context& ctx, GgmlType t, const float* W, int64_t rows, int64_t cols,
                                        float* What = nullptr);
+
+// The same split in two, for SignRound through a GGUF type (qdq_fixed.h): the block parameters (scales,
+// mins and their super-scales; the codes are decided later), the per-group (s, m) they mean, and the
+// packing with the codes of the tuned rounding.
+struct GgufLayerParams {
+  GgmlType type = GgmlType::F16;
+  int64_t rows = 0, cols = 0;
+  std::vector<KQuantBlockParams> k;       // k-quants: rows * cols / 256
+  std::vector<LegacyBlockParams> legacy;  // legacy types: rows * cols / 32
+  bool quantized() const { return !k.empty() || !legacy.empty(); }
+  FixedQdq qdq() const;  // group, code range of the type
+};
+// Unsupported for f16/bf16/f32 (nothing to tune).
+GgufLayerParams gguf_params_rtn(Context& ctx, GgmlType t, const float* W, int64_t rows, int64_t cols);
+// s, m per group ([rows * cols / group]): w^ = s q - m decodes as ggml does.
+void gguf_group_scales(const GgufLayerParams& p, float* s, float* m);
+// Codes q = clamp(round((w + m) / s + V)) (V [rows, cols] or null) into p, then the packed rows; `What`
+// (optional) gets their decoding, equal to qdq_fixed_fwd of the same V.
+std::vector<uint8_t> gguf_pack_codes(Context& ctx, GgufLayerParams& p, const float* W, const float* V,
+                                     float* What = nullptr);
 
 }  // namespace ar::quant

@@ -1,5 +1,7 @@
 #include "quant/qdq.h"
 
+#include "quant/qdq_fixed.h"
+
 #include "core/error.h"
 
 namespace ar::quant {
@@ -42,6 +44,19 @@ void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, c
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
     qdq_bwd<float>(sh, W, V, alpha, beta, wmin0, wmax0, dWhat, dV, dalpha, dbeta, r0, r1);
   }, ThreadPool::grain(8 * sh.in));
+}
+
+void qdq_fixed_fwd(Context& ctx, const FixedQdq& f, const float* W, const float* V, const float* s, const float* m,
+                   float* What) {
+  ctx.pool().parallel_for(f.out, [&](int64_t r0, int64_t r1) { qdq_fixed_fwd<float>(f, W, V, s, m, What, r0, r1); },
+                          ThreadPool::grain(4 * f.in));
+}
+
+void qdq_fixed_fwd(Context& ctx, const FixedQdq& f, const float* W, const float* V, const float* s, const float* m,
+                   uint16_t* What) {
+  ctx.pool().parallel_for(f.out, [&](int64_t r0, int64_t r1) {
+    qdq_fixed_fwd<float, uint16_t>(f, W, V, s, m, What, r0, r1);
+  }, ThreadPool::grain(4 * f.in));
 }
 
 }  // namespace ar::quant

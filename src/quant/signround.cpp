@@ -217,6 +217,8 @@ class BlockTuner {
   void iteration(int it);
   void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr);
+  template <class SignStep>
+  void step_fixed(Replica& R, TunedLinear& L, const float* dw, float lr, SignStep& sign_step);
   void snapshot(bool save);
 
   Context& ctx_;
@@ -248,6 +250,7 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
     if (quantize_layer && !quantize_layer(name)) continue;
     lin_.push_back(slot);
     res_.layers.push_back(make_tuned_linear(ctx_, name, t, fmt));
+    if (opt_.fix_params) opt_.fix_params(ctx_, res_.layers.back());
   }
   for (const auto& L : res_.layers) {
     g_.w.push_back(g_.wsize);
@@ -274,6 +277,7 @@ void BlockTuner::build_replica(int r) {
       TunedLinear L;
       L.name = H.name;
       L.shape = H.shape;
+      L.fixed = H.fixed;
       L.weight = mine[lin_[l]].second;
       for (auto [dst, src] : {std::pair{&L.V, &H.V}, {&L.alpha, &H.alpha}, {&L.beta, &H.beta}, {&L.wmin0, &H.wmin0},
                               {&L.wmax0, &H.wmax0}, {&L.scale, &H.scale}, {&L.zero, &H.zero}})
@@ -313,7 +317,11 @@ void BlockTuner::build_replica(int r) {
 void BlockTuner::qdq_all(Replica& R) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
-    if (opt_.amp)
+    if (L.fixed && opt_.amp)
+      qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.Whatb[l].data<uint16_t>());
+    else if (L.fixed)
+      qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.What[l].f32());
+    else if (opt_.amp)
       qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
               R.Whatb[l].data<uint16_t>(), L.scale.f32(), L.zero.f32());
     else
@@ -395,6 +403,10 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
   };
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
+    if (L.fixed) {
+      step_fixed(R, L, dw + g_.w[l], lr, sign_step);
+      continue;
+    }
     const QdqShape& sh = L.shape;
     const int64_t ng = sh.groups(), vw = ng * sh.group;
     // Blocks of kRows rows: a block's gradients (scratch, zero in V's padding) are applied while in cache.
@@ -417,6 +429,24 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
     }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
   }
   if (!finite) fail(ErrorKind::InvalidInput, "non-finite gradient of the tunables");
+}
+
+// The GGUF layers' step: only V moves (its gradient through the fixed scales), in blocks of rows.
+template <class SignStep>
+void BlockTuner::step_fixed(Replica& R, TunedLinear& L, const float* dw, float lr, SignStep& sign_step) {
+  const FixedQdq& f = *L.fixed;
+  constexpr int64_t kRows = 8;
+  R.ctx->pool().parallel_for(f.out, [&](int64_t c0, int64_t c1) {
+    std::vector<float> dV(size_t(kRows * f.in));
+    for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
+      const int64_t rows = std::min(kRows, c1 - r0), k = r0 * f.groups();
+      FixedQdq part = f;
+      part.out = rows;
+      qdq_fixed_bwd<float>(part, L.weight->f32() + r0 * f.in, L.V.f32() + r0 * f.in, L.scale.f32() + k,
+                           L.zero.f32() + k, dw + r0 * f.in, dV.data(), 0, rows);
+      sign_step(L.V.f32() + r0 * f.in, dV.data(), rows * f.in, lr);
+    }
+  }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, f.in)));
 }
 
 void BlockTuner::snapshot(bool save) {
@@ -511,6 +541,11 @@ BlockTuneResult BlockTuner::run() {
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
+    if (L.fixed) {
+      qdq_fixed_fwd(ctx_, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), What.f32());
+      *L.weight = What;
+      continue;
+    }
     qdq_fwd(ctx_, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
             What.f32(), L.scale.f32(), L.zero.f32());
     *L.weight = What;

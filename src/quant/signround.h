@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "parallel/process_link.h"
 #include "parallel/replica_group.h"
 #include "quant/qdq.h"
+#include "quant/qdq_fixed.h"
 
 namespace ar::quant {
 
@@ -38,6 +40,8 @@ struct QuantFormat {
   int64_t group_size = 128;
   bool sym = true;
 };
+
+struct TunedLinear;
 
 struct SignRoundOptions {
   int iters = 200;
@@ -54,6 +58,9 @@ struct SignRoundOptions {
   bool amp = false;
   // Called after every step with this iteration's loss and the best so far.
   std::function<void(int /*iteration*/, int /*iters*/, double /*loss*/, double /*best*/)> progress;
+  // Called for every tuned Linear after its tunables are made (e.g. the GGUF output fixing its scales:
+  // TunedLinear::fixed).
+  std::function<void(Context&, TunedLinear&)> fix_params;
   // Test/diagnostic observer: after every step, a checksum of each replica's (V, alpha, beta).
   std::function<void(int /*iteration*/, const std::vector<uint64_t>&)> on_step;
 };
@@ -88,6 +95,9 @@ struct TunePhases {
 struct TunedLinear {
   std::string name;
   QdqShape shape;
+  // GGUF types (qdq_fixed.h): per-group scale and offset fixed before tuning, held in `scale` and
+  // `zero`; only V ([out, in]) is tuned.
+  std::optional<FixedQdq> fixed;
   Tensor* weight = nullptr;  // the FP weight [out, in], replaced by its QDQ value at the end
   Tensor V, alpha, beta, wmin0, wmax0, scale, zero;
 };
