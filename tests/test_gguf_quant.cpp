@@ -9,6 +9,7 @@
 #include "quant/ggml_kquants.h"
 #include "quant/gguf_rtn.h"
 #include "quant/gguf_scheme.h"
+#include "quant/qdq_fixed.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -102,4 +103,37 @@ TEST(GgufRtn, EveryTypeDecodesToItsDequantizedWeightWithinHalfAStep) {
     last = err;
   }
   EXPECT_GT(last, 0.0);
+}
+
+// SignRound through a GGUF type (qdq_fixed.h): the fixed-parameter QDQ with a tuned V is exactly what
+// gguf_pack_codes writes, whether the codes come from (W, V) or are recovered from the QDQ weights
+// themselves (as the pipeline packs a tuned block); and its straight-through gradient is s dw^ inside
+// the code range, 0 where clamped.
+TEST(GgufTuned, FixedQdqIsWhatThePackedBytesDecodeTo) {
+  Context ctx(Device{}, 2);
+  const int64_t rows = 4, cols = 512;
+  const std::vector<float> W = test::randn<float>(size_t(rows * cols), 11, 0.05);
+  std::vector<float> V = test::randn<float>(W.size(), 12, 0.2);
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q4_0,
+                     GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+    GgufLayerParams p = gguf_params_rtn(ctx, t, W.data(), rows, cols);
+    const FixedQdq f = p.qdq();
+    std::vector<float> s(size_t(rows * f.groups())), m(s.size()), What(W.size()), dec(W.size());
+    gguf_group_scales(p, s.data(), m.data());
+    qdq_fixed_fwd(ctx, f, W.data(), V.data(), s.data(), m.data(), What.data());
+    const std::vector<uint8_t> from_wv = gguf_pack_codes(ctx, p, W.data(), V.data());
+    const std::vector<uint8_t> from_what = gguf_pack_codes(ctx, p, What.data(), nullptr);
+    EXPECT_TRUE(from_wv == from_what) << ggml_type_name(t) << ": codes recovered from w^ differ";
+    ggml_dequantize(t, from_wv.data(), dec.data(), rows * cols);
+    for (size_t i = 0; i < W.size(); ++i) ASSERT_EQ(dec[i], What[i]) << ggml_type_name(t) << " element " << i;
+    // Backward: against the definition, element by element.
+    std::vector<float> dW = test::randn<float>(W.size(), 13), dV(W.size());
+    qdq_fixed_bwd<float>(f, W.data(), V.data(), s.data(), m.data(), dW.data(), dV.data(), 0, rows);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const int64_t g = (i / cols) * f.groups() + (i % cols) / f.group;
+      const float q = s[size_t(g)] != 0 ? std::nearbyint((W[size_t(i)] + m[size_t(g)]) / s[size_t(g)] + V[size_t(i)]) : 0.f;
+      const bool inside = q >= float(f.qlo) && q <= float(f.qhi);
+      ASSERT_EQ(dV[size_t(i)], inside ? dW[size_t(i)] * s[size_t(g)] : 0.f) << ggml_type_name(t) << " element " << i;
+    }
+  }
 }

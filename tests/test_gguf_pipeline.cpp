@@ -1,0 +1,164 @@
+// `--format gguf:<preset>` end to end on a generated Llama with 256-multiple widths: the file holds
+// every tensor under llama.cpp's name in the type the preset gives it; round-to-nearest writes exactly
+// gguf_quantize_rtn's bytes of the source weights (q/k rows in llama.cpp's order); SignRound through
+// the GGUF types lowers every block's loss and writes valid blocks; combinations not supported yet are
+// refused before anything is written.
+#include <filesystem>
+
+#include "core/error.h"
+#include "export/gguf_model.h"
+#include "io/gguf.h"
+#include "io/mapped_file.h"
+#include "model/loader.h"
+#include "model/synthetic.h"
+#include "pipeline/quantize.h"
+#include "quant/gguf_rtn.h"
+#include "quant/gguf_scheme.h"
+#include "test_util.h"
+
+using namespace ar;
+namespace fs = std::filesystem;
+
+namespace {
+nlohmann::json wide_config() {
+  nlohmann::json c = tiny_llama_config(4);
+  c["hidden_size"] = 256;
+  c["intermediate_size"] = 512;
+  c["num_attention_heads"] = 4;
+  c["num_key_value_heads"] = 2;
+  return c;
+}
+
+QuantizeOptions gguf_opts(const std::string& model, const std::string& out, const std::string& preset, int iters) {
+  QuantizeOptions o;
+  o.model_dir = model;
+  o.output_dir = out;
+  o.format = "gguf:" + preset;
+  o.tune.iters = iters;
+  o.calib.nsamples = 8;
+  o.calib.seqlen = 64;
+  o.threads = 2;
+  o.overwrite = true;
+  return o;
+}
+
+// The file's tensors: name -> bytes (the data section starts where the padded tensors end at EOF).
+struct GgufBytes {
+  GgufFile file;
+  std::string data;
+  std::map<std::string, std::string> tensors;
+  explicit GgufBytes(const std::string& path) : file(GgufFile::open(path)), data(read_text_file(path)) {
+    uint64_t end = 0;
+    std::vector<std::pair<uint64_t, std::string>> by_offset;
+    for (const auto& t : file.tensors) by_offset.emplace_back(t.offset, t.name);
+    std::sort(by_offset.begin(), by_offset.end());
+    for (const auto& t : file.tensors) {
+      uint64_t ne = 1;
+      for (uint64_t d : t.dims) ne *= d;
+      const uint64_t bytes = uint64_t(quant::ggml_row_bytes(quant::GgmlType(t.type), int64_t(t.dims[0]))) * (ne / t.dims[0]);
+      end = std::max(end, (t.offset + bytes + 31) / 32 * 32);
+    }
+    const uint64_t start = data.size() - end;
+    for (const auto& t : file.tensors) {
+      uint64_t ne = 1;
+      for (uint64_t d : t.dims) ne *= d;
+      const uint64_t bytes = uint64_t(quant::ggml_row_bytes(quant::GgmlType(t.type), int64_t(t.dims[0]))) * (ne / t.dims[0]);
+      tensors[t.name] = data.substr(start + t.offset, bytes);
+    }
+  }
+  uint32_t type(const std::string& name) const {
+    for (const auto& t : file.tensors)
+      if (t.name == name) return t.type;
+    ADD_FAILURE() << "no tensor " << name;
+    return 0;
+  }
+};
+
+std::string only_gguf(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".gguf") return e.path().string();
+  ADD_FAILURE() << "no .gguf in " << dir;
+  return "";
+}
+}  // namespace
+
+TEST(GgufPipeline, RoundToNearestWritesThePresetTypesAndTheRtnBytes) {
+  const std::string m = test::temp_path("ggp_model"), out = test::temp_path("ggp_out");
+  write_synthetic_model(m, wide_config(), 5);
+  quantize_model(gguf_opts(m, out, "q4_k_m", 0));
+  const GgufBytes g(only_gguf(out));
+  auto model = HfModel::open(m);
+  const ModelConfig& cfg = model->config();
+  const quant::GgufScheme scheme = quant::parse_gguf_scheme("gguf:q4_k_m");
+  Context ctx(Device{}, 2);
+  EXPECT_EQ(g.file.string("general.architecture", ""), "llama");
+  EXPECT_EQ(g.file.number("general.file_type", 0), 15);
+  int checked = 0;
+  for (int64_t b = 0; b < cfg.num_layers; ++b) {
+    BlockWeights w = model->load_block(b, ctx);
+    for (auto& [nm, t] : quant::block_linears(w)) {
+      const std::string hf = HfModel::layer_prefix(b) + nm + ".weight", name = gguf_tensor_name(hf, cfg);
+      const std::string kind_name = nm.substr(nm.find('.') + 1);
+      const auto kind = kind_name == "v_proj" ? quant::GgufTensorKind::AttnV
+                        : kind_name == "down_proj" ? quant::GgufTensorKind::FfnDown
+                        : kind_name == "o_proj" ? quant::GgufTensorKind::AttnOutput
+                                                : quant::GgufTensorKind::AttnQ;  // the rest: the main type
+      const quant::GgmlType type = scheme.type_of(kind, b, cfg.num_layers, t->dim(1), 2);
+      EXPECT_EQ(g.type(name), uint32_t(type)) << name;
+      std::vector<uint8_t> want = quant::gguf_quantize_rtn(ctx, type, t->f32(), t->dim(0), t->dim(1));
+      const std::vector<int64_t> order = gguf_tensor_row_order(hf, cfg);
+      if (!order.empty()) {  // llama.cpp's q/k row order
+        const size_t rb = want.size() / size_t(t->dim(0));
+        std::vector<uint8_t> moved(want.size());
+        for (size_t r = 0; r < order.size(); ++r)
+          std::copy_n(want.begin() + std::ptrdiff_t(size_t(order[r]) * rb), rb, moved.begin() + std::ptrdiff_t(r * rb));
+        want.swap(moved);
+      }
+      EXPECT_TRUE(g.tensors.at(name) == std::string(want.begin(), want.end())) << name << " bytes differ";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * 7);
+  EXPECT_EQ(g.type("output.weight"), uint32_t(quant::GgmlType::Q6_K));
+  EXPECT_EQ(g.type("token_embd.weight"), uint32_t(quant::GgmlType::Q4_K));
+  EXPECT_EQ(g.type("output_norm.weight"), uint32_t(quant::GgmlType::F32));
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
+TEST(GgufPipeline, SignRoundLowersEveryBlockLossAndWritesValidBlocks) {
+  const std::string m = test::temp_path("ggt_model"), out = test::temp_path("ggt_out");
+  write_synthetic_model(m, wide_config(), 6);
+  for (const char* preset : {"q4_k_m", "q2_k_s", "q8_0"}) {
+    const QuantizeReport r = quantize_model(gguf_opts(m, out, preset, 12));
+    ASSERT_EQ(r.blocks.size(), 4u);
+    for (const auto& b : r.blocks) EXPECT_LT(b.loss_best, b.loss_first) << preset << " block " << b.index;
+    const GgufBytes g(only_gguf(out));
+    for (const auto& t : g.file.tensors) {  // every block decodes to finite values
+      const std::string& bytes = g.tensors.at(t.name);
+      uint64_t ne = 1;
+      for (uint64_t d : t.dims) ne *= d;
+      std::vector<float> v(ne);
+      quant::ggml_dequantize(quant::GgmlType(t.type), reinterpret_cast<const uint8_t*>(bytes.data()), v.data(), int64_t(ne));
+      for (float x : v) ASSERT_TRUE(std::isfinite(x)) << preset << " " << t.name;
+    }
+  }
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
+TEST(GgufPipeline, UnsupportedCombinationsAreRefusedBeforeWriting) {
+  const std::string m = test::temp_path("ggr_model"), out = test::temp_path("ggr_out");
+  write_synthetic_model(m, wide_config(), 7);
+  auto o = gguf_opts(m, out, "q4_k_m", 0);
+  o.format = "gguf:q4_k_m,auto_round";
+  EXPECT_THROW(quantize_model(o), Error);
+  o.format = "gguf:q4_k_m";
+  o.resume = true;
+  EXPECT_THROW(quantize_model(o), Error);
+  o.resume = false;
+  o.format = "gguf:q4_k_x";
+  EXPECT_THROW(quantize_model(o), Error);
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(m);
+}
