@@ -16,12 +16,6 @@ void accumulate_sq(const float* x, int64_t rows, int64_t cols, float* acc) {
     for (int64_t c = 0; c < cols; ++c) acc[c] += x[r * cols + c] * x[r * cols + c];
 }
 
-const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
-  if (linear == "self_attn.o_proj") return im.at("o_in");
-  if (linear == "mlp.down_proj") return im.at("down_in");
-  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
-  return im.at("attn_in");
-}
 
 // Every process's rows (width floats each; shards differ in size by at most a few rows) in rank order.
 std::vector<float> gather_rows(parallel::ProcessLink& procs, const std::vector<float>& mine, int64_t width) {
@@ -105,6 +99,13 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       for (int64_t c = 0; c < widths[k]; ++c) acc[size_t(c)] += per_sample[size_t(s * width + off + c)];
     off += widths[k];
   }
+}
+
+const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
+  if (linear == "self_attn.o_proj") return im.at("o_in");
+  if (linear == "mlp.down_proj") return im.at("down_in");
+  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
+  return im.at("attn_in");
 }
 
 quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,

@@ -21,6 +21,8 @@ namespace ar {
 // imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed by
 // the input it sees: attn_in (q/k/v), o_in, mlp_in (gate/up), down_in.
 using Imatrix = std::map<std::string, std::vector<float>>;
+// The imatrix entry a Linear (short name, e.g. mlp.down_proj) sees.
+const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear);
 
 // x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
 // In a multi-process job (lane.procs) x and y hold this process's shard, and the imatrix is the sum over

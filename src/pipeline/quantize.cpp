@@ -42,6 +42,7 @@
 #include "pipeline/run_steps.h"
 #include "pipeline/shard_stream.h"
 #include "quant/gguf_rtn.h"
+#include "quant/gguf_search.h"
 
 namespace ar {
 
@@ -84,6 +85,8 @@ class QuantizeRun {
   void gguf_embeddings(const Tensor& emb);
   std::set<std::string> gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems);
   void gguf_fix_params(Context& c, quant::TunedLinear& L);
+  quant::BlockTuneResult gguf_search_block(BlockWeights& w, const std::set<std::string>& selected);
+  quant::GgufLayerParams gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W);
   void gguf_write_block(BlockWeights& w, const std::string& prefix, const quant::BlockTuneResult& tr);
   void gguf_add(Context& c, const std::string& name, const Tensor& t);
   std::vector<size_t> shard_bytes() const;
@@ -111,6 +114,7 @@ class QuantizeRun {
   std::unique_ptr<GgufOutput> gguf_;
   std::string gguf_prefix_;                                    // the block being tuned
   std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
+  const Imatrix* gguf_imat_ = nullptr;                         // its imatrix (null: data-free searches)
   quant::CalibData calib_;
   nlohmann::ordered_json fingerprint_;
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
@@ -308,6 +312,8 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(BlockWeights& w, const std::s
   lane.procs = procs_;
   lane.sample_base = shard_.sample_begin;
   lane.pool = n_;
+  gguf_imat_ = imat;
+  if (gguf_ && opt_.tune.iters == 0) return gguf_search_block(w, selected);
   if (opt_.tune.iters == 0) return rtn_block(*ctx_, lane, w, opt_.fmt, imat, quantize_layer);
   quant::SignRoundOptions tune = opt_.tune;
   if (gguf_) tune.fix_params = [this](Context& c, quant::TunedLinear& L) { gguf_fix_params(c, L); };
@@ -327,7 +333,9 @@ void QuantizeRun::block(int64_t b) {
   steps::check_finite(w.ln1, prefix + "input_layernorm.weight");
   steps::check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
   const auto t_fp = Clock::now();
-  const bool opt_rtn = opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8;
+  // imatrix: the opt-RTN search, and the GGUF searches (also SignRound's starting scales)
+  const bool opt_rtn = gguf_ ? !opt_.disable_opt_rtn
+                             : opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8;
   const int64_t rows = shard_.samples();
   quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
                                          parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
@@ -469,12 +477,12 @@ std::set<std::string> QuantizeRun::gguf_tuned_layers(BlockWeights& w, const std:
   return selected;
 }
 
-// GGUF: a Linear's scales and mins fixed by round-to-nearest + double quantization before tuning;
-// only V is tuned (quant/qdq_fixed.h), so the tuned weights are exactly what the file holds.
+// GGUF: a Linear's scales and mins fixed before tuning (AutoRound's `_dq` wrapper: the search once,
+// then only V is tuned: quant/qdq_fixed.h), so the tuned weights are exactly what the file holds.
 void QuantizeRun::gguf_fix_params(Context& c, quant::TunedLinear& L) {
   const Tensor& W = *L.weight;
   const std::string name = gguf_prefix_ + L.name + ".weight";
-  quant::GgufLayerParams p = quant::gguf_params_rtn(c, gguf_->type_of(name), W.f32(), W.dim(0), W.dim(1));
+  quant::GgufLayerParams p = gguf_layer_params(c, L.name, W);
   L.fixed = p.qdq();
   const int64_t ng = L.fixed->out * L.fixed->groups();
   L.V = Tensor::zeros({W.dim(0), W.dim(1)}, DType::F32, c);
@@ -482,6 +490,35 @@ void QuantizeRun::gguf_fix_params(Context& c, quant::TunedLinear& L) {
   L.zero = Tensor::empty({ng}, DType::F32, c);
   quant::gguf_group_scales(p, L.scale.f32(), L.zero.f32());
   gguf_params_[L.name] = std::move(p);
+}
+
+// GGUF: a Linear's block parameters by AutoRound's search for the type (quant/gguf_search.h), weighted
+// by the block's imatrix when there is one (round-to-nearest with --disable_opt_rtn).
+quant::GgufLayerParams QuantizeRun::gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W) {
+  const quant::GgmlType t = gguf_->type_of(gguf_prefix_ + short_name + ".weight");
+  if (opt_.disable_opt_rtn) return quant::gguf_params_rtn(c, t, W.f32(), W.dim(0), W.dim(1));
+  const float* im = gguf_imat_ ? imatrix_for(*gguf_imat_, short_name).data() : nullptr;
+  return quant::gguf_params_from_bytes(t, W.dim(0), W.dim(1),
+                                       quant::gguf_quantize_search(c, t, W.f32(), W.dim(0), W.dim(1), im));
+}
+
+// GGUF --iters 0: the search's result replaces each selected Linear (packed later by gguf_write_block).
+quant::BlockTuneResult QuantizeRun::gguf_search_block(BlockWeights& w, const std::set<std::string>& selected) {
+  quant::BlockTuneResult r;
+  gguf_params_.clear();
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    if (!selected.count(nm)) continue;
+    quant::GgufLayerParams p = gguf_layer_params(*ctx_, nm, *t);
+    Tensor deq = Tensor::empty(t->shape(), DType::F32, *ctx_);
+    quant::gguf_pack_codes(*ctx_, p, t->f32(), nullptr, deq.f32());  // the codes the search chose
+    *t = deq;
+    quant::TunedLinear L;
+    L.name = nm;
+    L.weight = t;
+    r.layers.push_back(std::move(L));
+    gguf_params_[nm] = std::move(p);
+  }
+  return r;
 }
 
 // GGUF: a finished block into the file. The tuned Linears hold s q - m; their codes are recovered from
@@ -553,7 +590,7 @@ void QuantizeRun::gguf_run() {
 
 QuantizeReport QuantizeRun::run() {
   plan();
-  if (gguf_scheme_ && opt_.tune.iters == 0) {
+  if (gguf_scheme_ && opt_.tune.iters == 0 && opt_.disable_opt_rtn) {  // plain RTN: no calibration data
     gguf_run();
     return std::move(rep_);
   }

@@ -124,6 +124,20 @@ GgufLayerParams gguf_params_rtn(Context& ctx, GgmlType t, const float* W, int64_
   return p;
 }
 
+GgufLayerParams gguf_params_from_bytes(GgmlType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& bytes) {
+  if (!ggml_is_kquant(t) && !ggml_is_legacy(t))
+    fail(ErrorKind::Unsupported, std::string("gguf: ") + ggml_type_name(t) + " has no scales to tune");
+  GgufLayerParams p;
+  p.type = t, p.rows = rows, p.cols = cols;
+  const int64_t n = rows * cols / ggml_block_elems(t), bb = ggml_block_bytes(t);
+  AR_CHECK(int64_t(bytes.size()) == n * bb, "gguf: packed rows of the wrong size");
+  for (int64_t b = 0; b < n; ++b) {
+    if (ggml_is_kquant(t)) p.k.push_back(ggml_kquant_unpack(t, bytes.data() + b * bb));
+    else p.legacy.push_back(ggml_legacy_unpack(t, bytes.data() + b * bb));
+  }
+  return p;
+}
+
 void gguf_group_scales(const GgufLayerParams& p, float* s, float* m) {
   if (!p.k.empty()) {
     const KQuantSpec sp = ggml_kquant_spec(p.type);

@@ -42,6 +42,8 @@ struct GgufLayerParams {
 };
 // Unsupported for f16/bf16/f32 (nothing to tune).
 GgufLayerParams gguf_params_rtn(Context& ctx, GgmlType t, const float* W, int64_t rows, int64_t cols);
+// The parameters held by packed rows (e.g. gguf_quantize_search's), codes included.
+GgufLayerParams gguf_params_from_bytes(GgmlType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& bytes);
 // s, m per group ([rows * cols / group]): w^ = s q - m decodes as ggml does.
 void gguf_group_scales(const GgufLayerParams& p, float* s, float* m);
 // Codes q = clamp(round((w + m) / s + V)) (V [rows, cols] or null) into p, then the packed rows; `What`
