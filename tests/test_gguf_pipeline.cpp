@@ -137,7 +137,9 @@ TEST(GgufPipeline, SignRoundLowersEveryBlockLossAndWritesValidBlocks) {
     const QuantizeReport r = quantize_model(gguf_opts(m, out, preset, iters));
     ASSERT_EQ(r.blocks.size(), 4u);
     for (const auto& b : r.blocks) {
-      if (iters) EXPECT_LT(b.loss_best, b.loss_first) << preset << " block " << b.index;
+      if (iters) {
+        EXPECT_LT(b.loss_best, b.loss_first) << preset << " block " << b.index;
+      }
     }
     const GgufBytes g(only_gguf(out));
     for (const auto& t : g.file.tensors) {  // every block decodes to finite values
