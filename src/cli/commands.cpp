@@ -21,6 +21,7 @@
 #include "io/mapped_file.h"
 #include "io/text_source.h"
 #include "model/convert_llama2c.h"
+#include "model/gguf_source.h"
 #include "model/loader.h"
 #include "model/tokenizer/tokenizer.h"
 #include "cli/option_checks.h"
@@ -145,10 +146,10 @@ void register_convert(CLI::App& app) {
 }
 
 void register_generate(CLI::App& app) {
-  auto* sub = app.add_subcommand("generate", "Greedy text generation with an HF model directory");
+  auto* sub = app.add_subcommand("generate", "Greedy text generation with an HF model directory or a GGUF file");
   struct Opt { std::string model, prompt; int64_t n = 256; int threads = 0; };
   auto o = std::make_shared<Opt>();
-  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--model", o->model, "model directory or GGUF file")->required();
   sub->add_option("--prompt", o->prompt, "prompt text (default empty: start from BOS)");
   sub->add_option("-n,--n_tokens", o->n, "tokens to generate after the prompt");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores; at most 1024)");
@@ -158,7 +159,7 @@ void register_generate(CLI::App& app) {
   });
   registry().runners[sub] = [o] {
     o->model = resolve_model_dir(o->model);
-    auto model = HfModel::open(o->model);
+    auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
     Context ctx(Device{}, o->threads);
     Transformer tf(*model, ctx, /*resident=*/true);
@@ -185,10 +186,10 @@ void register_eval(CLI::App& app) {
   auto* sub = app.add_subcommand("eval", "Perplexity of a model over a text file");
   struct Opt { std::string model, text, ref, field = "text"; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
   auto o = std::make_shared<Opt>();
-  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--model", o->model, "model directory or GGUF file")->required();
   sub->add_option("--text", o->text, "text: plain file, JSONL, or a directory of them")->required();
   sub->add_option("--text-field", o->field, "JSONL field holding the text (default: text)");
-  sub->add_option("--ref-model", o->ref, "reference (unquantized) model: adds KL divergence, top-1 agreement, delta ppl");
+  sub->add_option("--ref-model", o->ref, "reference (unquantized) model, directory or GGUF file: adds KL divergence, top-1 agreement, delta ppl");
   sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
   sub->add_option("--batch", o->batch, "windows per forward pass");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores; at most 1024)");
@@ -203,7 +204,7 @@ void register_eval(CLI::App& app) {
   registry().runners[sub] = [o] {
     o->model = resolve_model_dir(o->model);
     if (!o->ref.empty()) o->ref = resolve_model_dir(o->ref, "--ref-model");
-    auto model = HfModel::open(o->model);
+    auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
     std::string text = read_all_text(o->text, o->field);
     auto ids = tok->encode(text);
@@ -213,7 +214,7 @@ void register_eval(CLI::App& app) {
     const bool progress = !o->json && isatty(STDERR_FILENO);
     const char* conv = "second half of each non-overlapping window scored, first token BOS (llama.cpp convention)";
     if (!o->ref.empty()) {
-      auto ref = HfModel::open(o->ref);
+      auto ref = open_model(o->ref);
       Transformer rt(*ref, dev, /*resident=*/false);
       CompareResult c = compare_models(tf, rt, ids, ctx, tok->bos(), o->batch, progress);
       if (o->json) {
@@ -381,7 +382,7 @@ void register_logits(CLI::App& app) {
                                            "and its token ids (for comparisons with other runtimes)");
   struct Opt { std::string model, text, out; };
   auto o = std::make_shared<Opt>();
-  sub->add_option("--model", o->model, "model directory")->required();
+  sub->add_option("--model", o->model, "model directory or GGUF file")->required();
   sub->add_option("--text", o->text, "text (encoded with the model's tokenizer and special tokens)")->required();
   sub->add_option("--out", o->out, "output file; token ids go to OUT.ids (one per line)")->required();
   registry().runners[sub] = [o] {
@@ -389,7 +390,7 @@ void register_logits(CLI::App& app) {
     // Raw logits carry no mark of ours, so an existing file is never replaced.
     check_output_file(o->out, "--out", false, {o->model}, nullptr);
     check_output_file(o->out + ".ids", "--out", false, {o->model}, nullptr);
-    auto model = HfModel::open(o->model);
+    auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
     auto ids = tok->encode(o->text);
     Context ctx;

@@ -1,5 +1,6 @@
 #include "io/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -109,7 +110,33 @@ GgufFile GgufFile::open(const std::string& path) {
     t.offset = c.get<uint64_t>("tensor offset");
     g.tensors.push_back(std::move(t));
   }
+  if (const GgufValue* a = g.find("general.alignment")) {
+    const bool integer = a->type != GgufType::String && a->type != GgufType::Array && a->type != GgufType::F32 &&
+                         a->type != GgufType::F64 && a->type != GgufType::Bool;
+    if (!integer || !(a->num >= 1 && a->num <= double(1u << 30)) || (uint64_t(a->num) & (uint64_t(a->num) - 1)) != 0)
+      fail(ErrorKind::InvalidInput, path + ": general.alignment must be a power of two between 1 and 2^30");
+    g.alignment = uint64_t(a->num);
+  }
+  g.file_size = f->size();
+  const uint64_t end_of_infos = uint64_t(c.p - f->data());
+  g.data_start = std::min<uint64_t>((end_of_infos + g.alignment - 1) / g.alignment * g.alignment, g.file_size);
+  g.file = std::move(f);
   return g;
+}
+
+const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t, uint64_t nbytes) const {
+  if (!file) fail(ErrorKind::Internal, path + ": GGUF file not mapped");
+  auto bad = [&](const std::string& why) {
+    fail(ErrorKind::InvalidInput, path + ": tensor '" + t.name + "': " + why);
+  };
+  if (t.offset % alignment != 0)
+    bad("data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " + std::to_string(alignment));
+  const uint64_t room = file_size - data_start;  // data_start <= file_size
+  if (t.offset > room || nbytes > room - t.offset)
+    bad(std::to_string(nbytes) + " bytes at data offset " + std::to_string(t.offset) +
+        " end past the file (data section of " + std::to_string(room) + " bytes from byte " +
+        std::to_string(data_start) + ")");
+  return file->data() + data_start + t.offset;
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -1,6 +1,7 @@
 // GGUF (v2/v3) metadata reader: header, typed key/value pairs (scalars, strings, arrays), tensor
-// infos. Every length and count is checked against the file size before it is used, so a truncated
-// or lying file gives an error naming the file and key, never an out-of-bounds read.
+// infos, and where the tensor data section starts. Every length and count is checked against the file
+// size before it is used, so a truncated or lying file gives an error naming the file and key, never an
+// out-of-bounds read; tensor_data() checks a tensor's byte range against the data section.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -42,6 +43,16 @@ class GgufFile {
   std::string string(const std::string& key, const std::string& def) const;
   double number(const std::string& key, double def) const;
   std::string path;
+  // general.alignment (a power of two, default 32) and the tensor data section: the first multiple of
+  // the alignment after the tensor infos. A metadata-only file may end before it (data_start is then
+  // clamped to the file size and any tensor with bytes fails in tensor_data).
+  uint64_t alignment = 32;
+  uint64_t data_start = 0;
+  uint64_t file_size = 0;
+  // The `nbytes` bytes of tensor `t` in the mapping: InvalidInput naming the file and tensor when its
+  // offset is not a multiple of the alignment or the range leaves the file.
+  const uint8_t* tensor_data(const GgufTensorInfo& t, uint64_t nbytes) const;
+  std::shared_ptr<MappedFile> file;  // the mapping tensor_data points into
 };
 
 }  // namespace ar

@@ -73,6 +73,15 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   return m;
 }
 
+std::unique_ptr<HfModel> HfModel::from_source(const std::string& path, const ModelConfig& cfg,
+                                              std::unique_ptr<const TensorSource> source) {
+  auto m = std::unique_ptr<HfModel>(new HfModel());
+  m->dir_ = path;
+  m->cfg_ = cfg;
+  m->source_ = std::move(source);
+  return m;
+}
+
 // Packed AWQ-layout Linear -> fp32 [out, in].
 static Tensor dequantize_awq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
   const QuantConfig& q = m.config().quant;
@@ -143,6 +152,7 @@ Tensor HfModel::load_raw(const std::string& name, const Shape& expect, DType dty
 }
 
 Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx) const {
+  if (source_) return source_->load(name, expect, ctx);
   const std::string suffix = ".weight";
   if (cfg_.quant.present && expect.size() == 2 && !has(name) && name.size() > suffix.size() &&
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {

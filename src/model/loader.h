@@ -25,13 +25,25 @@ struct BlockWeights {
   size_t bytes() const;
 };
 
+// Tensors of a model stored in another container than safetensors (a GGUF file: model/gguf_source.h),
+// served by HF name in fp32; the source checks presence, shapes and byte ranges when it is built.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  virtual Tensor load(const std::string& name, const Shape& expect, Context& ctx) const = 0;
+};
+
 class HfModel {
  public:
   static std::unique_ptr<HfModel> open(const std::string& dir);
+  // A model whose tensors come from `source` (dir() is then `path`, the source's file).
+  static std::unique_ptr<HfModel> from_source(const std::string& path, const ModelConfig& cfg,
+                                              std::unique_ptr<const TensorSource> source);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return cfg_; }
-  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  bool has(const std::string& name) const { return source_ ? source_->has(name) : where_.count(name) > 0; }
   // fp32 copy of a tensor; `expect` (if non-empty) must equal its shape.
   // Packed Linears (quantization_config present, "<prefix>.qweight" instead of ".weight") are
   // dequantized to fp32 here, so everything above the loader sees plain weights.
@@ -57,6 +69,7 @@ class HfModel {
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::map<std::string, size_t> where_;  // tensor name -> shard index
+  std::unique_ptr<const TensorSource> source_;  // set: every tensor comes from it (no shards)
 };
 
 // The model directory's tokenizer, refused (InvalidInput) when one of its ids could reach or exceed

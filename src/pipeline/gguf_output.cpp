@@ -94,9 +94,10 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
   const size_t rb = size_t(quant::ggml_row_bytes(d.type, d.cols));
   AR_CHECK(bytes.size() == rb * size_t(d.rows), "gguf: " + hf_name + " has the wrong byte count");
   if (!d.row_order.empty()) {
+    const size_t unit = bytes.size() / d.row_order.size();  // a row; an element of a 1-D q/k bias
     std::vector<uint8_t> moved(bytes.size());
     for (size_t r = 0; r < d.row_order.size(); ++r)
-      std::memcpy(moved.data() + r * rb, bytes.data() + size_t(d.row_order[r]) * rb, rb);
+      std::memcpy(moved.data() + r * unit, bytes.data() + size_t(d.row_order[r]) * unit, unit);
     bytes.swap(moved);
   }
   staged_[hf_name] = std::move(bytes);

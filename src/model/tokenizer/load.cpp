@@ -1,4 +1,6 @@
 // load_tokenizer: picks the tokenizer implementation from the files of a model directory.
+#include <filesystem>
+
 #include "core/error.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
@@ -25,6 +27,8 @@ bool looks_like_tiktoken(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir, ec)) return HfBpeTokenizer::from_gguf(dir);  // a GGUF model file
   nlohmann::json cfg = nlohmann::json::object();
   if (file_exists(dir + "/tokenizer_config.json")) cfg = read_json_file(dir + "/tokenizer_config.json");
   if (file_exists(dir + "/tokenizer.json")) return HfBpeTokenizer::from_tokenizer_json(dir + "/tokenizer.json", cfg);

@@ -25,6 +25,7 @@ class Tokenizer {
 
 // Reads the tokenizer of a model directory: tokenizer.json, else vocab.json + merges.txt, else the
 // llama2.c tokenizer.bin, else tokenizer.model (tiktoken or SentencePiece). Unsupported types are named.
+// A regular file instead of a directory is read as a GGUF model's vocabulary (tokenizer.ggml.*).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
 
 }  // namespace ar
