@@ -39,6 +39,9 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
     out.push_back(f);
   }
   if (out.empty()) fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' names no format");
+  for (const auto& f : out)
+    if (out.size() > 1 && quant::is_gguf_format(f))
+      fail(ErrorKind::InvalidInput, "--format " + f + " cannot be combined with other formats yet (one GGUF output per run)");
   return out;
 }
 

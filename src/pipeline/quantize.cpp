@@ -146,8 +146,6 @@ void QuantizeRun::plan() {
   rules_ = LayerRules::of(opt_);
   for (const auto& f : parse_formats(opt_)) {
     if (!quant::is_gguf_format(f)) continue;
-    if (parse_formats(opt_).size() > 1)
-      fail(ErrorKind::Unsupported, "--format " + f + " cannot be combined with other formats yet (one GGUF run each)");
     if (opt_.resume || processes() > 1)
       fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
                                    "outputs yet");
