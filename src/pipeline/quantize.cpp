@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <filesystem>
@@ -138,13 +139,15 @@ void QuantizeRun::plan() {
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
-  steps::adapt_group_size(opt_, cfg, rep_);
+  const std::vector<std::string> formats = parse_formats(opt_);
+  const bool gguf = std::any_of(formats.begin(), formats.end(), [](const std::string& f) { return quant::is_gguf_format(f); });
+  if (!gguf) steps::adapt_group_size(opt_, cfg, rep_);  // GGUF's groups come from its types
   lm_head_q_ = steps::decide_lm_head(opt_, *model_, rep_);
   if (lm_head_q_ && processes() > 1)
     fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
                                  "the whole calibration pool); run it with one process");
   rules_ = LayerRules::of(opt_);
-  for (const auto& f : parse_formats(opt_)) {
+  for (const auto& f : formats) {
     if (!quant::is_gguf_format(f)) continue;
     if (opt_.resume || processes() > 1)
       fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
@@ -200,7 +203,16 @@ void QuantizeRun::calibrate() {
 }
 
 void QuantizeRun::summary_head() {
-  for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_)) log_info(line);
+  for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_)) {
+    if (gguf_scheme_ && (line.rfind("quantizing W", 0) == 0 || line.rfind("quantized Linears", 0) == 0 ||
+                         line.rfind("kept in 16 bit", 0) == 0))
+      continue;  // the int format's lines; GGUF's types come from the preset (the line below)
+    log_info(line);
+  }
+  if (gguf_scheme_)
+    log_info("quantizing to gguf:" + gguf_scheme_->preset + " (llama.cpp's per-tensor types) with " +
+             (opt_.tune.iters > 0 ? "SignRound through the GGUF types, " + std::to_string(opt_.tune.iters) + " iterations"
+                                  : std::string("AutoRound's imatrix-weighted scale search")));
   log_info(amp_.line);
   if (job_)
     log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +
