@@ -231,9 +231,13 @@ void write_block(Context& ctx, const HfModel& model, const std::string& prefix, 
 // The block's log line, and with --verbose its tuning phases.
 void log_block(const BlockReport& br, int64_t blocks, const quant::BlockTuneResult& tr, bool verbose) {
   char line[256];
-  std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
-                (long long)(br.index + 1), (long long)blocks, br.loss_first, br.loss_best, br.best_iter, br.seconds,
-                br.peak_rss_mb);
+  if (br.best_iter < 0)  // --iters 0: no tuning loss to report
+    std::snprintf(line, sizeof line, "block %lld/%lld: %zu Linears quantized, %.1f s, peak mem %.0f MiB",
+                  (long long)(br.index + 1), (long long)blocks, tr.layers.size(), br.seconds, br.peak_rss_mb);
+  else
+    std::snprintf(line, sizeof line, "block %lld/%lld: loss %.6g -> %.6g at iter %d, %.1f s, peak mem %.0f MiB",
+                  (long long)(br.index + 1), (long long)blocks, br.loss_first, br.loss_best, br.best_iter, br.seconds,
+                  br.peak_rss_mb);
   log_info(line);
   if (!verbose) return;
   const auto& p = tr.phases;
