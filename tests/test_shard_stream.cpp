@@ -4,6 +4,7 @@
 // that do not line up with the pieces (as ResumeKeeper::read_act delivers them).
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -53,6 +54,20 @@ class ThreadLink : public parallel::ProcessLink {
   int rank_;
 };
 
+// Runs body(stream, rank) as every rank of `mail`, each on its own thread (rank 0 on this one).
+void as_every_rank(Mailboxes& mail, const std::vector<size_t>& sizes,
+                   const std::function<void(ShardStream&, int)>& body) {
+  std::vector<std::thread> th;
+  auto rank = [&](int r) {
+    ThreadLink link(mail, r);
+    ShardStream s(link, sizes);
+    body(s, r);
+  };
+  for (int r = 1; r < mail.P; ++r) th.emplace_back(rank, r);
+  rank(0);
+  for (auto& t : th) t.join();
+}
+
 Tensor filled(int64_t bytes, int seed, Context& ctx) {
   Tensor t = Tensor::empty({bytes}, DType::U8, ctx);
   auto* p = static_cast<uint8_t*>(t.raw());
@@ -72,42 +87,23 @@ TEST(ShardStream, GatherAndScatterShardsLargerThanAPiece) {
 
   // Save: rank 0 gathers every shard into one stream in rank order.
   std::string got;
-  std::vector<std::thread> th;
-  for (int r = 1; r < 3; ++r)
-    th.emplace_back([&, r] {
-      ThreadLink link(mail, r);
-      ShardStream s(link, sizes);
-      if (mine[size_t(r)].nbytes()) s.send(mine[size_t(r)]);
-    });
-  {
-    ThreadLink link(mail, 0);
-    ShardStream s(link, sizes);
+  as_every_rank(mail, sizes, [&](ShardStream& s, int r) {
+    if (r > 0) return s.send(mine[size_t(r)]);
     const ActSource src = s.gather(mine[0]);
     EXPECT_EQ(src.bytes, expect.size());
     src.produce([&](const void* p, size_t n) { got.append(static_cast<const char*>(p), n); });
-  }
-  for (auto& t : th) t.join();
-  th.clear();
+  });
   EXPECT_TRUE(got == expect) << "the gathered stream differs from the shards in rank order";
 
   // Restore: the stream arrives in 7 MB + 1 byte reads; every rank gets exactly its shard back.
   std::vector<Tensor> back;
   for (size_t s : sizes) back.push_back(Tensor::zeros({int64_t(s)}, DType::U8, ctx));
-  for (int r = 1; r < 3; ++r)
-    th.emplace_back([&, r] {
-      ThreadLink link(mail, r);
-      ShardStream s(link, sizes);
-      if (back[size_t(r)].nbytes()) s.receive(back[size_t(r)]);
-    });
-  {
-    ThreadLink link(mail, 0);
-    ShardStream s(link, sizes);
+  as_every_rank(mail, sizes, [&](ShardStream& s, int r) {
+    if (r > 0) return s.receive(back[size_t(r)]);
     const ActSink sink = s.scatter(back[0]);
     const size_t chunk = 7000001;
-    for (size_t off = 0; off < expect.size(); off += chunk)
-      sink(expect.data() + off, std::min(chunk, expect.size() - off));
-  }
-  for (auto& t : th) t.join();
+    for (size_t off = 0; off < expect.size(); off += chunk) sink(expect.data() + off, std::min(chunk, expect.size() - off));
+  });
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(std::memcmp(back[size_t(r)].raw(), mine[size_t(r)].raw(), sizes[size_t(r)]), 0) << "rank " << r;
   for (const auto& box : mail.boxes) EXPECT_TRUE(box.empty()) << "a message was left unread";

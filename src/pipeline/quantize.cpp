@@ -88,7 +88,9 @@ class QuantizeRun {
   void gguf_fix_params(Context& c, quant::TunedLinear& L);
   quant::BlockTuneResult gguf_search_block(BlockWeights& w, const std::set<std::string>& selected);
   quant::GgufLayerParams gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W);
-  void gguf_write_block(BlockWeights& w, const std::string& prefix, const quant::BlockTuneResult& tr);
+  std::map<std::string, int> gguf_write_block(BlockWeights& w, const std::string& prefix,
+                                              const quant::BlockTuneResult& tr);
+  void gguf_finish_file();
   void gguf_add(Context& c, const std::string& name, const Tensor& t);
   std::vector<size_t> shard_bytes() const;
 
@@ -432,9 +434,7 @@ void QuantizeRun::save_resume(int64_t next_block) {
 void QuantizeRun::finish() {
   if (procs_) procs_->sum_tree(1.0);  // a barrier: every process finished its blocks before rank 0 publishes
   if (gguf_) {
-    gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
-    if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
-    gguf_->finish();
+    gguf_finish_file();
   } else if (root()) {
     outputs_->copy_tensor(*model_, "model.norm.weight", *ctx_);
     if (lm_head_q_) {
@@ -534,11 +534,17 @@ quant::BlockTuneResult QuantizeRun::gguf_search_block(BlockWeights& w, const std
 // GGUF: a finished block into the file. The tuned Linears hold s q - m; their codes are recovered from
 // those values exactly ((w^ + m) / s is within 1e-6 of the integer q) and packed with the fixed
 // scales; the other tensors go through gguf_add.
-void QuantizeRun::gguf_write_block(BlockWeights& w, const std::string& prefix, const quant::BlockTuneResult& tr) {
+std::map<std::string, int> QuantizeRun::gguf_write_block(BlockWeights& w, const std::string& prefix,
+                                                          const quant::BlockTuneResult& tr) {
   std::set<std::string> done;
+  std::map<std::string, int> types;  // tensors written per ggml type, for the log
+  auto count = [&](const std::string& name) {
+    if (gguf_->expects(name)) types[quant::ggml_type_name(gguf_->type_of(name))]++;
+  };
   for (const auto& L : tr.layers) {
     quant::GgufLayerParams& p = gguf_params_.at(L.name);
     gguf_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(*ctx_, p, L.weight->f32(), nullptr));
+    count(prefix + L.name + ".weight");
     done.insert(L.name);
   }
   const std::pair<const char*, const Tensor*> rest[] = {
@@ -546,9 +552,17 @@ void QuantizeRun::gguf_write_block(BlockWeights& w, const std::string& prefix, c
       {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk}, {"self_attn.v_proj.bias", &w.bv},
       {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
   for (const auto& [nm, t] : rest)
-    if (t->defined()) gguf_add(*ctx_, prefix + nm, *t);
-  for (auto& [nm, t] : quant::block_linears(w))
-    if (!done.count(nm)) gguf_add(*ctx_, prefix + nm + ".weight", *t);  // f16/bf16 fallbacks
+    if (t->defined()) gguf_add(*ctx_, prefix + nm, *t), count(prefix + nm);
+  for (auto& [nm, t] : quant::block_linears(w))  // untuned: float fallbacks, or every Linear of a plain RTN run
+    if (!done.count(nm)) gguf_add(*ctx_, prefix + nm + ".weight", *t), count(prefix + nm + ".weight");
+  return types;
+}
+
+// GGUF: the final norm and lm_head (unless tied), then the file is complete.
+void QuantizeRun::gguf_finish_file() {
+  gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
+  if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
+  gguf_->finish();
 }
 
 // --format gguf:<preset> --iters 0: every tensor quantized to its preset type, block by block; no
@@ -564,19 +578,7 @@ void QuantizeRun::gguf_run() {
     const auto t0 = Clock::now();
     const std::string prefix = HfModel::layer_prefix(b);
     BlockWeights w = model_->load_block(b, *ctx_);
-    const std::pair<const char*, const Tensor*> all[] = {
-        {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
-        {"self_attn.q_proj.weight", &w.wq}, {"self_attn.k_proj.weight", &w.wk}, {"self_attn.v_proj.weight", &w.wv},
-        {"self_attn.o_proj.weight", &w.wo}, {"mlp.gate_proj.weight", &w.wg}, {"mlp.up_proj.weight", &w.wu},
-        {"mlp.down_proj.weight", &w.wd}, {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk},
-        {"self_attn.v_proj.bias", &w.bv}, {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm},
-        {"self_attn.k_norm.weight", &w.k_norm}};
-    std::map<std::string, int> types;  // the block's tensors per ggml type, for the log
-    for (const auto& [nm, t] : all)
-      if (t->defined() && gguf_->expects(prefix + nm)) {
-        gguf_add(*ctx_, prefix + nm, *t);
-        types[quant::ggml_type_name(gguf_->type_of(prefix + nm))]++;
-      }
+    const std::map<std::string, int> types = gguf_write_block(w, prefix, quant::BlockTuneResult{});
     BlockReport br;
     br.index = b;
     br.seconds = seconds_since(t0);
@@ -588,9 +590,7 @@ void QuantizeRun::gguf_run() {
     log_info(line + tail);
     rep_.blocks.push_back(std::move(br));
   }
-  gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
-  if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
-  gguf_->finish();
+  gguf_finish_file();
   out_->commit();
   log_info("wrote " + out_->path() + "/" + std::filesystem::path(gguf_->path()).filename().string());
   rep_.seconds = seconds_since(t_start_);
