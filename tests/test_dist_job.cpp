@@ -362,3 +362,19 @@ TEST(DistJob, MpirunLaunchesTheJob) {
   EXPECT_NE(e[0].log.find("Open MPI: rank 0 of 2"), std::string::npos) << e[0].log;
   EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
 }
+
+// Rank 0 fails before any work (its output path is the model itself): rank 1 stops with rank 0's
+// message, not just a broken connection, and nothing is written.
+TEST(DistJob, AnEarlyFailureOfRankZeroReachesTheOthers) {
+  Fixture f("dj_early", 2, 47);
+  const auto args = quant_args(f.model, f.model, 2);  // --output_dir = the model: refused on rank 0
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) s.args = args;
+  auto ranks = ar::test::start_ranks(specs, ar::test::free_port(), f.dir, AR_CLI_PATH);
+  const auto ends = ar::test::wait_ranks(ranks, 60);
+  EXPECT_EQ(ends[0].code, 1) << ends[0].log;
+  EXPECT_NE(ends[1].code, 0);
+  EXPECT_NE(ends[1].log.find("rank 0 (host"), std::string::npos) << ends[1].log;
+  EXPECT_NE(ends[1].log.find("is an input of this run"), std::string::npos) << ends[1].log;
+  EXPECT_FALSE(fs::exists(f.model + "/autoround_output.json"));
+}

@@ -131,15 +131,20 @@ void Job::handshake(const nlohmann::ordered_json& identity) {
   nlohmann::ordered_json me = identity;
   me["host"] = impl_->host;
   const std::string mine = me.dump();
-  impl_->store->set("hello/" + std::to_string(rank()), std::vector<char>(mine.begin(), mine.end()));
   std::vector<nlohmann::ordered_json> ids(static_cast<size_t>(size()));
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank()) {
-      ids[size_t(r)] = me;
-      continue;
+  try {  // a store error while another rank failed: that rank's message, not the broken connection
+    impl_->store->set("hello/" + std::to_string(rank()), std::vector<char>(mine.begin(), mine.end()));
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) {
+        ids[size_t(r)] = me;
+        continue;
+      }
+      const std::vector<char> b = impl_->store->get("hello/" + std::to_string(r));
+      ids[size_t(r)] = parse_identity(std::string(b.begin(), b.end()), r, me);
     }
-    const std::vector<char> b = impl_->store->get("hello/" + std::to_string(r));
-    ids[size_t(r)] = parse_identity(std::string(b.begin(), b.end()), r, me);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Io) throw;
+    ar::fail(ErrorKind::Io, impl_->explain("handshake", e.what()));
   }
   if (const std::string bad = handshake_mismatch(ids); !bad.empty()) {
     impl_->failing = true;  // every rank fails alike: no verdict needed
@@ -157,8 +162,9 @@ void Job::finish() {
 void Job::fail(const std::string& message) {
   impl_->failing = true;
   impl_->live->report_failure(message);
-  // Rank 0 serves the verdict: give the others a heartbeat or two to read it before the store goes.
-  if (impl_->server) impl_->server->wait_all_bye(2 * impl_->opt.heartbeat);
+  // Rank 0 serves the verdict: the store stays up for two heartbeats and a half, so every other rank
+  // reads this rank's message instead of only finding the store gone.
+  if (impl_->server) std::this_thread::sleep_for(2 * impl_->opt.heartbeat + milliseconds(500));
 }
 
 }  // namespace ar::dist
