@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   const int reps = int(arg(argc, argv, "--reps", 2));
   const int64_t peak_iters = arg(argc, argv, "--peak_iters", 100000000);
   const int only = int(arg(argc, argv, "--threads", 0));
+  const bool layouts = arg(argc, argv, "--layouts", 0) != 0;
   std::string path_filter;  // --paths a,b: only these paths
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--paths") == 0) path_filter = std::string(",") + argv[i + 1] + ",";
@@ -148,6 +149,11 @@ int main(int argc, char** argv) {
     shapes.push_back({"fwd", in, out, false, true, T, out, in});
     shapes.push_back({"bwd_dx", in, out, false, false, T, in, out});
     shapes.push_back({"bwd_dw", in, out, true, false, out, in, T});
+    if (layouts) {  // the backward products with other operand layouts (a transposed copy made first)
+      shapes.push_back({"bwd_dx_wt", in, out, false, true, T, in, out});  // B = W^T stored [in, out]
+      shapes.push_back({"bwd_dw_dyt", in, out, false, false, out, in, T});  // A = dY^T stored [out, T]
+      shapes.push_back({"bwd_dw_dyt_xt", in, out, false, true, out, in, T});  // and B = X^T stored [in, T]
+    }
   }
   shapes.push_back({"square", S, S, false, false, S, S, S});
 

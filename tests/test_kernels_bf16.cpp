@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/ref/matmul_ref.h"
 #include "test_util.h"
 
@@ -291,6 +292,50 @@ TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
     for (size_t r = 1; r < out.size(); ++r)
       EXPECT_EQ(std::memcmp(out[r].data(), out[0].data(), out[r].size() * 4), 0)
           << "threads " << r + 1 << " ta=" << s.ta << " tb=" << s.tb << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+  }
+}
+
+// beta = 1 adds the finished product to C in one rounding: C + fl(op(A) op(B)), the bits of a product
+// written with beta = 0 and then added. The tuning's leaf tree relies on it to sum two leaves' weight
+// gradients inside the second GEMM (quant/signround.cpp); shapes of its dW products (K = one sample).
+TEST(DnnlGemm, AccumulateIsOneAdditionOfTheProduct) {
+  Context ctx(Device{}, 2);
+  uint32_t seed = 500;
+  const std::vector<Shape> shapes = {{true, false, 2048, 2048, 512}, {true, false, 8192, 2048, 512},
+                                     {true, false, 2048, 8192, 512}, {true, false, 512, 2048, 2048},
+                                     {true, false, 300, 200, 700},   {true, false, 1024, 1024, 4096}};
+  // OpenBLAS (cpu::gemm below oneDNN's minimum work) adds K blocks to C one by one: covered by a scratch.
+  const std::vector<Shape> small = {{true, false, 64, 64, 512}, {false, false, 100, 50, 1000}, {false, true, 9, 7, 3000}};
+  for (const auto& s : small) {
+    const auto A = randn<float>(a_size(s), ++seed), B = randn<float>(b_size(s), ++seed);
+    const auto C0 = randn<float>(size_t(s.M * s.N), ++seed);
+    std::vector<float> P(C0.size()), C = C0;
+    cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), 0.f, P.data(), s.N);
+    cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), 1.f, C.data(), s.N);
+    size_t bad = 0;
+    for (size_t i = 0; i < C.size(); ++i) bad += bits(C[i]) != bits(C0[i] + P[i]);
+    EXPECT_EQ(bad, 0u) << "openblas M=" << s.M << " N=" << s.N << " K=" << s.K;
+  }
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !cpu::bf16_gemm_supported()) continue;
+    for (const auto& s : shapes) {
+      const auto Af = randn<float>(a_size(s), ++seed), Bf = randn<float>(b_size(s), ++seed);
+      const auto A = to_bf16(Af), B = to_bf16(Bf);
+      const auto C0 = randn<float>(size_t(s.M * s.N), ++seed);
+      std::vector<float> P(C0.size()), C = C0;
+      auto run = [&](float beta, float* out) {
+        if (bf16)
+          cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), beta, out, s.N);
+        else
+          cpu::gemm_f32_dnnl(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, Af.data(), lda_of(s), Bf.data(), ldb_of(s), beta,
+                             out, s.N);
+      };
+      run(0.f, P.data());
+      run(1.f, C.data());
+      size_t bad = 0;
+      for (size_t i = 0; i < C.size(); ++i) bad += bits(C[i]) != bits(C0[i] + P[i]);
+      EXPECT_EQ(bad, 0u) << (bf16 ? "bf16" : "fp32") << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+    }
   }
 }
 

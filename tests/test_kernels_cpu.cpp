@@ -117,7 +117,9 @@ TEST_P(CpuAttention, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
                          ::testing::Values(std::make_tuple(17, 17, false), std::make_tuple(17, 17, true),
-                                           std::make_tuple(1, 9, true), std::make_tuple(4, 11, false)));
+                                           std::make_tuple(1, 9, true), std::make_tuple(4, 11, false),
+                                           // several query tiles (128 positions each), with and without a cache
+                                           std::make_tuple(300, 300, true), std::make_tuple(130, 262, false)));
 
 TEST(CpuKernels, SwiGlu) {
   Context ctx;

@@ -194,7 +194,7 @@ void QuantizeRun::calibrate() {
   B_ = std::min<int64_t>(n_, bs_ * std::max(1, opt_.tune.gradient_accumulate_steps));  // global batch
   check_process_split();
   shard_ = parallel::process_shard(n_, B_, job_ ? job_->rank() : 0, processes());
-  while ((int64_t(1) << (levels_ - 1)) < B_) ++levels_;  // of the deterministic gradient tree
+  levels_ = quant::signround_tree_levels(B_);  // of the deterministic gradient tree
   dims_ = cfg.block_dims();
   cache_per_sample_ = T_ * (8 * C_ + 4 * dims_.I + dims_.H * T_);  // a block's forward cache per sample
   rope_ = make_rope_table(cfg, T_);

@@ -106,6 +106,11 @@ TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* wei
   return L;
 }
 
+int signround_tree_levels(int64_t leaves) {
+  if (leaves <= 2) return 1;
+  return std::max(signround_tree_levels(leaves / 2), 1 + signround_tree_levels(leaves - leaves / 2));
+}
+
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt) {
   return opt.lr > 0 ? opt.lr : (opt.iters >= 1000 && fmt.bits <= 3 ? 2.0 : 1.0) / std::max(1, opt.iters);
 }
@@ -147,11 +152,6 @@ uint64_t checksum(const Replica& r) {
   return h;
 }
 
-int tree_depth(int64_t leaves) {
-  int d = 1;
-  while ((int64_t(1) << (d - 1)) < leaves) ++d;
-  return d;
-}
 
 // Rows [r0, r0 + rows) of a [n, T, C] calibration tensor (fp32 or bf16) as fp32.
 void load_rows(Context& c, const Tensor& t, int64_t r0, int64_t rows, float* dst) {
@@ -181,7 +181,7 @@ class BlockTuner {
     leaf_ = opt.deterministic ? 1 : bs;
     int64_t max_leaves = 1;
     for (int r = 0; r < W_; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
-    depth_ = tree_depth(max_leaves);
+    depth_ = signround_tree_levels(max_leaves);
     select_layers(fmt, quantize_layer);
     auto t = Clock::now();
     reps_.resize(size_t(W_));
@@ -208,7 +208,7 @@ class BlockTuner {
   void select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer);
   void build_replica(int r);
   void qdq_all(Replica& R);
-  double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw);
+  double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
   double tree(Replica& R, int r, int64_t a, int64_t b, int d);
   double loss_tree(int a, int b) const {
     if (b - a == 1) return reps_[size_t(a)].loss;
@@ -331,8 +331,8 @@ void BlockTuner::qdq_all(Replica& R) {
 }
 
 // One leaf: batch positions [p0, p1) through forward + loss + backward; the weight gradients dW^ of the
-// tuned layers go to `dw` (layout g_.w). Returns the leaf's loss share.
-double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
+// tuned layers go to `dw` (layout g_.w), or are added to it (accumulate). Returns the leaf's loss share.
+double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate) {
   Context& c = *R.ctx;
   const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
   BlockPtrs<float*> gp;
@@ -367,16 +367,25 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw) {
   }
   R.forward += since(tf);
   auto tb = Clock::now();
-  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, false);  // writes every entry of dw; no input gradient
+  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate);  // every entry of dw; no input gradient
   R.backward += since(tb);
   return loss / denom_;
 }
 
-// The fixed tree over leaves [a, b) of rank r, its dW^ sum in levels[d].
+// The fixed tree over leaves [a, b) of rank r, its dW^ sum in levels[d]. A pair of leaves sums inside
+// the second leaf's dW GEMMs (beta = 1 adds the finished product in one rounding, cpu::gemm): the bits
+// of a separate addition, without its pass over the gradient.
 double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int d) {
   const int64_t p0 = pos(r);
-  if (b - a == 1)
-    return run_leaf(R, p0 + a * leaf_, std::min(pos(r + 1), p0 + (a + 1) * leaf_), R.levels[size_t(d)].f32());
+  auto leaf = [&](int64_t i, bool accumulate) {
+    return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), R.levels[size_t(d)].f32(),
+                    accumulate);
+  };
+  if (b - a == 1) return leaf(a, false);
+  if (b - a == 2) {
+    const double left = leaf(a, false);
+    return left + leaf(a + 1, true);
+  }
   const int64_t mid = (a + b) / 2;
   const double left = tree(R, r, a, mid, d);
   const double right = tree(R, r, mid, b, d + 1);

@@ -127,6 +127,9 @@ std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeig
 TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);
 // The learning rate of V: --lr, or 1/iters (2/iters for iters >= 1000 at <= 3 bits).
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
+// Gradient buffers of the deterministic tree over `leaves` per-sample leaves: a pair of leaves sums in
+// one buffer (the second leaf's dW GEMMs add to it), the right half of a larger range in the next.
+int signround_tree_levels(int64_t leaves);
 
 // A deep copy of a block's tensors on `ctx` (a mirror).
 BlockWeights clone_block(const BlockWeights& w, Context& ctx);

@@ -1,13 +1,18 @@
 // Causal GQA attention with a key padding mask on fp32 GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
-// lse [B,H,Tq]. Per (batch, head): S = scale Q K^T, masked softmax rows, O = P V; the pool's threads
-// take whole (batch, KV head) groups.
+// lse [B,H,Tq].
+// The pool's threads take whole (batch, KV head) groups. A group's query heads are packed dense as one
+// matrix [Tq * grp, D] (row (t, head)) and its K, V as [Tk, D], so every product is one dense GEMM
+// (oneDNN's brgemm, not strided sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop
+// at its last query's last visible key, so the causal upper triangle is mostly never computed.
+// Per tile: S = scale Q K^T, masked softmax rows, O = P V.
 // Backward recomputes P from lse (nothing of size T^2 is kept between passes):
 //   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK += scale dS^T Q.
+// Tiles, GEMM shapes and the order of the dK/dV sums depend on the shape only, never on the thread count.
 // Reference: kernels/ref/attention_ref.h.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
-#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/cpu/ops.h"
@@ -16,63 +21,128 @@ namespace ar::cpu {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kTile = 128;  // query positions per tile
 
-// Visible keys for query i are j in [0, last] with key_mask set.
+// Visible keys for query i are j in [0, last] with key_mask set (last < 0: none).
 inline int64_t last_key(const AttnShape& s, int64_t i) { return std::min(s.Tk - 1, i + (s.Tk - s.Tq)); }
 
+// One (batch, KV head) group: where its rows live in the strided tensors, and its dense buffers.
+struct Group {
+  const AttnShape& s;
+  int64_t b, kvh, grp, qs, ks;
+  const uint8_t* mask;  // this batch row's key mask, or null
 
-// One (batch, KV head) group per task: its query heads in order, GEMMs on the task's thread
-// (gemm_serial: the same units and bits as gemm). Heads sharing a KV head accumulate dK/dV in head
-// order inside one task, so the sums do not depend on the thread count.
-void for_kv_groups(Context& ctx, const AttnShape& s, const std::function<void(int64_t b, int64_t kvh)>& fn) {
+  Group(const AttnShape& shape, int64_t batch, int64_t kv_head, const uint8_t* key_mask)
+      : s(shape), b(batch), kvh(kv_head), grp(shape.H / shape.Hkv), qs(shape.H * shape.D), ks(shape.Hkv * shape.D),
+        mask(key_mask ? key_mask + batch * shape.Tk : nullptr) {}
+
+  // Row (t, head g) of a [B,Tq,H,D] tensor; row t of a [B,Tk,Hkv,D] tensor.
+  int64_t q_off(int64_t t) const { return (b * s.Tq + t) * qs + kvh * grp * s.D; }
+  int64_t k_off(int64_t t) const { return (b * s.Tk + t) * ks + kvh * s.D; }
+  int64_t head(int64_t r) const { return kvh * grp + r % grp; }  // query head of packed row r
+
+  void pack_q(const float* x, float* dense) const {
+    for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(dense + t * grp * s.D, x + q_off(t), size_t(grp * s.D) * 4);
+  }
+  void unpack_q(const float* dense, float* x) const {
+    for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(x + q_off(t), dense + t * grp * s.D, size_t(grp * s.D) * 4);
+  }
+  void pack_k(const float* x, float* dense) const {
+    for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(dense + t * s.D, x + k_off(t), size_t(s.D) * 4);
+  }
+  void unpack_k(const float* dense, float* x) const {
+    for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(x + k_off(t), dense + t * s.D, size_t(s.D) * 4);
+  }
+};
+
+// Query positions [i0, i1) of a tile, its packed rows and the keys [0, kend) it reads.
+struct Tile {
+  int64_t i0, i1, rows, kend;
+};
+
+Tile tile_at(const Group& g, int64_t i0) {
+  const int64_t i1 = std::min(g.s.Tq, i0 + kTile);
+  return {i0, i1, (i1 - i0) * g.grp, std::max<int64_t>(0, last_key(g.s, i1 - 1) + 1)};
+}
+
+void for_kv_groups(Context& ctx, const AttnShape& s, const uint8_t* key_mask, const std::function<void(const Group&)>& fn) {
   ctx.pool().parallel_for(s.B * s.Hkv, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) fn(t / s.Hkv, t % s.Hkv);
+    for (int64_t t = t0; t < t1; ++t) fn(Group(s, t / s.Hkv, t % s.Hkv, key_mask));
   }, 1);
 }
 
-void softmax_rows(const AttnShape& s, const uint8_t* m, float* S, float* L) {
-  for (int64_t i = 0; i < s.Tq; ++i) {
-    float* row = S + i * s.Tk;
-    const int64_t last = last_key(s, i);
+bool visible(const Group& g, int64_t last, int64_t j) { return j <= last && (!g.mask || g.mask[j]); }
+
+// Softmax of a tile's score rows in place (row r: query i0 + r / grp), lse per (head, query).
+void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse) {
+  for (int64_t r = 0; r < tl.rows; ++r) {
+    const int64_t i = tl.i0 + r / g.grp, last = last_key(g.s, i);
+    float* row = S + r * tl.kend;
+    float* L = lse + (g.b * g.s.H + g.head(r)) * g.s.Tq + i;
     float mx = kNegInf;
     for (int64_t j = 0; j <= last; ++j)
-      if (!m || m[j]) mx = std::max(mx, row[j]);
-    if (mx == kNegInf) {
-      for (int64_t j = 0; j < s.Tk; ++j) row[j] = 0.f;
-      L[i] = kNegInf;
+      if (visible(g, last, j)) mx = std::max(mx, row[j]);
+    if (mx == kNegInf) {  // no visible key: a zero row
+      std::memset(row, 0, size_t(tl.kend) * 4);
+      *L = kNegInf;
       continue;
     }
     for (int64_t j = 0; j <= last; ++j) row[j] -= mx;
     exp_inplace(row, last + 1);
     double sum = 0;
-    for (int64_t j = 0; j <= last; ++j) {
-      if (m && !m[j]) row[j] = 0.f;
+    for (int64_t j = 0; j < tl.kend; ++j) {
+      if (!visible(g, last, j)) row[j] = 0.f;
       sum += row[j];
     }
-    for (int64_t j = last + 1; j < s.Tk; ++j) row[j] = 0.f;
-    float inv = float(1.0 / sum);
+    const float inv = float(1.0 / sum);
     for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-    L[i] = mx + float(std::log(sum));
+    *L = mx + float(std::log(sum));
   }
 }
+
+// P = exp(S - lse) of a tile's rows in place, zero where not visible.
+void probs_tile(const Group& g, const Tile& tl, float* S, const float* lse) {
+  for (int64_t r = 0; r < tl.rows; ++r) {
+    const int64_t i = tl.i0 + r / g.grp;
+    const float L = lse[(g.b * g.s.H + g.head(r)) * g.s.Tq + i];
+    const int64_t last = L == kNegInf ? -1 : last_key(g.s, i);
+    float* row = S + r * tl.kend;
+    for (int64_t j = 0; j <= last; ++j) row[j] -= L;
+    exp_inplace(row, last + 1);
+    for (int64_t j = 0; j < tl.kend; ++j)
+      if (!visible(g, last, j)) row[j] = 0.f;
+  }
+}
+
+Tensor scratch(Context& ctx, int64_t n) { return Tensor::empty({std::max<int64_t>(n, 1)}, DType::F32, ctx); }
 }  // namespace
 
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, float* o, float* lse) {
   const float scale = 1.f / std::sqrt(float(s.D));
-  const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
-  for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
-    Tensor St = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx);  // the context's cached allocator
-    float* S = St.f32();
-    const float* K = k + b * s.Tk * ks + kvh * s.D;
-    const float* V = v + b * s.Tk * ks + kvh * s.D;
-    const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
-    for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
-      const float* Q = q + b * s.Tq * qs + h * s.D;
-      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, scale, Q, qs, K, ks, 0.f, S, s.Tk);
-      softmax_rows(s, m, S, lse + (b * s.H + h) * s.Tq);
-      gemm_serial(ctx, false, false, s.Tq, s.D, s.Tk, 1.f, S, s.Tk, V, ks, 0.f, o + b * s.Tq * qs + h * s.D, qs);
+  for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
+    // From the context's cached allocator: no fresh pages per call.
+    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
+    Tensor Qt = scratch(ctx, qn), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn), Vt = scratch(ctx, kn);
+    Tensor St = scratch(ctx, std::min(s.Tq, kTile) * g.grp * s.Tk);
+    float *Q = Qt.f32(), *O = Ot.f32(), *K = Kt.f32(), *V = Vt.f32(), *S = St.f32();
+    g.pack_q(q, Q);
+    g.pack_k(k, K);
+    g.pack_k(v, V);
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
+      const Tile tl = tile_at(g, i0);
+      float* Qi = Q + i0 * g.grp * s.D;
+      float* Oi = O + i0 * g.grp * s.D;
+      if (tl.kend == 0) {  // no key visible to any query of the tile
+        std::memset(Oi, 0, size_t(tl.rows * s.D) * 4);
+        for (int64_t r = 0; r < tl.rows; ++r) lse[(g.b * s.H + g.head(r)) * s.Tq + i0 + r / g.grp] = kNegInf;
+        continue;
+      }
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
+      softmax_tile(g, tl, S, lse);
+      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, S, tl.kend, V, s.D, 0.f, Oi, s.D);
     }
+    g.unpack_q(O, o);
   });
 }
 
@@ -80,41 +150,51 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                    float* dv) {
   const float scale = 1.f / std::sqrt(float(s.D));
-  const int64_t grp = s.H / s.Hkv, qs = s.H * s.D, ks = s.Hkv * s.D;
-  for_kv_groups(ctx, s, [&](int64_t b, int64_t kvh) {
-    Tensor Pt = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx), dPt = Tensor::empty({s.Tq * s.Tk}, DType::F32, ctx);
-    float* P = Pt.f32();
-    float* dP = dPt.f32();
-    const int64_t koff = b * s.Tk * ks + kvh * s.D;
-    for (int64_t t = 0; t < s.Tk; ++t)
-      for (int64_t d = 0; d < s.D; ++d) dk[koff + t * ks + d] = dv[koff + t * ks + d] = 0.f;
-    const uint8_t* m = key_mask ? key_mask + b * s.Tk : nullptr;
-    for (int64_t h = kvh * grp; h < (kvh + 1) * grp; ++h) {
-      const int64_t qoff = b * s.Tq * qs + h * s.D;
-      const float* L = lse + (b * s.H + h) * s.Tq;
-      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, scale, q + qoff, qs, k + koff, ks, 0.f, P, s.Tk);
-      for (int64_t i = 0; i < s.Tq; ++i) {
-        float* row = P + i * s.Tk;
-        const int64_t last = L[i] == kNegInf ? -1 : last_key(s, i);  // a row without keys is all zero
-        for (int64_t j = 0; j <= last; ++j) row[j] -= L[i];
-        exp_inplace(row, last + 1);
-        for (int64_t j = 0; j < s.Tk; ++j)
-          if (j > last || (m && !m[j])) row[j] = 0.f;
+  for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
+    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D, sn = std::min(s.Tq, kTile) * g.grp * s.Tk;
+    Tensor Qt = scratch(ctx, qn), dOt = scratch(ctx, qn), dQt = scratch(ctx, qn), Dt = scratch(ctx, s.Tq * g.grp);
+    Tensor Kt = scratch(ctx, kn), Vt = scratch(ctx, kn), dKt = scratch(ctx, kn), dVt = scratch(ctx, kn);
+    Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn);
+    float *Q = Qt.f32(), *dO = dOt.f32(), *dQ = dQt.f32(), *Di = Dt.f32(), *K = Kt.f32(), *V = Vt.f32();
+    float *dK = dKt.f32(), *dV = dVt.f32(), *P = Pt.f32(), *dP = dPt.f32();
+    g.pack_q(q, Q);
+    g.pack_q(dout, dO);
+    g.pack_k(k, K);
+    g.pack_k(v, V);
+    std::memset(dK, 0, size_t(kn) * 4);
+    std::memset(dV, 0, size_t(kn) * 4);
+    for (int64_t t = 0; t < s.Tq; ++t)  // di = rowsum(dO o) per (query, head)
+      for (int64_t h = 0; h < g.grp; ++h) {
+        const float* a = dout + g.q_off(t) + h * s.D;
+        const float* c = o + g.q_off(t) + h * s.D;
+        float d = 0;
+        for (int64_t e = 0; e < s.D; ++e) d += a[e] * c[e];
+        Di[t * g.grp + h] = d;
       }
-      gemm_serial(ctx, true, false, s.Tk, s.D, s.Tq, 1.f, P, s.Tk, dout + qoff, qs, 1.f, dv + koff, ks);
-      gemm_serial(ctx, false, true, s.Tq, s.Tk, s.D, 1.f, dout + qoff, qs, v + koff, ks, 0.f, dP, s.Tk);
-      for (int64_t i = 0; i < s.Tq; ++i) {
-        const float* dO = dout + qoff + i * qs;
-        const float* O = o + qoff + i * qs;
-        float di = 0;
-        for (int64_t d = 0; d < s.D; ++d) di += dO[d] * O[d];
-        float* pr = P + i * s.Tk;
-        float* dr = dP + i * s.Tk;
-        for (int64_t j = 0; j < s.Tk; ++j) dr[j] = pr[j] * (dr[j] - di);
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
+      const Tile tl = tile_at(g, i0);
+      const int64_t r0 = i0 * g.grp;
+      const float *Qi = Q + r0 * s.D, *dOi = dO + r0 * s.D;
+      if (tl.kend == 0) {
+        std::memset(dQ + r0 * s.D, 0, size_t(tl.rows * s.D) * 4);
+        continue;
       }
-      gemm_serial(ctx, false, false, s.Tq, s.D, s.Tk, scale, dP, s.Tk, k + koff, ks, 0.f, dq + qoff, qs);
-      gemm_serial(ctx, true, false, s.Tk, s.D, s.Tq, scale, dP, s.Tk, q + qoff, qs, 1.f, dk + koff, ks);
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, P, tl.kend);
+      probs_tile(g, tl, P, lse);
+      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, 1.f, P, tl.kend, dOi, s.D, 1.f, dV, s.D);
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, 1.f, dOi, s.D, V, s.D, 0.f, dP, tl.kend);
+      for (int64_t r = 0; r < tl.rows; ++r) {
+        const float* pr = P + r * tl.kend;
+        float* dr = dP + r * tl.kend;
+        const float di = Di[r0 + r];
+        for (int64_t j = 0; j < tl.kend; ++j) dr[j] = pr[j] * (dr[j] - di);
+      }
+      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, scale, dP, tl.kend, K, s.D, 0.f, dQ + r0 * s.D, s.D);
+      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, scale, dP, tl.kend, Qi, s.D, 1.f, dK, s.D);
     }
+    g.unpack_q(dQ, dq);
+    g.unpack_k(dK, dk);
+    g.unpack_k(dV, dv);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
 
 #include "kernels/cpu/ops.h"
@@ -29,10 +30,22 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
   if (dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
     return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
+  // One call: C = alpha op(A) op(B) + beta C for rows m0.. and columns n0.. (a, b already offset).
+  auto call = [&](int64_t rows, int64_t cols, const float* a, const float* b, float* c) {
+    const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
+    if (beta == 0.f)
+      return cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb),
+                         0.f, c, int(ldc));
+    Tensor pt = Tensor::empty({rows * cols}, DType::F32, ctx);  // the finished product, then one addition
+    float* P = pt.f32();
+    cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb), 0.f, P,
+                int(cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = beta * c[i * ldc + j] + P[i * cols + j];
+  };
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m1 - m0), int(N),
-                int(K), alpha, a, int(lda), B, int(ldb), beta, C + m0 * ldc, int(ldc));
+    call(m1 - m0, N, a, B, C + m0 * ldc);
   };
   // Units of at least 256 rows (or, for short M such as decoding, columns) and 2^20 multiply-adds, in
   // multiples of 16. Each unit is its own SGEMM call whatever the thread count (threads only decide who
@@ -62,8 +75,7 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n0 = u * cols, n1 = u + 1 == col_units ? N : (u + 1) * cols;
       const float* b = tb ? B + n0 * ldb : B + n0;  // column n of op(B): row n of B when transposed
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(n1 - n0),
-                  int(K), alpha, A, int(lda), b, int(ldb), beta, C + n0, int(ldc));
+      call(M, n1 - n0, A, b, C + n0);
     }
   });
 }

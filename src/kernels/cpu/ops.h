@@ -9,7 +9,9 @@
 
 namespace ar::cpu {
 
-// matmul.cpp — cblas_sgemm, row-major.
+// matmul.cpp — cblas_sgemm, row-major. C = alpha op(A) op(B) + beta C; with beta != 0 the finished product
+// is added to C in one rounding (C + P, the bits of writing P with beta = 0 and adding it), on every path
+// (oneDNN's sum post-op does so; OpenBLAS's K blocks would add partial sums: a scratch takes P first).
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The same GEMM (same units, same bits) entirely on the calling thread, for callers that already run
