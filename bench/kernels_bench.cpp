@@ -6,6 +6,8 @@
 
 #include "core/context.h"
 #include "kernels/cpu/ops.h"
+#include "quant/qdq.h"
+#include "kernels/cpu/bf16_ops.h"
 
 using namespace ar;
 
@@ -63,6 +65,44 @@ void BM_AttentionFwdBwd(benchmark::State& st) {
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_AttentionFwdBwd)->Unit(benchmark::kMillisecond);
+
+// SignRound's QDQ forward and backward of one 8192 x 2048 weight (W4, group 128, asym, min-max tuned):
+// the per-iteration work outside the GEMMs. Counter: weight elements per second.
+void BM_QdqFwdBwd(benchmark::State& st) {
+  const int64_t out = 8192, in = 2048;
+  const bool backward = st.range(0) != 0;
+  const quant::QdqShape sh = quant::make_qdq_shape(out, in, 4, 128, false);
+  const int64_t ng = out * sh.groups(), n = out * in;
+  const size_t un = static_cast<size_t>(n), ug = static_cast<size_t>(ng);
+  std::vector<float> W(un), V(un), dW(un), What(un), dV(un);
+  for (int64_t i = 0; i < n; ++i) {
+    W[size_t(i)] = float(int(i * 7919 % 2001) - 1000) * 1e-4f;
+    V[size_t(i)] = float(int(i * 104729 % 1001) - 500) * 1e-3f;
+    dW[size_t(i)] = float(int(i * 15485863 % 2003) - 1001) * 1e-6f;
+  }
+  std::vector<float> a(ug, 0.9f), b(ug, 1.f), lo(ug), hi(ug), s(ug), z(ug), da(ug), db(ug);
+  quant::qdq_minmax(ctx(), sh, W.data(), lo.data(), hi.data());
+  for (auto _ : st) {
+    if (backward)
+      quant::qdq_bwd(ctx(), sh, W.data(), V.data(), a.data(), b.data(), lo.data(), hi.data(), dW.data(), dV.data(),
+                     da.data(), db.data());
+    else
+      quant::qdq_fwd(ctx(), sh, W.data(), V.data(), a.data(), b.data(), lo.data(), hi.data(), What.data(), s.data(),
+                     z.data());
+  }
+  st.counters["Gelem/s"] = benchmark::Counter(double(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_QdqFwdBwd)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// bf16 transpose of an 8192 x 2048 weight (the input-gradient GEMM operand under --amp). Counter: GB/s
+// of bytes read plus written.
+void BM_TransposeBf16(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1);
+  std::vector<uint16_t> src(static_cast<size_t>(rows * cols), 0x3f80), dst(src.size());
+  for (auto _ : st) cpu::transpose_bf16(ctx(), src.data(), dst.data(), rows, cols);
+  st.counters["GB/s"] = benchmark::Counter(4.0 * double(rows * cols), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_TransposeBf16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 }  // namespace
 
 BENCHMARK_MAIN();

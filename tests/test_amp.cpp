@@ -76,14 +76,22 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     expect_bound("y", y, yr, ymag, in + 1);
     // Backward: dx accumulated onto dx0, dW accumulated onto dW0, db from zero.
     std::vector<float> dx = dx0, dW = dW0, db(size_t(out), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), dx.data(), true, dW.data(), true,
-                         db.data(), n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), nullptr, dx.data(), true, dW.data(),
+                         true, db.data(), n, in, out);
+    // dx through the transposed weight operand (W^T stored [in, out], cpu::transpose_bf16).
+    std::vector<uint16_t> WbT(Wb.size());
+    cpu::transpose_bf16(ctx, Wb.data(), WbT.data(), out, in);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(WbT[size_t(i * out + o)], Wb[size_t(o * in + i)]);
+    std::vector<float> dxt = dx0;
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), WbT.data(), dxt.data(), true, nullptr,
+                         false, nullptr, n, in, out);
     // dW written (not accumulated) equals accumulating onto zeros, bit for bit.
     std::vector<float> fresh(dW.size(), 7.f), zero_acc(dW.size(), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, false, fresh.data(), false,
-                         nullptr, n, in, out);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, false, zero_acc.data(), true,
-                         nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, nullptr, false, fresh.data(),
+                         false, nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, nullptr, false,
+                         zero_acc.data(), true, nullptr, n, in, out);
     EXPECT_EQ(fresh, zero_acc);
     auto dxr = test::cast<double>(dx0), dWr = test::cast<double>(dW0);
     std::vector<double> dbr(size_t(out), 0.0), dxm = abs_of(dx0), dWm = abs_of(dW0), dbm(size_t(out), 0.0);
@@ -97,6 +105,7 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     ref::linear_bwd<double>(abs_of(dy).data(), abs_of(x).data(), abs_of(W).data(), nullptr, false, nullptr, dbm.data(),
                             n, in, out);
     expect_bound("dx", dx, dxr, dxm, out + 1);
+    expect_bound("dx (W^T operand)", dxt, dxr, dxm, out + 1);
     expect_bound("dW", dW, dWr, dWm, n + 1);
     expect_bound("db", db, dbr, dbm, n);
   }

@@ -2,6 +2,8 @@
 // plain implementation, the straight-through backward against finite differences of the same
 // function with its rounding offsets and clamp decisions frozen at the evaluation point, and the
 // threaded fp32 path against the reference.
+#include <cstring>
+
 #include "core/error.h"
 #include "quant/opt_rtn.h"
 #include "quant/qdq.h"
@@ -191,6 +193,48 @@ TEST(Qdq, ThreadedFp32EqualsSerialAndTracksDouble) {
   size_t diff = 0;
   for (size_t i = 0; i < qd.size(); ++i) diff += std::abs(double(q1[i]) - qd[i]) > 1e-6 * std::abs(qd[i]) + 1e-9;
   EXPECT_LE(diff, qd.size() / 1000);
+}
+
+// The fp32 backward's fast path (16 columns at a time on AVX-512) gives the reference template's bits:
+// every group size (tails of 1..15 columns, a ragged last group, one group per row), sym and asym,
+// clamped codes (large V), and the optional inputs and outputs left out.
+TEST(Qdq, Fp32BackwardRowsEqualReferenceBits) {
+  struct Case {
+    int64_t out, in, group;
+    int bits;
+    bool sym, with_v, with_ab, with_dv;
+  };
+  const Case cases[] = {{16, 256, 128, 4, false, true, true, true}, {9, 100, 32, 3, true, true, true, true},
+                        {5, 37, -1, 2, false, true, false, true},    {7, 70, 16, 8, true, false, true, false},
+                        {3, 1, 1, 4, false, true, true, true},       {11, 131, 33, 4, false, true, true, true}};
+  uint32_t seed = 40;
+  for (const Case& k : cases) {
+    const QdqShape sh = make_qdq_shape(k.out, k.in, k.bits, k.group, k.sym);
+    const int64_t ng = sh.out * sh.groups(), vw = sh.groups() * sh.group;
+    auto W = test::cast<float>(test::randn<double>(size_t(sh.out * sh.in), ++seed, 0.05));
+    auto V = test::cast<float>(test::randn<double>(size_t(sh.out * vw), ++seed, 0.4));
+    auto dW = test::cast<float>(test::randn<double>(W.size(), ++seed, 1.0));
+    auto a = test::cast<float>(test::randn<double>(size_t(ng), ++seed, 0.3)), b = a;
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] += 0.9f;  // some outside [0, 1]: clamped, zero gradient
+      b[i] = 1.7f - a[i];
+    }
+    std::vector<float> lo(static_cast<size_t>(ng)), hi(lo.size());
+    qdq_minmax<float>(sh, W.data(), lo.data(), hi.data(), 0, sh.out);
+    std::vector<float> dV1(static_cast<size_t>(sh.out * vw), 5.f), dV2 = dV1, da1(lo.size()), da2 = da1, db1 = da1,
+                                                                   db2 = da1;
+    const float* v = k.with_v ? V.data() : nullptr;
+    const float *pa = k.with_ab ? a.data() : nullptr, *pb = k.with_ab ? b.data() : nullptr;
+    qdq_bwd<float>(sh, W.data(), v, pa, pb, lo.data(), hi.data(), dW.data(), k.with_dv ? dV1.data() : nullptr,
+                   da1.data(), db1.data(), 0, sh.out);
+    qdq_bwd_rows(sh, W.data(), v, pa, pb, lo.data(), hi.data(), dW.data(), k.with_dv ? dV2.data() : nullptr,
+                 da2.data(), db2.data(), 0, sh.out);
+    const std::string at = "out " + std::to_string(k.out) + " in " + std::to_string(k.in) + " g " +
+                           std::to_string(k.group);
+    EXPECT_EQ(std::memcmp(dV1.data(), dV2.data(), dV1.size() * 4), 0) << at;
+    EXPECT_EQ(std::memcmp(da1.data(), da2.data(), da1.size() * 4), 0) << at;
+    EXPECT_EQ(std::memcmp(db1.data(), db2.data(), db1.size() * 4), 0) << at;
+  }
 }
 
 TEST(Qdq, RejectsUnsupportedBitsAndGroups) {

@@ -42,7 +42,7 @@ void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, c
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta) {
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
-    qdq_bwd<float>(sh, W, V, alpha, beta, wmin0, wmax0, dWhat, dV, dalpha, dbeta, r0, r1);
+    qdq_bwd_rows(sh, W, V, alpha, beta, wmin0, wmax0, dWhat, dV, dalpha, dbeta, r0, r1);
   }, ThreadPool::grain(8 * sh.in));
 }
 

@@ -127,48 +127,81 @@ void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T
     }
 }
 
+// The sums of a group's backward pass in one fixed order that the scalar and the 16-lane paths
+// (qdq_bwd_avx512.cpp) share: element c of a group (counted from the group's start) adds, by fma, into
+// partial c mod 16; the 16 partials then combine pairwise (0+1, 2+3, ..., then pairs of pairs).
+constexpr int kQdqLanes = 16;
+
+template <class T>
+T combine_lanes(T* p) {
+  for (int w = 1; w < kQdqLanes; w *= 2)
+    for (int i = 0; i < kQdqLanes; i += 2 * w) p[i] += p[i + w];
+  return p[0];
+}
+
+// dalpha, dbeta of group k from its sums ds = dL/ds and dz = dL/dz (straight-through estimator).
+template <class T>
+void group_grads(const QdqShape& sh, const GroupScale<T>& g, T ar, T br, T a, T lo0, T hi0, T ds, T dz, T* dalpha,
+                 T* dbeta) {
+  T da = 0, db = 0;
+  if (sh.sym) {
+    if (!g.clamped) {
+      const T m = T(int64_t(1) << (sh.bits - 1));
+      if (g.from_min) da = ds * (-lo0) / m;  // s = -a lo0 / m
+      else db = ds * (-hi0) / m;              // s = -b hi0 / m
+    }
+  } else {
+    const T M = T((int64_t(1) << sh.bits) - 1);
+    // z = round(-a lo0 / s): dz/da = -lo0 / s, dz/ds = a lo0 / s^2 (STE)
+    T ds_total = ds + dz * (a * lo0) / (g.s * g.s);
+    if (g.clamped) ds_total = 0;
+    da = ds_total * (-lo0) / M + dz * (-lo0) / g.s;
+    db = ds_total * hi0 / M;
+  }
+  if (dalpha) *dalpha = (ar >= T(0) && ar <= T(1)) ? da : T(0);
+  if (dbeta) *dbeta = (br >= T(0) && br <= T(1)) ? db : T(0);
+}
+
+// Backward of one group over its columns [c0, c1) of row r: dV (if wanted), and the sums ds, dz.
+//   w^ = s (q - z), q = clamp(round(w/s + v) + z): dV = in ? d s : 0, ds += d ((q - z) - (in ? w/s : 0)),
+//   dz -= (in ? 0 : d s).
+template <class T>
+void group_bwd(const QdqShape& sh, const GroupScale<T>& g, const T* W, const T* V, const T* dWhat, T* dV, int64_t len,
+               T& ds, T& dz) {
+  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
+  T ps[kQdqLanes] = {}, pz[kQdqLanes] = {};
+  for (int64_t c = 0; c < len; ++c) {
+    const T w = W[c], v = V ? V[c] : T(0), d = dWhat[c];
+    const T ws = w / g.s;
+    const T rq = round_half_even(ws + v) + g.z;
+    const bool in = rq >= lo_q && rq <= hi_q;
+    const T q = in ? rq : (rq < lo_q ? lo_q : hi_q);
+    if (dV) dV[c] = in ? d * g.s : T(0);
+    const T t = (q - g.z) + (in ? -ws : T(0));
+    const int j = int(c % kQdqLanes);
+    ps[j] = std::fma(d, t, ps[j]);
+    if (!in) pz[j] = std::fma(-d, g.s, pz[j]);
+  }
+  ds = combine_lanes(ps);
+  dz = combine_lanes(pz);
+}
+
 // Backward over rows [r0, r1): dV (overwritten for the rows' real columns), dalpha, dbeta
 // (overwritten) from dWhat. Null outputs are skipped.
 template <class T>
 void qdq_bwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T* beta, const T* wmin0,
              const T* wmax0, const T* dWhat, T* dV, T* dalpha, T* dbeta, int64_t r0, int64_t r1) {
   const int64_t ng = sh.groups(), vw = ng * sh.group;
-  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t gi = 0; gi < ng; ++gi) {
-      const int64_t k = r * ng + gi;
-      T ar = alpha ? alpha[k] : T(1), br = beta ? beta[k] : T(1);
-      T a = clamp01(ar), b = clamp01(br);
-      GroupScale<T> g = group_scale(sh, a, b, wmin0[k], wmax0[k]);
-      T ds = 0;  // dL/ds (total), and for asym the extra dL/dz
-      T dz = 0;
-      for (int64_t c = gi * sh.group; c < std::min(sh.in, (gi + 1) * sh.group); ++c) {
-        const T w = W[r * sh.in + c], v = V ? V[r * vw + c] : T(0), d = dWhat[r * sh.in + c];
-        T rq = round_half_even(w / g.s + v) + g.z;
-        const bool in = rq >= lo_q && rq <= hi_q;
-        T q = in ? rq : (rq < lo_q ? lo_q : hi_q);
-        if (dV) dV[r * vw + c] = in ? d * g.s : T(0);
-        // w^ = s (q - z); q = clamp(round(w/s + v) + z)
-        ds += d * ((q - g.z) + (in ? -w / g.s : T(0)));
-        dz += d * g.s * ((in ? T(1) : T(0)) - T(1));
-      }
-      T da = 0, db = 0;
-      if (sh.sym) {
-        if (!g.clamped) {
-          const T m = T(int64_t(1) << (sh.bits - 1));
-          if (g.from_min) da = ds * (-wmin0[k]) / m;  // s = -a lo0 / m
-          else db = ds * (-wmax0[k]) / m;              // s = -b hi0 / m
-        }
-      } else {
-        const T M = T((int64_t(1) << sh.bits) - 1);
-        // z = round(-a lo0 / s): dz/da = -lo0 / s, dz/ds = a lo0 / s^2 (STE)
-        T ds_total = ds + dz * (a * wmin0[k]) / (g.s * g.s);
-        if (g.clamped) ds_total = 0;
-        da = ds_total * (-wmin0[k]) / M + dz * (-wmin0[k]) / g.s;
-        db = ds_total * wmax0[k] / M;
-      }
-      if (dalpha) dalpha[k] = (ar >= T(0) && ar <= T(1)) ? da : T(0);
-      if (dbeta) dbeta[k] = (br >= T(0) && br <= T(1)) ? db : T(0);
+      const int64_t k = r * ng + gi, c0 = gi * sh.group, len = std::min(sh.in, c0 + sh.group) - c0;
+      const T ar = alpha ? alpha[k] : T(1), br = beta ? beta[k] : T(1), a = clamp01(ar);
+      const GroupScale<T> g = group_scale(sh, a, clamp01(br), wmin0[k], wmax0[k]);
+      T ds = 0, dz = 0;
+      group_bwd(sh, g, W + r * sh.in + c0, V ? V + r * vw + c0 : nullptr, dWhat + r * sh.in + c0,
+                dV ? dV + r * vw + c0 : nullptr, len, ds, dz);
+      group_grads(sh, g, ar, br, a, wmin0[k], wmax0[k], ds, dz, dalpha ? dalpha + k : nullptr,
+                  dbeta ? dbeta + k : nullptr);
     }
 }
 

@@ -133,7 +133,7 @@ struct Replica {
   BlockWeights mirror;
   BlockPtrs<const float*> wp;
   std::vector<TunedLinear> layers;
-  std::vector<Tensor> What, Whatb, fpb;
+  std::vector<Tensor> What, Whatb, WhatbT, fpb;  // WhatbT: Whatb transposed (none for q/k/v)
   cpu::Bf16Operands operands;
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
   Tensor total;                // the exchanged dW^ sum (world > 1)
@@ -287,11 +287,19 @@ void BlockTuner::build_replica(int r) {
   }
   R.wp = bw->ptrs();
   const float** wslots[] = {&R.wp.wq, &R.wp.wk, &R.wp.wv, &R.wp.wo, &R.wp.wg, &R.wp.wu, &R.wp.wd};
+  // The input gradient's GEMM reads W^T: every Linear but q/k/v, which read the block input (its
+  // gradient is never needed here).
+  auto transposed = [&](size_t slot, const Tensor& Wb) {
+    if (slot < 3) return Tensor();
+    return Tensor::empty({Wb.dim(1), Wb.dim(0)}, DType::BF16, c);
+  };
+  auto data = [](Tensor& t) { return t.defined() ? t.data<uint16_t>() : nullptr; };
   for (size_t l = 0; l < nl; ++l) {
     const Tensor& W = *R.layers[l].weight;
     if (opt_.amp) {  // the slot keeps the FP weight's address, bound to the bf16 QDQ weight
       R.Whatb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
-      R.operands.bind(W.f32(), R.Whatb.back().data<uint16_t>());
+      R.WhatbT.push_back(transposed(lin_[l], R.Whatb.back()));
+      R.operands.bind(W.f32(), R.Whatb.back().data<uint16_t>(), data(R.WhatbT.back()));
     } else {
       R.What.push_back(Tensor::empty(W.shape(), DType::F32, c));
       *wslots[lin_[l]] = R.What.back().f32();  // the block runs on the QDQ weights
@@ -304,7 +312,10 @@ void BlockTuner::build_replica(int r) {
       const Tensor& W = *all[s].second;
       R.fpb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
       cpu::fp32_to_bf16(c, W.f32(), R.fpb.back().data<uint16_t>(), W.numel());
-      R.operands.bind(W.f32(), R.fpb.back().data<uint16_t>());
+      R.fpb.push_back(transposed(s, R.fpb.back()));
+      Tensor& Wb = R.fpb[R.fpb.size() - 2];
+      if (R.fpb.back().defined()) cpu::transpose_bf16(c, Wb.data<uint16_t>(), data(R.fpb.back()), W.dim(0), W.dim(1));
+      R.operands.bind(W.f32(), Wb.data<uint16_t>(), data(R.fpb.back()));
     }
   }
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
@@ -327,6 +338,8 @@ void BlockTuner::qdq_all(Replica& R) {
     else
       qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
               R.What[l].f32(), L.scale.f32(), L.zero.f32());
+    if (opt_.amp && R.WhatbT[l].defined())
+      cpu::transpose_bf16(*R.ctx, R.Whatb[l].data<uint16_t>(), R.WhatbT[l].data<uint16_t>(), L.shape.out, L.shape.in);
   }
 }
 
@@ -426,7 +439,7 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
         const int64_t rows = std::min(kRows, c1 - r0), k = r0 * ng;
         std::fill(dV.begin(), dV.end(), 0.f);
         // Rows r0.. as a matrix of their own (every array advanced to row r0).
-        qdq_bwd<float>(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
+        qdq_bwd_rows(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
                        L.wmin0.f32() + k, L.wmax0.f32() + k, dw + g_.w[l] + r0 * sh.in, dV.data(),
                        mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, rows);
         sign_step(L.V.f32() + r0 * vw, dV.data(), rows * vw, lr);

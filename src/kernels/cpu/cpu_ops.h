@@ -14,25 +14,32 @@
 namespace ar::cpu {
 
 // The bf16 GEMM operands of a block's weights under --amp, keyed by the fp32 address the block passes
-// for the weight (its BlockPtrs slot). A weight without an entry is rounded to bf16 at every call.
+// for the weight (its BlockPtrs slot): W in bf16, and optionally its transpose [in, out] for the input
+// gradient's GEMM. A weight without an entry is rounded to bf16 at every call.
 class Bf16Operands {
  public:
-  void bind(const float* w, const uint16_t* b) {
+  void bind(const float* w, const uint16_t* b, const uint16_t* bt = nullptr) {
     for (auto& e : v_)
-      if (e.first == w) {
-        e.second = b;
+      if (e.w == w) {
+        e = {w, b, bt};
         return;
       }
-    v_.emplace_back(w, b);
+    v_.push_back({w, b, bt});
   }
-  const uint16_t* find(const float* w) const {
-    for (const auto& e : v_)
-      if (e.first == w) return e.second;
-    return nullptr;
-  }
+  const uint16_t* find(const float* w) const { return entry(w).b; }
+  const uint16_t* find_transposed(const float* w) const { return entry(w).bt; }
 
  private:
-  std::vector<std::pair<const float*, const uint16_t*>> v_;  // a block has at most seven
+  struct Entry {
+    const float* w = nullptr;
+    const uint16_t *b = nullptr, *bt = nullptr;
+  };
+  Entry entry(const float* w) const {
+    for (const auto& e : v_)
+      if (e.w == w) return e;
+    return {};
+  }
+  std::vector<Entry> v_;  // a block has at most seven
 };
 
 struct CpuOps {
@@ -65,8 +72,8 @@ struct CpuOps {
   void linear_bwd(const float* dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
                   float* db, int64_t n, int64_t in, int64_t out) {
     if (amp)
-      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx, acc, dW, acc_dW, db, n,
-                                  in, out);
+      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), amp->find_transposed(W), dx,
+                                  acc, dW, acc_dW, db, n, in, out);
     cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {

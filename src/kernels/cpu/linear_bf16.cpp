@@ -35,10 +35,13 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
 }
 
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
-                     const uint16_t* Wb, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
+                     const uint16_t* Wb, const uint16_t* WbT, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
                      int64_t n, int64_t in, int64_t out) {
   const Tensor dyb = to_bf16(ctx, dy, n * out);
-  if (dx) {
+  if (dx && WbT) {
+    gemm_bf16(ctx, false, true, n, in, out, 1.f, dyb.data<uint16_t>(), out, WbT, out, accumulate_dx ? 1.f : 0.f, dx,
+              in);
+  } else if (dx) {
     Tensor wt;
     Wb = bf16_of(ctx, W, Wb, out * in, wt);
     gemm_bf16(ctx, false, false, n, in, out, 1.f, dyb.data<uint16_t>(), out, Wb, in, accumulate_dx ? 1.f : 0.f, dx,
