@@ -296,45 +296,54 @@ TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
 }
 
 // beta = 1 adds the finished product to C in one rounding: C + fl(op(A) op(B)), the bits of a product
-// written with beta = 0 and then added. The tuning's leaf tree relies on it to sum two leaves' weight
-// gradients inside the second GEMM (quant/signround.cpp); shapes of its dW products (K = one sample).
-TEST(DnnlGemm, AccumulateIsOneAdditionOfTheProduct) {
+// written with beta = 0 and then added; addends follow in order, one rounding each. The tuning's leaf
+// tree relies on both to sum gradients inside the dW GEMMs (quant/signround.cpp): shapes of those
+// products (K = one sample), on every path (oneDNN fp32 and bf16; OpenBLAS below oneDNN's minimum
+// work, whose K blocks would otherwise add partial sums to C).
+TEST(DnnlGemm, AccumulateAndAddendsAreOneAdditionEach) {
   Context ctx(Device{}, 2);
   uint32_t seed = 500;
-  const std::vector<Shape> shapes = {{true, false, 2048, 2048, 512}, {true, false, 8192, 2048, 512},
-                                     {true, false, 2048, 8192, 512}, {true, false, 512, 2048, 2048},
-                                     {true, false, 300, 200, 700},   {true, false, 1024, 1024, 4096}};
-  // OpenBLAS (cpu::gemm below oneDNN's minimum work) adds K blocks to C one by one: covered by a scratch.
+  const std::vector<Shape> big = {{true, false, 2048, 2048, 512}, {true, false, 8192, 2048, 512},
+                                  {true, false, 2048, 8192, 512}, {true, false, 512, 2048, 2048},
+                                  {true, false, 300, 200, 700},   {true, false, 1024, 1024, 4096}};
   const std::vector<Shape> small = {{true, false, 64, 64, 512}, {false, false, 100, 50, 1000}, {false, true, 9, 7, 3000}};
-  for (const auto& s : small) {
-    const auto A = randn<float>(a_size(s), ++seed), B = randn<float>(b_size(s), ++seed);
-    const auto C0 = randn<float>(size_t(s.M * s.N), ++seed);
-    std::vector<float> P(C0.size()), C = C0;
-    cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), 0.f, P.data(), s.N);
-    cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), 1.f, C.data(), s.N);
-    size_t bad = 0;
-    for (size_t i = 0; i < C.size(); ++i) bad += bits(C[i]) != bits(C0[i] + P[i]);
-    EXPECT_EQ(bad, 0u) << "openblas M=" << s.M << " N=" << s.N << " K=" << s.K;
-  }
-  for (bool bf16 : {false, true}) {
-    if (bf16 && !cpu::bf16_gemm_supported()) continue;
-    for (const auto& s : shapes) {
+  enum Path { kOpenBlas, kF32, kBf16 };
+  for (Path path : {kOpenBlas, kF32, kBf16}) {
+    if (path == kBf16 && !cpu::bf16_gemm_supported()) continue;
+    for (const auto& s : path == kOpenBlas ? small : big) {
       const auto Af = randn<float>(a_size(s), ++seed), Bf = randn<float>(b_size(s), ++seed);
       const auto A = to_bf16(Af), B = to_bf16(Bf);
-      const auto C0 = randn<float>(size_t(s.M * s.N), ++seed);
-      std::vector<float> P(C0.size()), C = C0;
-      auto run = [&](float beta, float* out) {
-        if (bf16)
-          cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), beta, out, s.N);
-        else
+      const size_t n = size_t(s.M * s.N);
+      const auto C0 = randn<float>(n, ++seed), X1 = randn<float>(n, ++seed), X2 = randn<float>(n, ++seed);
+      const float* adds[] = {X1.data(), X2.data()};
+      auto run = [&](float beta, float* out, cpu::Addends add) {
+        if (path == kBf16)
+          cpu::gemm_bf16(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda_of(s), B.data(), ldb_of(s), beta, out, s.N,
+                         add);
+        else if (path == kF32)
           cpu::gemm_f32_dnnl(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, Af.data(), lda_of(s), Bf.data(), ldb_of(s), beta,
-                             out, s.N);
+                             out, s.N, add);
+        else
+          cpu::gemm(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, Af.data(), lda_of(s), Bf.data(), ldb_of(s), beta, out, s.N,
+                    add);
       };
-      run(0.f, P.data());
-      run(1.f, C.data());
-      size_t bad = 0;
-      for (size_t i = 0; i < C.size(); ++i) bad += bits(C[i]) != bits(C0[i] + P[i]);
-      EXPECT_EQ(bad, 0u) << (bf16 ? "bf16" : "fp32") << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+      std::vector<float> P(n), C = C0, CX = C0, PX(n, 3.f);
+      run(0.f, P.data(), {});
+      run(1.f, C.data(), {});
+      run(1.f, CX.data(), adds);
+      run(0.f, PX.data(), cpu::Addends(adds, 1));
+      size_t bad = 0, bad_x = 0, bad_p = 0;
+      for (size_t i = 0; i < n; ++i) {
+        bad += bits(C[i]) != bits(C0[i] + P[i]);
+        bad_x += bits(CX[i]) != bits((C0[i] + P[i]) + X1[i] + X2[i]);
+        bad_p += bits(PX[i]) != bits(P[i] + X1[i]);
+      }
+      const char* names[] = {"openblas", "fp32", "bf16"};
+      const std::string at = std::string(names[path]) + " M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                             " K=" + std::to_string(s.K);
+      EXPECT_EQ(bad, 0u) << at;
+      EXPECT_EQ(bad_x, 0u) << at << " (beta 1, two addends)";
+      EXPECT_EQ(bad_p, 0u) << at << " (beta 0, one addend)";
     }
   }
 }

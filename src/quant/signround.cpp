@@ -135,6 +135,7 @@ struct Replica {
   std::vector<TunedLinear> layers;
   std::vector<Tensor> What, Whatb, WhatbT, fpb;  // WhatbT: Whatb transposed (none for q/k/v)
   cpu::Bf16Operands operands;
+  cpu::GradAddends grad_add;  // the tree's pending sums for the running leaf (tree())
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
   Tensor total;                // the exchanged dW^ sum (world > 1)
   std::unique_ptr<cpu::CpuOps> ops;
@@ -209,7 +210,7 @@ class BlockTuner {
   void build_replica(int r);
   void qdq_all(Replica& R);
   double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
-  double tree(Replica& R, int r, int64_t a, int64_t b, int d);
+  double tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::vector<int> pend);
   double loss_tree(int a, int b) const {
     if (b - a == 1) return reps_[size_t(a)].loss;
     return loss_tree(a, (a + b) / 2) + loss_tree((a + b) / 2, b);
@@ -320,7 +321,7 @@ void BlockTuner::build_replica(int r) {
   }
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
   if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
-  R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr});
+  R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add});
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
 }
@@ -363,21 +364,26 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   BlockRunner<cpu::CpuOps>::Cache cache;
   auto tf = Clock::now();
   R.runner->forward(R.wp, a, x.f32(), y.f32(), cache);
-  double loss = 0;
+  // The loss and its gradient per token row on the pool, the rows' sums then added in row order (the
+  // same bits for any thread count).
   float* dy = yfp.f32();  // overwritten in place by the loss gradient
-  for (int64_t b = 0; b < Bm; ++b) {
-    const int64_t s = idx_[size_t(p0 + b)];
-    for (int64_t t = 0; t < T; ++t) {
-      const bool on = mask_[size_t(s * T + t)] != 0;
-      const float* yr = y.f32() + (b * T + t) * C;
-      float* dr = dy + (b * T + t) * C;
+  std::vector<double> row_loss(static_cast<size_t>(Bm * T));
+  c.pool().parallel_for(Bm * T, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const bool on = mask_[size_t(idx_[size_t(p0 + row / T)] * T + row % T)] != 0;
+      const float* yr = y.f32() + row * C;
+      float* dr = dy + row * C;
+      double sum = 0;
       for (int64_t k = 0; k < C; ++k) {
         const double d = on ? double(yr[k]) - double(dr[k]) : 0.0;
-        loss += d * d;
+        sum += d * d;
         dr[k] = float(2.0 * d / denom_);
       }
+      row_loss[size_t(row)] = sum;
     }
-  }
+  }, 16);
+  double loss = 0;
+  for (double l : row_loss) loss += l;
   R.forward += since(tf);
   auto tb = Clock::now();
   R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate);  // every entry of dw; no input gradient
@@ -385,29 +391,36 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   return loss / denom_;
 }
 
-// The fixed tree over leaves [a, b) of rank r, its dW^ sum in levels[d]. A pair of leaves sums inside
-// the second leaf's dW GEMMs (beta = 1 adds the finished product in one rounding, cpu::gemm): the bits
-// of a separate addition, without its pass over the gradient.
-double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int d) {
+// The fixed tree over leaves [a, b) of rank r: dW^ = fl(sum(left half) + sum(right half)), recursively,
+// written to levels[dst], then the pending subtree sums `pend` added innermost (last) first.
+// No pass of its own over the gradient: every addition happens inside a dW GEMM (gemm's beta = 1 and
+// addends add finished products in one rounding each, cpu::gemm): the left half goes to a free buffer
+// X, and the right half's last leaf adds X (and the pending sums) as it writes its own. A pair of
+// leaves shares one buffer (the second leaf's GEMMs add to the first's gradient). While the left half
+// runs, every buffer but the pending ones is free, dst included; buffers: signround_tree_levels.
+double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::vector<int> pend) {
   const int64_t p0 = pos(r);
-  auto leaf = [&](int64_t i, bool accumulate) {
-    return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), R.levels[size_t(d)].f32(),
+  auto leaf = [&](int64_t i, bool accumulate, const std::vector<int>& adds) {
+    R.grad_add.clear();
+    for (size_t l = 0; l < lin_.size(); ++l) {
+      std::vector<const float*> m;
+      for (auto x = adds.rbegin(); x != adds.rend(); ++x) m.push_back(R.levels[size_t(*x)].f32() + g_.w[l]);
+      if (!m.empty()) R.grad_add.set(R.levels[size_t(dst)].f32() + g_.w[l], std::move(m));
+    }
+    return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), R.levels[size_t(dst)].f32(),
                     accumulate);
   };
-  if (b - a == 1) return leaf(a, false);
+  if (b - a == 1) return leaf(a, false, pend);
   if (b - a == 2) {
-    const double left = leaf(a, false);
-    return left + leaf(a + 1, true);
+    const double left = leaf(a, false, {});
+    return left + leaf(a + 1, true, pend);
   }
   const int64_t mid = (a + b) / 2;
-  const double left = tree(R, r, a, mid, d);
-  const double right = tree(R, r, mid, b, d + 1);
-  float* x = R.levels[size_t(d)].f32();
-  const float* y = R.levels[size_t(d) + 1].f32();
-  R.ctx->pool().parallel_for(g_.wsize, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
-  }, 1 << 14);
-  return left + right;
+  int x = 0;  // the left half's buffer: neither dst nor pending
+  while (x == dst || std::find(pend.begin(), pend.end(), x) != pend.end()) ++x;
+  const double left = tree(R, r, a, mid, x, {});
+  pend.push_back(x);
+  return left + tree(R, r, mid, b, dst, std::move(pend));
 }
 
 // The tunables' gradients from the batch's dW^ (one QDQ backward per iteration, as autograd does it),
@@ -517,7 +530,7 @@ void BlockTuner::iteration(int it) {
     auto tq = Clock::now();
     qdq_all(R);
     R.qdq += since(tq);
-    R.loss = tree(R, r, 0, leaves_of(r), 0);
+    R.loss = tree(R, r, 0, leaves_of(r), 0, {});
     if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
   });
   double loss = loss_tree(0, W_);

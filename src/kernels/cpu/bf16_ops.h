@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/context.h"
+#include "kernels/cpu/ops.h"  // Addends
 
 namespace ar::cpu {
 
@@ -39,14 +40,15 @@ std::string bf16_support_summary();
 // C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C (beta == 0: C is not read).
 // A and B bf16, C fp32, products and sums in fp32 (exact bf16 products). Throws Unsupported where
 // bf16_gemm_supported() is false.
+// `add` as cpu::gemm's (ops.h): added after the product in order, one rounding each.
 void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
 // The same on fp32 operands with oneDNN's fp32 matmul (any x86-64 CPU).
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
 // The same with the units all on the calling thread when `serial` (same bits).
 void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
 // The oneDNN implementation that runs the first unit of such a GEMM on dense operands
 // (e.g. "brg:avx512_core_bf16"), for logs and benchmarks.
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K);
@@ -55,11 +57,12 @@ std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, 
 // (--amp). x comes with its bf16 copy xb, or xb null (rounded here); likewise W with Wb; dy is rounded
 // per call. WbT (optional) is Wb transposed, [in, out]: dx = dy W then reads it as a transposed operand,
 // the layout oneDNN's bf16 brgemm runs fastest (bench/gemm_bench --layouts 1: 10-14% faster than W
-// itself). dW += dy^T x (accumulate_dW) or dW = dy^T x. Requires bf16_gemm_supported().
+// itself). dW += dy^T x (accumulate_dW) or dW = dy^T x, then dW_add added in order (gemm's `add`).
+// Requires bf16_gemm_supported().
 void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const uint16_t* Wb,
                      const float* b, float* y, int64_t n, int64_t in, int64_t out);
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
                      const uint16_t* Wb, const uint16_t* WbT, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
-                     int64_t n, int64_t in, int64_t out);
+                     int64_t n, int64_t in, int64_t out, Addends dW_add = {});
 
 }  // namespace ar::cpu

@@ -42,11 +42,36 @@ class Bf16Operands {
   std::vector<Entry> v_;  // a block has at most seven
 };
 
+// Matrices to add to a weight gradient right after its GEMM (gemm's `add`), keyed by the dW address the
+// block passes: the tuning's gradient tree sums subtrees inside its last leaf's dW GEMMs
+// (quant/signround.cpp) instead of in separate passes over the gradient.
+class GradAddends {
+ public:
+  void set(const float* dW, std::vector<const float*> add) {
+    for (auto& e : v_)
+      if (e.first == dW) {
+        e.second = std::move(add);
+        return;
+      }
+    v_.emplace_back(dW, std::move(add));
+  }
+  void clear() { v_.clear(); }
+  Addends find(const float* dW) const {
+    for (const auto& e : v_)
+      if (e.first == dW) return e.second;
+    return {};
+  }
+
+ private:
+  std::vector<std::pair<const float*, std::vector<const float*>>> v_;  // a block has at most seven
+};
+
 struct CpuOps {
   using Real = float;
   using Buf = Tensor;
   Context& ctx;
   const Bf16Operands* amp = nullptr;  // non-null: bf16 GEMM operands
+  const GradAddends* grad_add = nullptr;  // non-null: addends of weight gradients
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
@@ -71,10 +96,11 @@ struct CpuOps {
   // dW += dy^T x (acc_dW) or dW = dy^T x.
   void linear_bwd(const float* dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
                   float* db, int64_t n, int64_t in, int64_t out) {
+    const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), amp->find_transposed(W), dx,
-                                  acc, dW, acc_dW, db, n, in, out);
-    cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW);
+                                  acc, dW, acc_dW, db, n, in, out, add);
+    cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
     cpu::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);

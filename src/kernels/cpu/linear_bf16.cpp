@@ -36,7 +36,7 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
 
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
                      const uint16_t* Wb, const uint16_t* WbT, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
-                     int64_t n, int64_t in, int64_t out) {
+                     int64_t n, int64_t in, int64_t out, Addends dW_add) {
   const Tensor dyb = to_bf16(ctx, dy, n * out);
   if (dx && WbT) {
     gemm_bf16(ctx, false, true, n, in, out, 1.f, dyb.data<uint16_t>(), out, WbT, out, accumulate_dx ? 1.f : 0.f, dx,
@@ -50,7 +50,8 @@ void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16
   if (dW) {
     Tensor xt;
     xb = bf16_of(ctx, x, xb, n * in, xt);
-    gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb, in, accumulate_dW ? 1.f : 0.f, dW, in);
+    gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb, in, accumulate_dW ? 1.f : 0.f, dW, in,
+              dW_add);
   }
   if (db) add_column_sums(ctx, dy, db, n, out);
 }

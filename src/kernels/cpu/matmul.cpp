@@ -22,26 +22,32 @@ constexpr double kDnnlMinWork = double(int64_t(1) << 22);
 namespace {
 // The units of one GEMM on ctx's pool, or all on the calling thread (serial): the same bits either way.
 void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {}) {
   if (M == 0 || N == 0) return;
   // oneDNN's brgemm for large products on dense operands; strided sub-matrices (attention's heads) would
   // get its gemm:jit kernels, which allocate packing buffers on every call: OpenBLAS takes those.
   const bool dense = (ta ? lda == M : lda == K) && (tb ? ldb == K : ldb == N);
   if (dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
-    return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   // One call: C = alpha op(A) op(B) + beta C for rows m0.. and columns n0.. (a, b already offset).
   auto call = [&](int64_t rows, int64_t cols, const float* a, const float* b, float* c) {
     const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
-    if (beta == 0.f)
-      return cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb),
-                         0.f, c, int(ldc));
-    Tensor pt = Tensor::empty({rows * cols}, DType::F32, ctx);  // the finished product, then one addition
-    float* P = pt.f32();
-    cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb), 0.f, P,
-                int(cols));
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = beta * c[i * ldc + j] + P[i * cols + j];
+    const int64_t off = c - C;  // of this call's block in C and in the addends
+    if (beta == 0.f) {
+      cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb), 0.f, c,
+                  int(ldc));
+    } else {
+      Tensor pt = Tensor::empty({rows * cols}, DType::F32, ctx);  // the finished product, then one addition
+      float* P = pt.f32();
+      cblas_sgemm(CblasRowMajor, op_a, op_b, int(rows), int(cols), int(K), alpha, a, int(lda), b, int(ldb), 0.f, P,
+                  int(cols));
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = beta * c[i * ldc + j] + P[i * cols + j];
+    }
+    for (const float* m : add)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] += m[off + i * ldc + j];
   };
   auto run = [&](int64_t m0, int64_t m1) {
     const float* a = ta ? A + m0 : A + m0 * lda;  // row m of op(A): column m of A when transposed
@@ -82,8 +88,8 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
 }  // namespace
 
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
+  gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
 }
 
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -113,9 +119,9 @@ void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, fl
 }
 
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW) {
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW, Addends dW_add) {
   if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, accumulate_dW ? 1.f : 0.f, dW, in);
+  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, accumulate_dW ? 1.f : 0.f, dW, in, dW_add);
   if (db) add_column_sums(ctx, dy, db, n, out);
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -59,21 +60,22 @@ struct Gemm {
   float beta;
   float* C;
   int64_t ldc;
+  Addends add;  // binary-add post-ops after the sum (cpu::gemm's `add`)
 };
 
 dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, bool tb, int64_t m, int64_t n,
-                                     int64_t K, int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta) {
+                                     int64_t K, int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta,
+                                     size_t adds = 0) {
   const memory::desc a({m, K}, type, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
   const memory::desc b({K, n}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
   const memory::desc c({m, n}, dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // from the context's allocator (run_unit)
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
-  }
+  dnnl::post_ops po;
+  if (beta != 0.f) po.append_sum(beta);
+  for (size_t i = 0; i < adds; ++i) po.append_binary(dnnl::algorithm::binary_add, c);
+  if (po.len() > 0) attr.set_post_ops(po);
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
 }
 
@@ -99,16 +101,22 @@ void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, 
     lda = m1 - m0;
   }
   OneThread one;
-  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta);
+  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta,
+                          g.add.size());
   dnnl::stream s(eng);
   // oneDNN's own scratchpad (B packing) would be a fresh allocation per call: take it from the
   // context's cached allocator instead.
   const size_t scratch_bytes = pd.scratchpad_desc().get_size();
   Tensor scratch = Tensor::empty({int64_t(std::max<size_t>(scratch_bytes, 1))}, DType::U8, ctx);
-  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
-                               {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
-                               {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)},
-                               {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, scratch.raw())}});
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
+                                         {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
+                                         {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)},
+                                         {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, scratch.raw())}};
+  const int first = g.beta != 0.f ? 1 : 0;  // post-op index of the first addend (after the sum)
+  for (size_t i = 0; i < g.add.size(); ++i)
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(first + int(i)) | DNNL_ARG_SRC_1,
+                 memory(pd.dst_desc(), eng, const_cast<float*>(g.add[i]) + (c - g.C)));
+  dnnl::matmul(pd).execute(s, args);
   s.wait();
 }
 
@@ -153,9 +161,13 @@ void init_dnnl_once(const dnnl::engine& eng) {
 
 void gemm_dnnl(Context& ctx, bool serial, const Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
-  if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions)
+  if (g.K == 0) {  // C = beta * C (oneDNN refuses empty reductions), then the addends
     for (int64_t i = 0; i < g.M; ++i)
-      for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = g.beta == 0.f ? 0.f : g.beta * g.C[i * g.ldc + j];
+      for (int64_t j = 0; j < g.N; ++j) {
+        float& c = g.C[i * g.ldc + j];
+        c = g.beta == 0.f ? 0.f : g.beta * c;
+        for (const float* m : g.add) c += m[i * g.ldc + j];
+      }
     return;
   }
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -191,19 +203,20 @@ std::string bf16_support_summary() {
 }
 
 void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
-  gemm_dnnl(ctx, false, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+  gemm_dnnl(ctx, false, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
 
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_dnnl(ctx, false, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
+  gemm_dnnl(ctx, false, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
 
 void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_dnnl(ctx, serial, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc});
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                   Addends add) {
+  gemm_dnnl(ctx, serial, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {

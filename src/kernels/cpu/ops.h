@@ -3,6 +3,7 @@
 // and is tested against its reference in tests/test_kernels_cpu.cpp.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "core/context.h"
 #include "kernels/ref/attention_ref.h"
@@ -12,17 +13,20 @@ namespace ar::cpu {
 // matmul.cpp — cblas_sgemm, row-major. C = alpha op(A) op(B) + beta C; with beta != 0 the finished product
 // is added to C in one rounding (C + P, the bits of writing P with beta = 0 and adding it), on every path
 // (oneDNN's sum post-op does so; OpenBLAS's K blocks would add partial sums: a scratch takes P first).
+// `add`: matrices laid out as C (ldc) added after that, in order, each addition rounded once:
+// C = ((beta C + P) + add[0]) + add[1] ... (oneDNN: binary post-ops).
+using Addends = std::span<const float* const>;
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
 // The same GEMM (same units, same bits) entirely on the calling thread, for callers that already run
 // inside one of the pool's chunks (the pool does not nest); ctx supplies scratch memory only.
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
-// dW += dy^T x, or dW = dy^T x with accumulate_dW false.
+// dW += dy^T x, or dW = dy^T x with accumulate_dW false; then dW_add added in order (gemm's `add`).
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW = true);
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW = true, Addends dW_add = {});
 
 // y[r, :] += b; db += column sums of dy (rows in order, columns split over threads).
 void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out);
