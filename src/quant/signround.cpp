@@ -217,10 +217,10 @@ class BlockTuner {
   }
   void iteration(int it);
   void exchange();
-  void step(Replica& R, const float* dw, float lr, float mm_lr);
+  void step(Replica& R, const float* dw, float lr, float mm_lr, bool save);
   template <class SignStep>
-  void step_fixed(Replica& R, TunedLinear& L, const float* dw, float lr, SignStep& sign_step);
-  void snapshot(bool save);
+  void step_fixed(Replica& R, size_t l, const float* dw, float lr, SignStep& sign_step, bool save);
+  void restore_best();  // the tunables of the best iteration (saved by step) back into the layers
 
   Context& ctx_;
   const BlockDims& dims_;
@@ -425,7 +425,9 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
 
 // The tunables' gradients from the batch's dW^ (one QDQ backward per iteration, as autograd does it),
 // then sign-SGD: p -= rate * sign(dp). Every rank computes the same bits from the same dW^.
-void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
+// save: this iteration is the best so far; its tunables go to best_ as each row block is read for its
+// update (rank 0's replica, whose layers are the home block's), no pass of their own.
+void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool save) {
   const bool mm = opt_.enable_minmax_tuning;
   std::atomic<bool> finite{true};
   auto sign_step = [&](float* p, const float* d, int64_t n, float rate) {
@@ -439,7 +441,7 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
     if (L.fixed) {
-      step_fixed(R, L, dw + g_.w[l], lr, sign_step);
+      step_fixed(R, l, dw + g_.w[l], lr, sign_step, save);
       continue;
     }
     const QdqShape& sh = L.shape;
@@ -450,6 +452,11 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
       std::vector<float> dV(size_t(kRows * vw)), da(size_t(kRows * ng)), db(da.size());
       for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
         const int64_t rows = std::min(kRows, c1 - r0), k = r0 * ng;
+        if (save) {
+          std::memcpy(best_[l][0].f32() + r0 * vw, L.V.f32() + r0 * vw, size_t(rows * vw) * 4);
+          std::memcpy(best_[l][1].f32() + k, L.alpha.f32() + k, size_t(rows * ng) * 4);
+          std::memcpy(best_[l][2].f32() + k, L.beta.f32() + k, size_t(rows * ng) * 4);
+        }
         std::fill(dV.begin(), dV.end(), 0.f);
         // Rows r0.. as a matrix of their own (every array advanced to row r0).
         qdq_bwd_rows(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
@@ -468,13 +475,15 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr) {
 
 // The GGUF layers' step: only V moves (its gradient through the fixed scales), in blocks of rows.
 template <class SignStep>
-void BlockTuner::step_fixed(Replica& R, TunedLinear& L, const float* dw, float lr, SignStep& sign_step) {
+void BlockTuner::step_fixed(Replica& R, size_t l, const float* dw, float lr, SignStep& sign_step, bool save) {
+  TunedLinear& L = R.layers[l];
   const FixedQdq& f = *L.fixed;
   constexpr int64_t kRows = 8;
   R.ctx->pool().parallel_for(f.out, [&](int64_t c0, int64_t c1) {
     std::vector<float> dV(size_t(kRows * f.in));
     for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
       const int64_t rows = std::min(kRows, c1 - r0), k = r0 * f.groups();
+      if (save) std::memcpy(best_[l][0].f32() + r0 * f.in, L.V.f32() + r0 * f.in, size_t(rows * f.in) * 4);
       FixedQdq part = f;
       part.out = rows;
       qdq_fixed_bwd<float>(part, L.weight->f32() + r0 * f.in, L.V.f32() + r0 * f.in, L.scale.f32() + k,
@@ -484,14 +493,11 @@ void BlockTuner::step_fixed(Replica& R, TunedLinear& L, const float* dw, float l
   }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, f.in)));
 }
 
-void BlockTuner::snapshot(bool save) {
+void BlockTuner::restore_best() {
   for (size_t l = 0; l < res_.layers.size(); ++l) {
     TunedLinear& L = res_.layers[l];
     Tensor* live[] = {&L.V, &L.alpha, &L.beta};
-    for (size_t k = 0; k < 3; ++k) {
-      Tensor &from = save ? *live[k] : best_[l][k], &to = save ? best_[l][k] : *live[k];
-      std::memcpy(to.raw(), from.raw(), from.nbytes());
-    }
+    for (size_t k = 0; k < 3; ++k) std::memcpy(live[k]->raw(), best_[l][k].raw(), best_[l][k].nbytes());
   }
 }
 
@@ -537,10 +543,10 @@ void BlockTuner::iteration(int it) {
   if (lane_.procs) loss = lane_.procs->sum_tree(loss);  // the tree's top levels span the processes
   if (it == 0) res_.loss_first = loss;
   res_.loss_last = loss;
-  if (loss < best_loss_) {
+  const bool best = loss < best_loss_;
+  if (best) {
     best_loss_ = loss;
     res_.best_iter = it;
-    snapshot(true);
   }
   if (xchg_ || lane_.procs) exchange();
   auto ts = Clock::now();
@@ -548,7 +554,7 @@ void BlockTuner::iteration(int it) {
   const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;
   lane_.run([&](int r) {
     Replica& R = reps_[size_t(r)];
-    step(R, W_ > 1 ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay));
+    step(R, W_ > 1 ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay), best && r == 0);
   });
   ph.step += since(ts);
   if (it == 0) ph.warmup = since(t_it);
@@ -572,7 +578,7 @@ BlockTuneResult BlockTuner::run() {
       if (r > 0) reps_[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
     });
   res_.loss_best = opt_.iters > 0 ? best_loss_ : 0;
-  if (opt_.use_best_mse && opt_.iters > 0) snapshot(false);
+  if (opt_.use_best_mse && opt_.iters > 0) restore_best();
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
