@@ -1,7 +1,5 @@
-// Causal GQA attention with a key padding mask. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D], lse [B,H,Tq].
-// GEMM operands fp32, or bf16 with fp32 accumulation (bf16: --amp, as autocast runs attention): Q, K,
-// V, dO and the probabilities P and dS are rounded to bf16 as GEMM operands; softmax, lse, the row sums
-// and every output and gradient stay fp32.
+// Causal GQA attention with a key padding mask on fp32 GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
+// lse [B,H,Tq].
 // The pool's threads take whole (batch, KV head) groups. A group's query heads are packed dense as one
 // matrix [Tq * grp, D] (row (t, head)) and its K, V as [Tk, D], so every product is one dense GEMM
 // (oneDNN's brgemm, not strided sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop
@@ -17,7 +15,6 @@
 #include <limits>
 
 #include "core/tensor.h"
-#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
 
 namespace ar::cpu {
@@ -28,23 +25,6 @@ constexpr int64_t kTile = 128;  // query positions per tile
 
 // Visible keys for query i are j in [0, last] with key_mask set (last < 0: none).
 inline int64_t last_key(const AttnShape& s, int64_t i) { return std::min(s.Tk - 1, i + (s.Tk - s.Tq)); }
-
-// A GEMM operand from fp32 values: a copy, or rounded to bf16.
-void to_operand(const float* x, float* dst, int64_t n) { std::memcpy(dst, x, size_t(n) * 4); }
-void to_operand(const float* x, uint16_t* dst, int64_t n) { fp32_to_bf16_serial(x, dst, n); }
-
-// C = alpha op(A) op(B) + beta C on the calling thread, fp32 or bf16 operands.
-void gemm_on(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_serial(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-void gemm_on(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-             int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_bf16_serial(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-template <class T>
-constexpr DType kOperand = sizeof(T) == 4 ? DType::F32 : DType::BF16;
 
 // One (batch, KV head) group: where its rows live in the strided tensors, and its dense buffers.
 struct Group {
@@ -61,16 +41,14 @@ struct Group {
   int64_t k_off(int64_t t) const { return (b * s.Tk + t) * ks + kvh * s.D; }
   int64_t head(int64_t r) const { return kvh * grp + r % grp; }  // query head of packed row r
 
-  template <class T>
-  void pack_q(const float* x, T* dense) const {
-    for (int64_t t = 0; t < s.Tq; ++t) to_operand(x + q_off(t), dense + t * grp * s.D, grp * s.D);
+  void pack_q(const float* x, float* dense) const {
+    for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(dense + t * grp * s.D, x + q_off(t), size_t(grp * s.D) * 4);
   }
   void unpack_q(const float* dense, float* x) const {
     for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(x + q_off(t), dense + t * grp * s.D, size_t(grp * s.D) * 4);
   }
-  template <class T>
-  void pack_k(const float* x, T* dense) const {
-    for (int64_t t = 0; t < s.Tk; ++t) to_operand(x + k_off(t), dense + t * s.D, s.D);
+  void pack_k(const float* x, float* dense) const {
+    for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(dense + t * s.D, x + k_off(t), size_t(s.D) * 4);
   }
   void unpack_k(const float* dense, float* x) const {
     for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(x + k_off(t), dense + t * s.D, size_t(s.D) * 4);
@@ -136,62 +114,56 @@ void probs_tile(const Group& g, const Tile& tl, float* S, const float* lse) {
   }
 }
 
-Tensor scratch(Context& ctx, int64_t n, DType t = DType::F32) { return Tensor::empty({std::max<int64_t>(n, 1)}, t, ctx); }
+Tensor scratch(Context& ctx, int64_t n) { return Tensor::empty({std::max<int64_t>(n, 1)}, DType::F32, ctx); }
+}  // namespace
 
-template <class T>
-void fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v, const uint8_t* key_mask,
-         float* o, float* lse) {
+void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, float* o, float* lse) {
   const float scale = 1.f / std::sqrt(float(s.D));
-  constexpr DType op = kOperand<T>;
   for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
     // From the context's cached allocator: no fresh pages per call.
-    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D, sn = std::min(s.Tq, kTile) * g.grp * s.Tk;
-    Tensor Qt = scratch(ctx, qn, op), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn, op), Vt = scratch(ctx, kn, op);
-    Tensor St = scratch(ctx, sn), Pt = sizeof(T) == 4 ? Tensor() : scratch(ctx, sn, op);
-    T *Q = Qt.data<T>(), *K = Kt.data<T>(), *V = Vt.data<T>();
-    float *O = Ot.f32(), *S = St.f32();
+    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
+    Tensor Qt = scratch(ctx, qn), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn), Vt = scratch(ctx, kn);
+    Tensor St = scratch(ctx, std::min(s.Tq, kTile) * g.grp * s.Tk);
+    float *Q = Qt.f32(), *O = Ot.f32(), *K = Kt.f32(), *V = Vt.f32(), *S = St.f32();
     g.pack_q(q, Q);
     g.pack_k(k, K);
     g.pack_k(v, V);
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
       const Tile tl = tile_at(g, i0);
-      const T* Qi = Q + i0 * g.grp * s.D;
+      float* Qi = Q + i0 * g.grp * s.D;
       float* Oi = O + i0 * g.grp * s.D;
       if (tl.kend == 0) {  // no key visible to any query of the tile
         std::memset(Oi, 0, size_t(tl.rows * s.D) * 4);
         for (int64_t r = 0; r < tl.rows; ++r) lse[(g.b * s.H + g.head(r)) * s.Tq + i0 + r / g.grp] = kNegInf;
         continue;
       }
-      gemm_on(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
       softmax_tile(g, tl, S, lse);
-      T* P = sizeof(T) == 4 ? reinterpret_cast<T*>(S) : Pt.data<T>();
-      if (sizeof(T) != 4) to_operand(S, P, tl.rows * tl.kend);
-      gemm_on(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, P, tl.kend, V, s.D, 0.f, Oi, s.D);
+      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, S, tl.kend, V, s.D, 0.f, Oi, s.D);
     }
     g.unpack_q(O, o);
   });
 }
 
-template <class T>
-void bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v, const uint8_t* key_mask,
-         const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
+                   float* dv) {
   const float scale = 1.f / std::sqrt(float(s.D));
-  constexpr DType op = kOperand<T>;
-  constexpr bool f32 = sizeof(T) == 4;
   for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
     const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D, sn = std::min(s.Tq, kTile) * g.grp * s.Tk;
-    Tensor Qt = scratch(ctx, qn, op), dOt = scratch(ctx, qn, op), dQt = scratch(ctx, qn), Dt = scratch(ctx, s.Tq * g.grp);
-    Tensor Kt = scratch(ctx, kn, op), Vt = scratch(ctx, kn, op), dKt = scratch(ctx, kn), dVt = scratch(ctx, kn);
-    Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn), Pb = f32 ? Tensor() : scratch(ctx, sn, op);
-    T *Q = Qt.data<T>(), *dO = dOt.data<T>(), *K = Kt.data<T>(), *V = Vt.data<T>();
-    float *dQ = dQt.f32(), *Di = Dt.f32(), *dK = dKt.f32(), *dV = dVt.f32(), *P = Pt.f32(), *dP = dPt.f32();
+    Tensor Qt = scratch(ctx, qn), dOt = scratch(ctx, qn), dQt = scratch(ctx, qn), Dt = scratch(ctx, s.Tq * g.grp);
+    Tensor Kt = scratch(ctx, kn), Vt = scratch(ctx, kn), dKt = scratch(ctx, kn), dVt = scratch(ctx, kn);
+    Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn);
+    float *Q = Qt.f32(), *dO = dOt.f32(), *dQ = dQt.f32(), *Di = Dt.f32(), *K = Kt.f32(), *V = Vt.f32();
+    float *dK = dKt.f32(), *dV = dVt.f32(), *P = Pt.f32(), *dP = dPt.f32();
     g.pack_q(q, Q);
     g.pack_q(dout, dO);
     g.pack_k(k, K);
     g.pack_k(v, V);
     std::memset(dK, 0, size_t(kn) * 4);
     std::memset(dV, 0, size_t(kn) * 4);
-    for (int64_t t = 0; t < s.Tq; ++t)  // di = rowsum(dO o) per (query, head), fp32
+    for (int64_t t = 0; t < s.Tq; ++t)  // di = rowsum(dO o) per (query, head)
       for (int64_t h = 0; h < g.grp; ++h) {
         const float* a = dout + g.q_off(t) + h * s.D;
         const float* c = o + g.q_off(t) + h * s.D;
@@ -201,48 +173,29 @@ void bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const
       }
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
       const Tile tl = tile_at(g, i0);
-      const int64_t r0 = i0 * g.grp, pn = tl.rows * tl.kend;
-      const T *Qi = Q + r0 * s.D, *dOi = dO + r0 * s.D;
+      const int64_t r0 = i0 * g.grp;
+      const float *Qi = Q + r0 * s.D, *dOi = dO + r0 * s.D;
       if (tl.kend == 0) {
         std::memset(dQ + r0 * s.D, 0, size_t(tl.rows * s.D) * 4);
         continue;
       }
-      // The probabilities (and below dS) as GEMM operands: P itself, or rounded into Pb.
-      T* Pop = f32 ? reinterpret_cast<T*>(P) : Pb.data<T>();
-      T* dSop = f32 ? reinterpret_cast<T*>(dP) : Pb.data<T>();
-      gemm_on(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, P, tl.kend);
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, P, tl.kend);
       probs_tile(g, tl, P, lse);
-      if (!f32) to_operand(P, Pop, pn);
-      gemm_on(ctx, true, false, tl.kend, s.D, tl.rows, 1.f, Pop, tl.kend, dOi, s.D, 1.f, dV, s.D);
-      gemm_on(ctx, false, true, tl.rows, tl.kend, s.D, 1.f, dOi, s.D, V, s.D, 0.f, dP, tl.kend);
+      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, 1.f, P, tl.kend, dOi, s.D, 1.f, dV, s.D);
+      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, 1.f, dOi, s.D, V, s.D, 0.f, dP, tl.kend);
       for (int64_t r = 0; r < tl.rows; ++r) {
         const float* pr = P + r * tl.kend;
         float* dr = dP + r * tl.kend;
         const float di = Di[r0 + r];
         for (int64_t j = 0; j < tl.kend; ++j) dr[j] = pr[j] * (dr[j] - di);
       }
-      if (!f32) to_operand(dP, dSop, pn);
-      gemm_on(ctx, false, false, tl.rows, s.D, tl.kend, scale, dSop, tl.kend, K, s.D, 0.f, dQ + r0 * s.D, s.D);
-      gemm_on(ctx, true, false, tl.kend, s.D, tl.rows, scale, dSop, tl.kend, Qi, s.D, 1.f, dK, s.D);
+      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, scale, dP, tl.kend, K, s.D, 0.f, dQ + r0 * s.D, s.D);
+      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, scale, dP, tl.kend, Qi, s.D, 1.f, dK, s.D);
     }
     g.unpack_q(dQ, dq);
     g.unpack_k(dK, dk);
     g.unpack_k(dV, dv);
   });
-}
-}  // namespace
-
-void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse, bool bf16) {
-  if (bf16) return fwd<uint16_t>(ctx, s, q, k, v, key_mask, o, lse);
-  fwd<float>(ctx, s, q, k, v, key_mask, o, lse);
-}
-
-void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
-                   float* dv, bool bf16) {
-  if (bf16) return bwd<uint16_t>(ctx, s, q, k, v, key_mask, o, lse, dout, dq, dk, dv);
-  bwd<float>(ctx, s, q, k, v, key_mask, o, lse, dout, dq, dk, dv);
 }
 
 }  // namespace ar::cpu

@@ -59,12 +59,6 @@ void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n) {
   }, kGrain);
 }
 
-void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n) {
-  static const bool simd = cpu_isa().avx512;  // a property of the machine, read once
-  if (simd) return to_bf16_avx512(src, dst, n);
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-}
-
 void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n) {
   const bool simd = cpu_isa().avx512;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {

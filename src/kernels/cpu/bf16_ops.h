@@ -24,8 +24,6 @@ CpuIsa cpu_isa();
 // fp32 -> bf16 rounds to nearest even as PyTorch does (subnormals kept, overflow to +-inf, NaN stays a
 // quiet NaN with its sign and top payload bits); equals ar::f32_to_bf16 element by element.
 void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n);
-// The same on the calling thread (inside a pool task).
-void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n);
 // bf16 -> fp32 is exact.
 void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n);
 // transpose.cpp — dst [cols, rows] = src [rows, cols]^T (a copy, spread over the pool).
@@ -45,9 +43,6 @@ std::string bf16_support_summary();
 // `add` as cpu::gemm's (ops.h): added after the product in order, one rounding each.
 void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
-// The same with every unit on the calling thread (inside a pool task; same bits).
-void gemm_bf16_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                      int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The same on fp32 operands with oneDNN's fp32 matmul (any x86-64 CPU).
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});

@@ -1,8 +1,7 @@
 // Policy object exposing the fp32 CPU kernels under the op table of kernels/ref/ref_ops.h.
 // Scratch buffers are Tensors from the context's allocator (so peak bytes are accounted).
-// With `amp` set (--amp), the Linears' and attention's GEMMs take bf16 operands with fp32 accumulation
-// (linear_bf16.cpp, attention.cpp), as autocast does; every other op, all activations and all gradients
-// stay fp32.
+// With `amp` set (--amp), the Linears' GEMMs take bf16 operands with fp32 accumulation (linear_bf16.cpp);
+// every other op, all activations and all gradients stay fp32.
 #pragma once
 #include <cstring>
 #include <utility>
@@ -120,11 +119,11 @@ struct CpuOps {
   }
   void attention_fwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m, float* o,
                      float* lse) {
-    cpu::attention_fwd(ctx, sh, q, k, v, m, o, lse, amp != nullptr);
+    cpu::attention_fwd(ctx, sh, q, k, v, m, o, lse);
   }
   void attention_bwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
                      const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
-    cpu::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, dq, dk, dv, amp != nullptr);
+    cpu::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
   void swiglu_fwd(const float* g, const float* u, float* a, int64_t n) { cpu::swiglu_fwd(ctx, g, u, a, n); }
   void swiglu_bwd(const float* da, const float* g, const float* u, float* dg, float* du, int64_t n) {

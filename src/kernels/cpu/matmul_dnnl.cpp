@@ -208,12 +208,6 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
   gemm_dnnl(ctx, false, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
 
-void gemm_bf16_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                      int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
-  gemm_dnnl(ctx, true, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}});
-}
-
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
   gemm_dnnl(ctx, false, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});

@@ -46,13 +46,11 @@ void rope_bwd(Context& ctx, float* dx, const int32_t* pos, const float* cos, con
 
 // attention.cpp
 using ref::AttnShape;
-// bf16: the GEMMs take bf16 operands (Q, K, V, dO, P, dS rounded) with fp32 accumulation, as autocast
-// runs attention under --amp; requires bf16_gemm_supported().
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse, bool bf16 = false);
+                   const uint8_t* key_mask, float* o, float* lse);
 void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
-                   float* dv, bool bf16 = false);
+                   float* dv);
 
 // swiglu.cpp
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);
