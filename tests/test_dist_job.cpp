@@ -19,6 +19,7 @@
 #include "model/convert_llama2c.h"
 #include "model/synthetic.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 namespace fs = std::filesystem;
 using ar::test::RankEnd;
@@ -110,11 +111,7 @@ TEST(DistJob, Stories260kProcessesAtParity) {
   AR_REQUIRE_FIXTURES(fx);
   const std::string d = ar::test::temp_path("dj_s260");
   fs::create_directories(d);
-  ar::ConvertOptions c;
-  c.checkpoint = fx + "/stories260K/stories260K.bin";
-  c.tokenizer = fx + "/stories260K/tok512.bin";
-  c.out_dir = d + "/model";
-  ar::convert_llama2c(c);
+  ar::test::convert_stories260k(fx, d + "/model");
   auto args = quant_args(d + "/model", d + "/serial", 20);
   args[7] = "16";
   args[9] = "128";

@@ -26,6 +26,7 @@
 #include "pipeline/quantize.h"
 #include "quant/gguf_rtn.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -127,11 +128,7 @@ struct Converted {
   Converted() {
     const std::string fx = test::fixtures_dir();
     dir = test::temp_path("gguf_read_s260");
-    ConvertOptions o;
-    o.checkpoint = fx + "/stories260K/stories260K.bin";
-    o.tokenizer = fx + "/stories260K/tok512.bin";
-    o.out_dir = dir;
-    convert_llama2c(o);
+    test::convert_stories260k(fx, dir);
   }
   ~Converted() { fs::remove_all(dir); }
 };

@@ -20,6 +20,7 @@
 #include "model/convert_llama2c.h"
 #include "model/tokenizer/hf_bpe.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -380,11 +381,7 @@ TEST(GgufModel, Llama3RopeFactors) {
 namespace {
 std::string converted_stories(const std::string& fx, const std::string& name) {
   const std::string dir = test::temp_path(name);
-  ConvertOptions c;
-  c.checkpoint = fx + "/stories260K/stories260K.bin";
-  c.tokenizer = fx + "/stories260K/tok512.bin";
-  c.out_dir = dir;
-  convert_llama2c(c);
+  test::convert_stories260k(fx, dir);
   return dir;
 }
 

@@ -31,6 +31,7 @@
 #include "model/config.h"
 #include "quant/qdq.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -373,11 +374,7 @@ TEST(Pipeline, BadOptionsLeaveNoOutput) {
 TEST(Pipeline, Stories260kSignRoundBeatsRtnOnKl) {
   AR_REQUIRE_FIXTURES(fx);
   std::string conv = tmpdir("s260"), rtn = tmpdir("rtn"), sr = tmpdir("sr");
-  ConvertOptions c;
-  c.checkpoint = fx + "/stories260K/stories260K.bin";
-  c.tokenizer = fx + "/stories260K/tok512.bin";
-  c.out_dir = conv;
-  convert_llama2c(c);
+  test::convert_stories260k(fx, conv);
   std::string optr = tmpdir("optrtn");
   auto o = small_opts(conv, rtn, 0);
   o.calib.nsamples = 16;

@@ -13,6 +13,7 @@
 #include "model/transformer.h"
 #include "pipeline/quantize.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -103,11 +104,7 @@ TEST(PipelineParallel, Stories260kWorldsAtParity) {
   AR_REQUIRE_FIXTURES(fx);
   const std::string conv = test::temp_path("pp_s260"), ser = test::temp_path("pp_s_ser"),
                     par = test::temp_path("pp_s_par");
-  ConvertOptions c;
-  c.checkpoint = fx + "/stories260K/stories260K.bin";
-  c.tokenizer = fx + "/stories260K/tok512.bin";
-  c.out_dir = conv;
-  convert_llama2c(c);
+  test::convert_stories260k(fx, conv);
   auto base = opts(conv, ser, 30, "off");
   base.calib.nsamples = 16;
   base.calib.seqlen = 128;

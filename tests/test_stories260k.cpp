@@ -22,6 +22,7 @@
 #include "model/tokenizer_llama2c.h"
 #include "model/transformer.h"
 #include "test_util.h"
+#include "stories260k_model.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -33,11 +34,7 @@ std::string converted(const std::string& fx) {
   if (!dir.empty()) return dir;
   dir = (fs::temp_directory_path() / ("ar_s260_" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
-  ConvertOptions o;
-  o.checkpoint = fx + "/stories260K/stories260K.bin";
-  o.tokenizer = fx + "/stories260K/tok512.bin";
-  o.out_dir = dir;
-  convert_llama2c(o);
+  test::convert_stories260k(fx, dir);
   return dir;
 }
 
