@@ -10,6 +10,7 @@
 #include "export/gguf_model.h"
 #include "io/gguf.h"
 #include "io/mapped_file.h"
+#include "model/gguf_source.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
 #include "pipeline/quantize.h"
@@ -129,6 +130,33 @@ TEST(GgufPipeline, RoundToNearestWritesThePresetTypesAndTheRtnBytes) {
   fs::remove_all(out);
 }
 
+// q2_k_mixed: AutoRound's --iters 0 recipe (Q4_K blocks, Q8_0 ends, a Q2_K_S file); tuned, it falls back
+// to q2_k_s with a note, as AutoRound does for dense models.
+TEST(GgufPipeline, Q2KMixedWritesItsRecipeAndFallsBackWhenTuned) {
+  const std::string m = test::temp_path("ggm_model"), out = test::temp_path("ggm_out");
+  write_synthetic_model(m, wide_config(), 7);
+  quantize_model(gguf_opts(m, out, "q2_k_mixed", 0));
+  const std::string path = only_gguf(out);
+  EXPECT_EQ(fs::path(path).filename().string(), fs::path(m).filename().string() + "-Q2_K_S.gguf");
+  {
+    const GgufBytes g(path);
+    EXPECT_EQ(g.file.number("general.file_type", 0), 21);
+    EXPECT_EQ(g.type("token_embd.weight"), uint32_t(quant::GgmlType::Q8_0));
+    EXPECT_EQ(g.type("output.weight"), uint32_t(quant::GgmlType::Q8_0));
+    for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+      EXPECT_EQ(g.type(std::string("blk.0.") + t + ".weight"), uint32_t(quant::GgmlType::Q4_K)) << t;
+  }
+  const QuantizeReport r = quantize_model(gguf_opts(m, out, "q2_k_mixed", 2));
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
+                          [](const std::string& n) { return n.find("falling back to gguf:q2_k_s") != std::string::npos; }));
+  const GgufBytes g(only_gguf(out));
+  EXPECT_EQ(g.file.number("general.file_type", 0), 21);
+  EXPECT_EQ(g.type("blk.1.ffn_up.weight"), uint32_t(quant::GgmlType::Q2_K));
+  EXPECT_EQ(g.type("output.weight"), uint32_t(quant::GgmlType::Q6_K));
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
 TEST(GgufPipeline, SignRoundLowersEveryBlockLossAndWritesValidBlocks) {
   const std::string m = test::temp_path("ggt_model"), out = test::temp_path("ggt_out");
   write_synthetic_model(m, wide_config(), 6);
@@ -155,11 +183,58 @@ TEST(GgufPipeline, SignRoundLowersEveryBlockLossAndWritesValidBlocks) {
   fs::remove_all(out);
 }
 
+// gguf:<preset>,fake (the one companion AutoRound allows a GGUF format): the fake model holds the GGUF
+// file's tensors dequantized (fp16), so transformers-side evaluation sees exactly what llama.cpp runs:
+// every tensor of both, loaded through the loader (the GGUF dequantized on load, Q/K rows restored),
+// agrees to fp16 rounding; the tuned Linears' codes are in the file.
+TEST(GgufPipeline, FakeCompanionHoldsTheFileDequantized) {
+  const std::string m = test::temp_path("ggf_model"), out = test::temp_path("ggf_out");
+  write_synthetic_model(m, wide_config(), 8);
+  for (int iters : {-1, 0, 2}) {  // -1: plain round-to-nearest (no calibration data), 0: the search
+    auto o = gguf_opts(m, out, "q4_k_m", std::max(iters, 0));
+    o.disable_opt_rtn = iters < 0;
+    o.format = "gguf:q4_k_m,fake";
+    quantize_model(o);
+    const std::string file = only_gguf(out + "/gguf-q4-k-m");
+    ASSERT_TRUE(fs::exists(out + "/fake/config.json"));
+    auto g = open_model(file), f = HfModel::open(out + "/fake");
+    const nlohmann::json q = nlohmann::json::parse(read_text_file(out + "/fake/quantization_config.json"));
+    EXPECT_EQ(q.value("data_type", ""), "gguf:q4_k_m");
+    EXPECT_FALSE(q.contains("bits"));
+    Context ctx(Device{}, 2);
+    auto same = [&](const std::string& name, const Tensor& a, const Tensor& b) {
+      ASSERT_EQ(a.numel(), b.numel()) << name;
+      const bool half = f->info(name)->dtype == DType::F16;  // computed tensors; the norms are copied
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        const float want = half ? f16_to_f32(f32_to_f16(a.f32()[i])) : a.f32()[i];
+        ASSERT_EQ(want, b.f32()[i]) << name << " [" << i << "] iters " << iters;
+      }
+    };
+    const ModelConfig& cfg = g->config();
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      const BlockWeights a = g->load_block(l, ctx), b = f->load_block(l, ctx);
+      const Tensor* ta[] = {&a.ln1, &a.wq, &a.wk, &a.wv, &a.wo, &a.ln2, &a.wg, &a.wu, &a.wd};
+      const Tensor* tb[] = {&b.ln1, &b.wq, &b.wk, &b.wv, &b.wo, &b.ln2, &b.wg, &b.wu, &b.wd};
+      const char* names[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                             "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+                             "mlp.down_proj"};
+      for (size_t k = 0; k < std::size(ta); ++k) same(HfModel::layer_prefix(l) + names[k] + ".weight", *ta[k], *tb[k]);
+    }
+    same("model.embed_tokens.weight", g->load_embeddings(ctx), f->load_embeddings(ctx));
+    same("lm_head.weight", g->load_lm_head(ctx), f->load_lm_head(ctx));
+    same("model.norm.weight", g->load_final_norm(ctx), f->load_final_norm(ctx));
+  }
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
 TEST(GgufPipeline, UnsupportedCombinationsAreRefusedBeforeWriting) {
   const std::string m = test::temp_path("ggr_model"), out = test::temp_path("ggr_out");
   write_synthetic_model(m, wide_config(), 7);
   auto o = gguf_opts(m, out, "q4_k_m", 0);
   o.format = "gguf:q4_k_m,auto_round";
+  EXPECT_THROW(quantize_model(o), Error);
+  o.format = "fake,gguf:q4_k_m,gguf:q2_k_s";
   EXPECT_THROW(quantize_model(o), Error);
   o.format = "gguf:q4_k_m";
   o.resume = true;

@@ -30,6 +30,24 @@ TEST(GgufScheme, Q4KMTypesPerTensorOnA32LayerModel) {
   EXPECT_EQ(s.type_of(GgufTensorKind::TokenEmbd, 0, 32, 4096, 4), GgmlType::Q4_K);
 }
 
+// AutoRound's q2_k_mixed at --iters 0 on a dense model (checked against AutoRound 0.16.1's own file of a
+// generated Llama: every block Linear Q4_K, token_embd and output Q8_0, file type 21 = MOSTLY_Q2_K_S,
+// named ...-Q2_K_S.gguf): no per-layer bumps.
+TEST(GgufScheme, Q2KMixedIsQ4KBlocksAndQ8Ends) {
+  const GgufScheme s = parse_gguf_scheme("gguf:q2_k_mixed");
+  EXPECT_EQ(s.preset, "q2_k_mixed");
+  EXPECT_EQ(s.file_tag, "Q2_K_S");
+  EXPECT_EQ(s.file_type, 21u);
+  for (int64_t i = 0; i < 32; ++i)
+    for (auto k : {GgufTensorKind::AttnQ, GgufTensorKind::AttnK, GgufTensorKind::AttnV, GgufTensorKind::AttnOutput,
+                   GgufTensorKind::FfnGate, GgufTensorKind::FfnUp, GgufTensorKind::FfnDown})
+      EXPECT_EQ(s.type_of(k, i, 32, 4096, 4), GgmlType::Q4_K) << i;
+  EXPECT_EQ(s.type_of(GgufTensorKind::TokenEmbd, 0, 32, 4096, 4), GgmlType::Q8_0);
+  EXPECT_EQ(s.type_of(GgufTensorKind::Output, 0, 32, 4096, 4), GgmlType::Q8_0);
+  EXPECT_EQ(s.type_of(GgufTensorKind::FfnDown, 0, 32, 576, 4), GgmlType::Q5_0);  // 576: not whole 256-blocks
+  EXPECT_EQ(parse_gguf_scheme("gguf:q4_k_m").file_tag, "Q4_K_M");
+}
+
 TEST(GgufScheme, OtherPresetsAndFallbacks) {
   const GgufScheme q2 = parse_gguf_scheme("gguf:q2_k"), q2s = parse_gguf_scheme("gguf:q2_k_s"),
                    q3m = parse_gguf_scheme("gguf:q3_k_m"), q8 = parse_gguf_scheme("gguf:q8_0"),

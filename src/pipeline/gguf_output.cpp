@@ -27,16 +27,12 @@ int64_t layer_of(const std::string& n) {
   return n.rfind(p, 0) == 0 ? std::stoll(n.substr(p.size())) : 0;
 }
 
-std::string upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-  return s;
-}
 }  // namespace
 
 GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme)
     : cfg_(model.config()), scheme_(scheme) {
   const std::string name = std::filesystem::path(model.dir()).filename().string();
-  path_ = dir + "/" + (name.empty() ? std::string("model") : name) + "-" + upper(scheme.preset) + ".gguf";
+  path_ = dir + "/" + (name.empty() ? std::string("model") : name) + "-" + scheme.file_tag + ".gguf";
   writer_ = std::make_unique<GgufWriter>(path_);
   add_gguf_model_metadata(*writer_, cfg_, model.dir(), scheme.file_type, name);
   for (const auto& x : gguf_extra_tensors(cfg_)) {

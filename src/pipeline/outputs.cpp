@@ -39,9 +39,20 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
     out.push_back(f);
   }
   if (out.empty()) fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' names no format");
-  for (const auto& f : out)
-    if (out.size() > 1 && quant::is_gguf_format(f))
-      fail(ErrorKind::InvalidInput, "--format " + f + " cannot be combined with other formats yet (one GGUF output per run)");
+  // A GGUF output's tensors carry double-quantized scales and float mins (k-quants) per llama.cpp's
+  // per-tensor types: the int formats cannot hold those values, so one tuning cannot write both. As in
+  // AutoRound, a GGUF output goes alone or with fake (its dequantized weights, for evaluation).
+  const auto gguf = std::find_if(out.begin(), out.end(), [](const std::string& f) { return quant::is_gguf_format(f); });
+  if (gguf != out.end())
+    for (const auto& f : out)
+      if (f != *gguf && f != "fake")
+        fail(ErrorKind::InvalidInput,
+             "--format " + *gguf + " cannot be combined with " + f +
+                 ": a GGUF file holds llama.cpp's block scales and mins, which " +
+                 (quant::is_gguf_format(f) ? std::string("another GGUF type quantizes differently")
+                                           : f + "'s per-group scale and integer zero cannot represent") +
+                 ", so one tuning cannot write both (as in AutoRound, only fake may go with a GGUF format); "
+                 "run each separately");
   return out;
 }
 
@@ -90,6 +101,17 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
   }
 }
 
+void OutputSet::add_tensor(Context& ctx, const std::string& name, const Tensor& t) {
+  for (auto& s : sinks_) {
+    const float* v = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i)  // beyond fp16: an error, not infinities
+      if (std::fabs(v[i]) > 65504.f)
+        fail(ErrorKind::InvalidInput, "tensor '" + name + "' has a value beyond the fp16 range (" + std::to_string(v[i]) +
+                                          ") that --format " + s.format + " would store in fp16");
+    s.writer->add(name, t.to(DType::F16, ctx));
+  }
+}
+
 void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head) {
   const std::string layers = "model.layers.";
   std::string in_block;  // "model.layers.3.mlp.down_proj" -> "mlp.down_proj"
@@ -111,13 +133,17 @@ void OutputSet::keep_fp(const std::string& name) {
   for (auto& s : sinks_) s.extra[name] = {{"bits", 16}, {"data_type", "fp"}};
 }
 
-void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q) {
+void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q, const std::string& gguf_preset) {
   for (auto& s : sinks_) {
     s.writer->finish();
     QuantizeOptions fo = opt;
     fo.format = s.format;
     fo.calib.seqlen = seqlen;
-    const nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
+    nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
+    if (!gguf_preset.empty()) {  // the weights of a GGUF file: its types vary per tensor
+      for (const char* k : {"bits", "group_size", "sym", "extra_config"}) q.erase(k);
+      q["data_type"] = "gguf:" + gguf_preset;
+    }
     nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
     if (s.format != "fake") config["quantization_config"] = q;
     if (s.fp16) {

@@ -3,6 +3,7 @@
 // write one subdirectory each, named as AutoRound names them (":" and "_" -> "-": auto-round,
 // auto-gptq, auto-awq, fake). Every output gets the same tuned weights in its own packing, its own
 // quantization_config and extra_config, and copies of the source's tokenizer and generation files.
+// A GGUF format goes alone or with fake, whose weights are then the GGUF file's dequantized tensors.
 // The fake format (dense QDQ weights) writes no quantization_config into config.json, as AutoRound's
 // fake export does: it is a plain 16-bit model that every runtime loads (quantization_config.json
 // beside it records how it was made).
@@ -35,14 +36,17 @@ class OutputSet {
   size_t size() const { return sinks_.size(); }
   // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats).
   void copy_tensor(const HfModel& m, const std::string& name, Context& ctx);
+  // Computed values in fp16 (a GGUF run's fake companion: the file's dequantized tensors).
+  void add_tensor(Context& ctx, const std::string& name, const Tensor& t);
   // A tuned Linear (name: full module name, e.g. model.layers.0.mlp.up_proj); `lm_head` adds its
   // extra_config entry where the format lists it.
   void add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head = false);
   // A Linear kept in 16 bit (extra_config {"bits": 16, "data_type": "fp"}, as AutoRound writes it).
   void keep_fp(const std::string& name);
   // Closes the shards and writes config.json, quantization_config.json and the source's tokenizer and
-  // generation files into every output; `seqlen` is the calibration's (after any clamp).
-  void finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q);
+  // generation files into every output; `seqlen` is the calibration's (after any clamp). With
+  // `gguf_preset`, the outputs hold a GGUF file's dequantized weights (data_type "gguf:<preset>").
+  void finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q, const std::string& gguf_preset = "");
   // For --resume: every output's writer and extra_config, in format order.
   std::vector<ResumeOutput> resume_outputs();
   void keep_files();

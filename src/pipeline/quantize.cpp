@@ -83,6 +83,7 @@ class QuantizeRun {
   void gather_rank_metrics(BlockReport& br);
   void finish();
   void gguf_run();
+  void gguf_open();
   void gguf_embeddings(const Tensor& emb);
   std::set<std::string> gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems);
   void gguf_fix_params(Context& c, quant::TunedLinear& L);
@@ -115,6 +116,7 @@ class QuantizeRun {
   std::unique_ptr<Progress> progress_;     // rank 0
   std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
   std::unique_ptr<GgufOutput> gguf_;
+  std::unique_ptr<OutputSet> gguf_fake_;  // --format gguf:<preset>,fake: the file's dequantized tensors
   std::string gguf_prefix_;                                    // the block being tuned
   std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
   const Imatrix* gguf_imat_ = nullptr;                         // its imatrix (null: data-free searches)
@@ -155,6 +157,11 @@ void QuantizeRun::plan() {
       fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
                                    "outputs yet");
     gguf_scheme_ = quant::parse_gguf_scheme(f);
+    if (gguf_scheme_->preset == "q2_k_mixed" && opt_.tune.iters > 0) {  // as AutoRound does for dense models
+      steps::note(rep_, "gguf:q2_k_mixed is a recipe for --iters 0 (tuned, it serves mixture-of-experts models); "
+                        "falling back to gguf:q2_k_s");
+      gguf_scheme_ = quant::parse_gguf_scheme("gguf:q2_k_s");
+    }
   }
   if (!root()) return;  // only rank 0 writes: only its output is checked and created
   out_.emplace(steps::output_spec(opt_, &report_path_));  // checked, temporary created: before any work
@@ -278,7 +285,7 @@ void QuantizeRun::start() {
   ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
   lanes_ = std::make_unique<LanePlanner>(opt_, ctx_->device(), shard_.samples(), rep_.notes);
   if (root() && gguf_scheme_) {
-    gguf_ = std::make_unique<GgufOutput>(out_->tmp(), *model_, *gguf_scheme_);
+    gguf_open();
   } else if (root()) {
     outputs_ = std::make_unique<OutputSet>(opt_, out_->tmp(), kShardBytes);
     if (opt_.resume) outputs_->keep_files();
@@ -370,7 +377,10 @@ void QuantizeRun::block(int64_t b) {
   const auto t_q = Clock::now();
   br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
   steps::record_tuning(tr, br);
-  if (opt_.quanted_input && opt_.tune.iters > 0) {  // RTN needs no tuning input
+  // The quantized chain is the next block's tuning input (RTN needs none); after the last block only
+  // lm_head's tuning and the resume state read it.
+  const bool q_read = b + 1 < model_->config().num_layers || lm_head_q_ || opt_.resume;
+  if (opt_.quanted_input && opt_.tune.iters > 0 && q_read) {
     const Tensor& x_in = x_q_.defined() ? x_q_ : x_fp_;
     if (!x_q_.defined()) x_q_ = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
     tmp_ = x_in.clone(*ctx_);
@@ -456,8 +466,29 @@ void QuantizeRun::finish() {
 // as f32.
 void QuantizeRun::gguf_add(Context& c, const std::string& name, const Tensor& t) {
   if (!gguf_->expects(name)) return;
-  if (t.shape().size() == 1) return gguf_->add_f32(name, t.f32(), t.numel());
-  gguf_->add(name, quant::gguf_quantize_rtn(c, gguf_->type_of(name), t.f32(), t.dim(0), t.dim(1)));
+  if (t.shape().size() == 1) {
+    if (gguf_fake_) gguf_fake_->copy_tensor(*model_, name, c);
+    return gguf_->add_f32(name, t.f32(), t.numel());
+  }
+  Tensor deq = gguf_fake_ ? Tensor::empty(t.shape(), DType::F32, c) : Tensor();
+  gguf_->add(name, quant::gguf_quantize_rtn(c, gguf_->type_of(name), t.f32(), t.dim(0), t.dim(1),
+                                            gguf_fake_ ? deq.f32() : nullptr));
+  if (gguf_fake_) gguf_fake_->add_tensor(c, name, deq);
+}
+
+// The GGUF file (in --output_dir, or in its subdirectory beside fake's when fake is asked for too).
+void QuantizeRun::gguf_open() {
+  const std::vector<std::string> formats = parse_formats(opt_);
+  std::string dir = out_->tmp();
+  if (formats.size() > 1) {
+    for (const auto& f : formats)
+      if (quant::is_gguf_format(f)) dir += "/" + format_subdir(f);
+    std::filesystem::create_directories(dir);
+    QuantizeOptions fo = opt_;
+    fo.format = "fake";
+    gguf_fake_ = std::make_unique<OutputSet>(fo, out_->tmp() + "/" + format_subdir("fake"), kShardBytes);
+  }
+  gguf_ = std::make_unique<GgufOutput>(dir, *model_, *gguf_scheme_);
 }
 
 // GGUF: the embeddings in the preset's type; the q-chain starts from their dequantized values, as
@@ -467,6 +498,7 @@ void QuantizeRun::gguf_embeddings(const Tensor& emb) {
   const quant::GgmlType t = gguf_->type_of(name);
   Tensor deq = Tensor::empty(emb.shape(), DType::F32, *ctx_);
   gguf_->add(name, quant::gguf_quantize_rtn(*ctx_, t, emb.f32(), emb.dim(0), emb.dim(1), deq.f32()));
+  if (gguf_fake_) gguf_fake_->add_tensor(*ctx_, name, deq);
   if (!opt_.quanted_input) return;
   x_q_ = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
   steps::embed(*ctx_, deq, calib_.ids.data() + shard_.sample_begin * T_, x_q_, shard_.samples(), T_, C_);
@@ -544,6 +576,7 @@ std::map<std::string, int> QuantizeRun::gguf_write_block(BlockWeights& w, const 
   for (const auto& L : tr.layers) {
     quant::GgufLayerParams& p = gguf_params_.at(L.name);
     gguf_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(*ctx_, p, L.weight->f32(), nullptr));
+    if (gguf_fake_) gguf_fake_->add_tensor(*ctx_, prefix + L.name + ".weight", *L.weight);
     count(prefix + L.name + ".weight");
     done.insert(L.name);
   }
@@ -563,6 +596,8 @@ void QuantizeRun::gguf_finish_file() {
   gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
   if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
   gguf_->finish();
+  if (gguf_fake_)  // a plain round-to-nearest run reads no calibration data
+    gguf_fake_->finish(opt_, calib_.n > 0 ? calib_.seqlen : opt_.calib.seqlen, false, gguf_scheme_->preset);
 }
 
 // --format gguf:<preset> --iters 0: every tensor quantized to its preset type, block by block; no
@@ -572,7 +607,7 @@ void QuantizeRun::gguf_run() {
   ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
   log_info("gguf:" + gguf_scheme_->preset + ": round-to-nearest of every tensor in llama.cpp's per-tensor types; "
            "no calibration data");
-  gguf_ = std::make_unique<GgufOutput>(out_->tmp(), *model_, *gguf_scheme_);
+  gguf_open();
   gguf_add(*ctx_, "model.embed_tokens.weight", model_->load_embeddings(*ctx_));
   for (int64_t b = 0; b < cfg.num_layers; ++b) {
     const auto t0 = Clock::now();
@@ -592,7 +627,7 @@ void QuantizeRun::gguf_run() {
   }
   gguf_finish_file();
   out_->commit();
-  log_info("wrote " + out_->path() + "/" + std::filesystem::path(gguf_->path()).filename().string());
+  log_info("wrote " + out_->path() + "/" + std::filesystem::relative(gguf_->path(), out_->tmp()).string());
   rep_.seconds = seconds_since(t_start_);
   rep_.peak_rss_mb = peak_rss_mb();
   if (!report_path_.empty()) write_report(opt_, rep_, report_path_);

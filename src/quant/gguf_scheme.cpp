@@ -11,7 +11,8 @@ namespace {
 struct Preset {
   const char* name;
   GgmlType main;
-  uint32_t file_type;  // llama.h's LLAMA_FTYPE_MOSTLY_*
+  uint32_t file_type;          // llama.h's LLAMA_FTYPE_MOSTLY_*
+  const char* tag = nullptr;   // the file name's preset when not the name's own
 };
 constexpr Preset kPresets[] = {
     {"q2_k", GgmlType::Q2_K, 10},   {"q2_k_s", GgmlType::Q2_K, 21}, {"q3_k_s", GgmlType::Q3_K, 11},
@@ -20,6 +21,7 @@ constexpr Preset kPresets[] = {
     {"q5_0", GgmlType::Q5_0, 8},    {"q5_1", GgmlType::Q5_1, 9},    {"q5_k_s", GgmlType::Q5_K, 16},
     {"q5_k_m", GgmlType::Q5_K, 17}, {"q6_k", GgmlType::Q6_K, 18},   {"q8_0", GgmlType::Q8_0, 7},
     {"bf16", GgmlType::BF16, 32},   {"f16", GgmlType::F16, 1},
+    {"q2_k_mixed", GgmlType::Q4_K, 21, "q2_k_s"},
 };
 
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -51,6 +53,11 @@ GgmlType attn_output(const std::string& p, GgmlType t) {
   return t;
 }
 
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+  return s;
+}
+
 bool is_float(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::F32; }
 }  // namespace
 
@@ -70,7 +77,9 @@ GgmlType gguf_shape_fallback(GgmlType t, int64_t ncols) {
 
 GgmlType GgufScheme::type_of(GgufTensorKind kind, int64_t layer, int64_t n_layers, int64_t ncols, int64_t n_gqa) const {
   GgmlType t = main;
-  if (!is_float(main)) {
+  if (preset == "q2_k_mixed") {
+    if (kind == GgufTensorKind::TokenEmbd || kind == GgufTensorKind::Output) t = GgmlType::Q8_0;
+  } else if (!is_float(main)) {
     switch (kind) {
       case GgufTensorKind::Output:
         t = (main == GgmlType::Q8_0 || ncols % kGgmlSuperBlock != 0) ? GgmlType::Q8_0 : GgmlType::Q6_K;
@@ -95,7 +104,7 @@ GgufScheme parse_gguf_scheme(const std::string& spec) {
   std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   std::string known;
   for (const Preset& k : kPresets) {
-    if (p == k.name) return {k.name, k.main, k.file_type};
+    if (p == k.name) return {k.name, upper(k.tag ? k.tag : k.name), k.main, k.file_type};
     known += (known.empty() ? "" : ", ") + std::string(k.name);
   }
   fail(ErrorKind::InvalidInput, "--format " + spec + ": unknown GGUF preset (known: " + known + ")");

@@ -12,6 +12,11 @@
 //                    q4_k_s: q5_k in the first n/8 layers
 //   attn_output      q2_k: q3_k; q3_k_m: q4_k; q3_k_l: q5_k
 //   use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2
+//   q2_k_mixed       AutoRound's recipe for dense models at --iters 0 (schemes.py
+//                    _handle_special_schemes): every block Linear q4_k, token_embd and output q8_0,
+//                    no per-layer bumps; written as a Q2_K_S file (file type and name), as AutoRound
+//                    writes it. With tuning AutoRound falls back to q2_k_s on dense models; so does
+//                    the pipeline (pipeline/quantize.cpp).
 // A row length that is not a multiple of the type's block falls back as llama.cpp does: q2_k, q3_k ->
 // q4_0; q4_k -> q5_0; q5_k -> q5_1; q6_k -> q8_0; and when that does not divide either, f16.
 // Not modelled (llama.cpp's other cases): mixture-of-experts counts, Falcon, the 70B attn_v bump,
@@ -28,6 +33,7 @@ enum class GgufTensorKind { TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOutput, 
 
 struct GgufScheme {
   std::string preset;       // "q4_k_m"
+  std::string file_tag;     // in the file's name, upper case: "Q4_K_M" (q2_k_mixed: "Q2_K_S")
   GgmlType main = GgmlType::Q4_K;
   uint32_t file_type = 15;  // llama_ftype, written as general.file_type
   // The type of a 2-D tensor of `kind` in layer `layer` of `n_layers` (ignored for token_embd and
