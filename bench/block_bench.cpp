@@ -5,6 +5,7 @@
 // causal attention 4*B*H*D*T(T+1)/2 forward and twice that backward (the recomputed scores of
 // the backward pass are not counted). Output: human-readable lines, then one JSON object as the
 // last line. --amp 1: bf16 GEMM operands (the CLI's --amp).
+#include <deque>
 #include <cblas.h>
 
 #include <chrono>
@@ -116,10 +117,14 @@ int main(int argc, char** argv) {
   }
   cpu::Bf16Operands operands;
   std::vector<Tensor> wb;
+  std::deque<cpu::PackedB> fwd_pack, dx_pack;  // packed as the tuning packs its QDQ weights
   for (size_t i = 0; amp && i < specs.size(); ++i) {
     if (specs[i].norm) continue;
+    const int64_t out = w[i].dim(0), in = w[i].dim(1);
     wb.push_back(w[i].to(DType::BF16, ctx));
-    operands.bind(w[i].f32(), wb.back().data<uint16_t>());
+    fwd_pack.emplace_back().pack_weight(ctx, wb.back().data<uint16_t>(), out, in, true);
+    dx_pack.emplace_back().pack_weight(ctx, wb.back().data<uint16_t>(), out, in, false);
+    operands.bind(w[i].f32(), {wb.back().data<uint16_t>(), &fwd_pack.back(), &dx_pack.back()});
   }
   cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
   BlockRunner<cpu::CpuOps> run(ops, d);

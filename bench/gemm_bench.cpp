@@ -52,7 +52,7 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
-struct Shape {
+struct GemmShape {
   std::string op;  // fwd (x W^T), bwd_dx (dY W), bwd_dw (dY^T X), square
   int64_t in, out;
   bool ta, tb;
@@ -77,7 +77,7 @@ double best_time(int reps, const std::function<void()>& f) {
 }
 
 // One oneDNN matmul over the whole shape with `threads` OpenMP threads (PyTorch's way).
-void dnnl_omp_bf16(const Shape& s, const uint16_t* A, const uint16_t* B, float* C, int threads) {
+void dnnl_omp_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, float* C, int threads) {
   using dnnl::memory;
   using dt = memory::data_type;
   const int prev = omp_get_max_threads();
@@ -95,7 +95,7 @@ void dnnl_omp_bf16(const Shape& s, const uint16_t* A, const uint16_t* B, float* 
   omp_set_num_threads(prev);
 }
 
-std::string dnnl_omp_impl(const Shape& s, int threads) {
+std::string dnnl_omp_impl(const GemmShape& s, int threads) {
   using dnnl::memory;
   using dt = memory::data_type;
   const int prev = omp_get_max_threads();
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::vector<Shape> shapes;
+  std::vector<GemmShape> shapes;
   for (auto [in, out] : {std::pair{H, H}, std::pair{H, I}, std::pair{I, H}}) {
     shapes.push_back({"fwd", in, out, false, true, T, out, in});
     shapes.push_back({"bwd_dx", in, out, false, false, T, in, out});
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
                            "bf16_dnnl_incl_conv", "bf16_dnnl_omp", "f32_openblas_call"};
     constexpr int kPaths = 6;
     Total totals[kPaths];
-    for (const Shape& s : shapes) {
+    for (const GemmShape& s : shapes) {
       const size_t na = size_t(s.M * s.K), nb = size_t(s.K * s.N);
       Bufs b;
       b.A.assign(na, 0.f);

@@ -64,11 +64,22 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     std::vector<uint16_t> Wb(W.size()), xb(x.size());
     for (size_t i = 0; i < W.size(); ++i) Wb[i] = f32_to_bf16(W[i]);
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-    // Forward, with the operands given in bf16 and rounded inside: the same bits.
-    std::vector<float> y(size_t(n * out)), y2(y.size());
-    cpu::linear_fwd_bf16(ctx, x.data(), xb.data(), W.data(), Wb.data(), b.data(), y.data(), n, in, out);
+    // Forward, with the operands given in bf16 and rounded inside: the same bits ...
+    // ... and with W^T and W packed for the forward and the input gradient (cpu::PackedB): the same bits.
+    std::vector<uint16_t> WbT(Wb.size());
+    cpu::transpose_bf16(ctx, Wb.data(), WbT.data(), out, in);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(WbT[size_t(i * out + o)], Wb[size_t(o * in + i)]);
+    cpu::PackedB fwd, bwd;
+    fwd.pack_weight(ctx, Wb.data(), out, in, true);
+    bwd.pack_weight(ctx, Wb.data(), out, in, false);
+    const cpu::Bf16Weight plain{Wb.data()}, packed{Wb.data(), &fwd, &bwd};
+    std::vector<float> y(size_t(n * out)), y2(y.size()), y3(y.size());
+    cpu::linear_fwd_bf16(ctx, x.data(), xb.data(), W.data(), &plain, b.data(), y.data(), n, in, out);
     cpu::linear_fwd_bf16(ctx, x.data(), nullptr, W.data(), nullptr, b.data(), y2.data(), n, in, out);
+    cpu::linear_fwd_bf16(ctx, x.data(), xb.data(), W.data(), &packed, b.data(), y3.data(), n, in, out);
     EXPECT_EQ(y, y2);
+    EXPECT_EQ(y, y3);
     std::vector<double> yr(y.size()), ymag(y.size());
     ref::linear_fwd<double>(test::cast<double>(xr).data(), test::cast<double>(Wr).data(), test::cast<double>(b).data(),
                             yr.data(), n, in, out);
@@ -76,22 +87,19 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     expect_bound("y", y, yr, ymag, in + 1);
     // Backward: dx accumulated onto dx0, dW accumulated onto dW0, db from zero.
     std::vector<float> dx = dx0, dW = dW0, db(size_t(out), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), nullptr, dx.data(), true, dW.data(),
-                         true, db.data(), n, in, out);
-    // dx through the transposed weight operand (W^T stored [in, out], cpu::transpose_bf16).
-    std::vector<uint16_t> WbT(Wb.size());
-    cpu::transpose_bf16(ctx, Wb.data(), WbT.data(), out, in);
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(WbT[size_t(i * out + o)], Wb[size_t(o * in + i)]);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), &plain, dx.data(), true, dW.data(), true,
+                         db.data(), n, in, out);
+    // dx through the packed weight operand.
     std::vector<float> dxt = dx0;
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), Wb.data(), WbT.data(), dxt.data(), true, nullptr,
-                         false, nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), &packed, dxt.data(), true, nullptr, false,
+                         nullptr, n, in, out);
+    EXPECT_EQ(dx, dxt);
     // dW written (not accumulated) equals accumulating onto zeros, bit for bit.
     std::vector<float> fresh(dW.size(), 7.f), zero_acc(dW.size(), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, nullptr, false, fresh.data(),
-                         false, nullptr, n, in, out);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, nullptr, false,
-                         zero_acc.data(), true, nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, false, fresh.data(), false,
+                         nullptr, n, in, out);
+    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, false, zero_acc.data(), true,
+                         nullptr, n, in, out);
     EXPECT_EQ(fresh, zero_acc);
     auto dxr = test::cast<double>(dx0), dWr = test::cast<double>(dW0);
     std::vector<double> dbr(size_t(out), 0.0), dxm = abs_of(dx0), dWm = abs_of(dW0), dbm(size_t(out), 0.0);

@@ -17,6 +17,8 @@
 
 #include <unistd.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -51,21 +53,21 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   return h;
 }
 
-struct Shape {
+struct GemmShape {
   bool ta, tb;
   int64_t M, N, K;
   int64_t pad = 0;  // extra leading-dimension elements
 };
 
 // Stored extents (rows, leading dim) of A and B for op(A)[M,K], op(B)[K,N].
-int64_t lda_of(const Shape& s) { return (s.ta ? s.M : s.K) + s.pad; }
-int64_t ldb_of(const Shape& s) { return (s.tb ? s.K : s.N) + s.pad; }
-size_t a_size(const Shape& s) { return size_t((s.ta ? s.K : s.M) * lda_of(s)); }
-size_t b_size(const Shape& s) { return size_t((s.tb ? s.N : s.K) * ldb_of(s)); }
+int64_t lda_of(const GemmShape& s) { return (s.ta ? s.M : s.K) + s.pad; }
+int64_t ldb_of(const GemmShape& s) { return (s.tb ? s.K : s.N) + s.pad; }
+size_t a_size(const GemmShape& s) { return size_t((s.ta ? s.K : s.M) * lda_of(s)); }
+size_t b_size(const GemmShape& s) { return size_t((s.tb ? s.N : s.K) * ldb_of(s)); }
 
 // Checks C against the double reference with the bound stated at the top. A and B are the operand
 // values as the kernel saw them (bf16-rounded for gemm_bf16).
-void expect_within_bound(const char* what, const Shape& s, float alpha, float beta, const std::vector<float>& A,
+void expect_within_bound(const char* what, const GemmShape& s, float alpha, float beta, const std::vector<float>& A,
                          const std::vector<float>& B, const std::vector<float>& C0, const std::vector<float>& C) {
   const int64_t lda = lda_of(s), ldb = ldb_of(s), ldc = s.N + s.pad;
   const auto Ad = cast<double>(A), Bd = cast<double>(B);
@@ -92,8 +94,8 @@ void expect_within_bound(const char* what, const Shape& s, float alpha, float be
     for (int64_t j = s.N; j < ldc; ++j) EXPECT_EQ(bits(C[size_t(i * ldc + j)]), bits(C0[size_t(i * ldc + j)]));
 }
 
-std::vector<Shape> all_transposes(int64_t M, int64_t N, int64_t K, int64_t pad = 0) {
-  std::vector<Shape> v;
+std::vector<GemmShape> all_transposes(int64_t M, int64_t N, int64_t K, int64_t pad = 0) {
+  std::vector<GemmShape> v;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) v.push_back({ta, tb, M, N, K, pad});
   return v;
@@ -196,7 +198,7 @@ TEST(Bf16Convert, ToFp32IsExactForEveryPattern) {
 TEST(Bf16Gemm, MatchesDoubleReferenceOnRoundedOperands) {
   AR_REQUIRE_BF16();
   Context ctx(Device{}, 2);
-  std::vector<Shape> shapes;
+  std::vector<GemmShape> shapes;
   for (auto v : {all_transposes(37, 65, 129), all_transposes(1, 200, 300), all_transposes(5, 33, 7, 3),
                  all_transposes(256, 512, 512)})  // the last one runs as several units
     shapes.insert(shapes.end(), v.begin(), v.end());
@@ -220,7 +222,7 @@ TEST(Bf16Gemm, MatchesDoubleReferenceOnRoundedOperands) {
 
 TEST(DnnlGemm, Fp32MatchesDoubleReference) {
   Context ctx(Device{}, 2);
-  std::vector<Shape> shapes;
+  std::vector<GemmShape> shapes;
   for (auto v : {all_transposes(37, 65, 129), all_transposes(1, 200, 300), all_transposes(5, 33, 7, 3),
                  all_transposes(256, 512, 512)})
     shapes.insert(shapes.end(), v.begin(), v.end());
@@ -250,7 +252,7 @@ TEST(Bf16Gemm, EmptyReductionScalesC) {
 // several row units (A transposed) or column units (A not transposed), and short-M shapes (decoding).
 TEST(Bf16Gemm, BitsIndependentOfThreadCount) {
   AR_REQUIRE_BF16();
-  std::vector<Shape> shapes;
+  std::vector<GemmShape> shapes;
   for (auto v : {all_transposes(512, 384, 256), all_transposes(16, 2048, 2048), all_transposes(7, 8192, 1024),
                  all_transposes(1, 4096, 4096), all_transposes(300, 1000, 200, 5)})
     shapes.insert(shapes.end(), v.begin(), v.end());
@@ -277,7 +279,7 @@ TEST(Bf16Gemm, BitsIndependentOfThreadCount) {
 TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
   Context c1(Device{}, 1), c2(Device{}, 2), c3(Device{}, 3);
   uint32_t seed = 400;
-  std::vector<Shape> shapes;
+  std::vector<GemmShape> shapes;
   for (auto v : {all_transposes(512, 384, 256), all_transposes(16, 2048, 2048), all_transposes(3, 4096, 2048)})
     shapes.insert(shapes.end(), v.begin(), v.end());
   for (const auto& s : shapes) {
@@ -303,10 +305,10 @@ TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
 TEST(DnnlGemm, AccumulateAndAddendsAreOneAdditionEach) {
   Context ctx(Device{}, 2);
   uint32_t seed = 500;
-  const std::vector<Shape> big = {{true, false, 2048, 2048, 512}, {true, false, 8192, 2048, 512},
+  const std::vector<GemmShape> big = {{true, false, 2048, 2048, 512}, {true, false, 8192, 2048, 512},
                                   {true, false, 2048, 8192, 512}, {true, false, 512, 2048, 2048},
                                   {true, false, 300, 200, 700},   {true, false, 1024, 1024, 4096}};
-  const std::vector<Shape> small = {{true, false, 64, 64, 512}, {false, false, 100, 50, 1000}, {false, true, 9, 7, 3000}};
+  const std::vector<GemmShape> small = {{true, false, 64, 64, 512}, {false, false, 100, 50, 1000}, {false, true, 9, 7, 3000}};
   enum Path { kOpenBlas, kF32, kBf16 };
   for (Path path : {kOpenBlas, kF32, kBf16}) {
     if (path == kBf16 && !cpu::bf16_gemm_supported()) continue;
@@ -350,6 +352,39 @@ TEST(DnnlGemm, AccumulateAndAddendsAreOneAdditionEach) {
 
 // Without bf16 dot products gemm_bf16 refuses with Unsupported (run with oneDNN limited below bf16 by
 // the next test; skipped where bf16 is available, as in a plain run here).
+// pack_bf16.cpp's one-pass packing writes exactly the bytes of oneDNN's own reorder of the plain B into
+// "BA16a64b2a", for both operands of a Linear (B = W^T and B = W), on several block counts.
+TEST(Bf16Pack, BlockedWeightsEqualOneDnnReorder) {
+  AR_REQUIRE_BF16();
+  Context ctx(Device{}, 2);
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{64, 64}, {128, 192}, {192, 256}, {512, 64}}) {
+    std::vector<uint16_t> W(size_t(out * in));
+    for (size_t i = 0; i < W.size(); ++i) W[i] = uint16_t(i * 2654435761u >> 7);
+    std::vector<uint16_t> WT(W.size());
+    cpu::transpose_bf16(ctx, W.data(), WT.data(), out, in);
+    for (bool transposed : {true, false}) {
+      SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in) + (transposed ? " W^T" : " W"));
+      const int64_t K = transposed ? in : out, N = transposed ? out : in;
+      ASSERT_TRUE(cpu::blocked_layout_fits(K, N));
+      using dnnl::memory;
+      const memory::desc plain({K, N}, memory::data_type::bf16, memory::dims{N, 1});
+      const memory::desc blocked({K, N}, memory::data_type::bf16, memory::format_tag::BA16a64b2a);
+      ASSERT_EQ(blocked.get_size(), size_t(K * N * 2));
+      std::vector<uint16_t> want(size_t(K * N)), got(size_t(K * N), 0xffff);
+      memory src(plain, eng, transposed ? WT.data() : W.data()), dst(blocked, eng, want.data());
+      dnnl::reorder(src, dst).execute(strm, src, dst);
+      strm.wait();
+      if (transposed) cpu::pack_wt_blocked(ctx, W.data(), out, in, got.data());
+      else cpu::pack_w_blocked(ctx, W.data(), out, in, got.data());
+      EXPECT_EQ(got, want);
+    }
+  }
+  EXPECT_FALSE(cpu::blocked_layout_fits(48, 64));
+  EXPECT_FALSE(cpu::blocked_layout_fits(64, 96));
+}
+
 TEST(Bf16Gemm, RefusesWithoutBf16) {
   if (cpu::bf16_gemm_supported()) GTEST_SKIP() << "bf16 available; exercised by RefusalWhenIsaLimited";
   Context ctx(Device{}, 1);

@@ -57,11 +57,15 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
     const BlockWeights& bw = r > 0 ? mirror : w;
     cpu::Bf16Operands operands;
     std::vector<Tensor> wb;  // amp: the Linears' weights in bf16, rounded once
+    std::vector<cpu::PackedB> packed(amp ? quant::block_linears(bw).size() : 0);  // W^T packed for the forward
     if (amp)
       for (auto& [name, t] : quant::block_linears(bw)) {
+        const int64_t out = t->dim(0), in = t->dim(1);
         wb.push_back(Tensor::empty(t->shape(), DType::BF16, ctx));
         cpu::fp32_to_bf16(ctx, t->f32(), wb.back().data<uint16_t>(), t->numel());
-        operands.bind(t->f32(), wb.back().data<uint16_t>());
+        cpu::PackedB& p = packed[wb.size() - 1];
+        p.pack_weight(ctx, wb.back().data<uint16_t>(), out, in, true);
+        operands.bind(t->f32(), {wb.back().data<uint16_t>(), &p, nullptr});
       }
     cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
     BlockRunner<cpu::CpuOps> run(ops, dims);

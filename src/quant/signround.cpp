@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -127,13 +128,15 @@ struct GradLayout {
 
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
 // The block's tuned slots point at the fp32 QDQ weights (What); under --amp at the FP weights instead,
-// which `operands` maps to the bf16 QDQ weights (Whatb) the GEMMs read (fpb: the untuned Linears).
+// which `operands` maps to the bf16 QDQ weights (Whatb) the GEMMs read (fpb: the untuned Linears),
+// packed once per QDQ for every GEMM of the iteration: W^T for the forward, W for the input gradient.
 struct Replica {
   Context* ctx = nullptr;
   BlockWeights mirror;
   BlockPtrs<const float*> wp;
   std::vector<TunedLinear> layers;
-  std::vector<Tensor> What, Whatb, WhatbT, fpb;  // WhatbT: Whatb transposed (none for q/k/v)
+  std::vector<Tensor> What, Whatb, fpb;
+  std::deque<cpu::PackedB> fwd_pack, dx_pack;     // per tuned Linear (dx: none for q/k/v), then per FP one
   cpu::Bf16Operands operands;
   cpu::GradAddends grad_add;  // the tree's pending sums for the running leaf (tree())
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
@@ -288,19 +291,18 @@ void BlockTuner::build_replica(int r) {
   }
   R.wp = bw->ptrs();
   const float** wslots[] = {&R.wp.wq, &R.wp.wk, &R.wp.wv, &R.wp.wo, &R.wp.wg, &R.wp.wu, &R.wp.wd};
-  // The input gradient's GEMM reads W^T: every Linear but q/k/v, which read the block input (its
-  // gradient is never needed here).
-  auto transposed = [&](size_t slot, const Tensor& Wb) {
-    if (slot < 3) return Tensor();
-    return Tensor::empty({Wb.dim(1), Wb.dim(0)}, DType::BF16, c);
+  // The slot keeps the FP weight's address, bound to the bf16 weight and its packed operands; q/k/v
+  // read the block input, whose gradient is never needed here: no input-gradient operand.
+  auto bind = [&](size_t slot, const Tensor& W, const Tensor& Wb) {
+    R.fwd_pack.emplace_back();
+    R.dx_pack.emplace_back();
+    R.operands.bind(W.f32(), {Wb.data<uint16_t>(), &R.fwd_pack.back(), slot < 3 ? nullptr : &R.dx_pack.back()});
   };
-  auto data = [](Tensor& t) { return t.defined() ? t.data<uint16_t>() : nullptr; };
   for (size_t l = 0; l < nl; ++l) {
     const Tensor& W = *R.layers[l].weight;
-    if (opt_.amp) {  // the slot keeps the FP weight's address, bound to the bf16 QDQ weight
+    if (opt_.amp) {
       R.Whatb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
-      R.WhatbT.push_back(transposed(lin_[l], R.Whatb.back()));
-      R.operands.bind(W.f32(), R.Whatb.back().data<uint16_t>(), data(R.WhatbT.back()));
+      bind(lin_[l], W, R.Whatb.back());
     } else {
       R.What.push_back(Tensor::empty(W.shape(), DType::F32, c));
       *wslots[lin_[l]] = R.What.back().f32();  // the block runs on the QDQ weights
@@ -312,11 +314,11 @@ void BlockTuner::build_replica(int r) {
       if (std::find(lin_.begin(), lin_.end(), s) != lin_.end()) continue;
       const Tensor& W = *all[s].second;
       R.fpb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
+      const uint16_t* Wb = R.fpb.back().data<uint16_t>();
       cpu::fp32_to_bf16(c, W.f32(), R.fpb.back().data<uint16_t>(), W.numel());
-      R.fpb.push_back(transposed(s, R.fpb.back()));
-      Tensor& Wb = R.fpb[R.fpb.size() - 2];
-      if (R.fpb.back().defined()) cpu::transpose_bf16(c, Wb.data<uint16_t>(), data(R.fpb.back()), W.dim(0), W.dim(1));
-      R.operands.bind(W.f32(), Wb.data<uint16_t>(), data(R.fpb.back()));
+      bind(s, W, R.fpb.back());
+      R.fwd_pack.back().pack_weight(c, Wb, W.dim(0), W.dim(1), true);
+      if (s >= 3) R.dx_pack.back().pack_weight(c, Wb, W.dim(0), W.dim(1), false);
     }
   }
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
@@ -339,8 +341,10 @@ void BlockTuner::qdq_all(Replica& R) {
     else
       qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
               R.What[l].f32(), L.scale.f32(), L.zero.f32());
-    if (opt_.amp && R.WhatbT[l].defined())
-      cpu::transpose_bf16(*R.ctx, R.Whatb[l].data<uint16_t>(), R.WhatbT[l].data<uint16_t>(), L.shape.out, L.shape.in);
+    if (!opt_.amp) continue;
+    const uint16_t* Wb = R.Whatb[l].data<uint16_t>();
+    R.fwd_pack[l].pack_weight(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), true);
+    if (lin_[l] >= 3) R.dx_pack[l].pack_weight(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), false);
   }
 }
 

@@ -14,32 +14,26 @@
 namespace ar::cpu {
 
 // The bf16 GEMM operands of a block's weights under --amp, keyed by the fp32 address the block passes
-// for the weight (its BlockPtrs slot): W in bf16, and optionally its transpose [in, out] for the input
-// gradient's GEMM. A weight without an entry is rounded to bf16 at every call.
+// for the weight (its BlockPtrs slot): W in bf16, and optionally packed for the forward and the input
+// gradient (Bf16Weight). A weight without an entry is rounded to bf16 at every call.
 class Bf16Operands {
  public:
-  void bind(const float* w, const uint16_t* b, const uint16_t* bt = nullptr) {
+  void bind(const float* w, const Bf16Weight& b) {
     for (auto& e : v_)
-      if (e.w == w) {
-        e = {w, b, bt};
+      if (e.first == w) {
+        e.second = b;
         return;
       }
-    v_.push_back({w, b, bt});
+    v_.emplace_back(w, b);
   }
-  const uint16_t* find(const float* w) const { return entry(w).b; }
-  const uint16_t* find_transposed(const float* w) const { return entry(w).bt; }
+  const Bf16Weight* find(const float* w) const {
+    for (const auto& e : v_)
+      if (e.first == w) return &e.second;
+    return nullptr;
+  }
 
  private:
-  struct Entry {
-    const float* w = nullptr;
-    const uint16_t *b = nullptr, *bt = nullptr;
-  };
-  Entry entry(const float* w) const {
-    for (const auto& e : v_)
-      if (e.w == w) return e;
-    return {};
-  }
-  std::vector<Entry> v_;  // a block has at most seven
+  std::vector<std::pair<const float*, Bf16Weight>> v_;  // a block has at most seven
 };
 
 // Matrices to add to a weight gradient right after its GEMM (gemm's `add`), keyed by the dW address the
@@ -98,8 +92,8 @@ struct CpuOps {
                   float* db, int64_t n, int64_t in, int64_t out) {
     const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
     if (amp)
-      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), amp->find_transposed(W), dx,
-                                  acc, dW, acc_dW, db, n, in, out, add);
+      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx, acc, dW, acc_dW, db, n,
+                                  in, out, add);
     cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {

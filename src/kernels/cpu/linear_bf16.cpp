@@ -1,8 +1,9 @@
 // Linear layers under --amp: the GEMMs take bf16 operands with fp32 accumulation (cpu::gemm_bf16);
 // inputs, outputs, bias and gradients stay fp32. Layout as cpu::linear_fwd / linear_bwd (ops.h):
 // x [n, in], W [out, in], y [n, out]. Each fp32 GEMM operand is rounded to bf16 (nearest even), as
-// PyTorch's autocast does: x and W may come rounded already (xb, Wb: an activation read by several
-// Linears is rounded once, cpu_ops.h), dy is rounded per call. dW accumulates in fp32.
+// PyTorch's autocast does: x and W may come rounded already (xb, w: an activation read by several
+// Linears is rounded once, cpu_ops.h; a weight is rounded and packed once per QDQ), dy is rounded per
+// call. dW accumulates in fp32.
 // Reference: ref::linear_* in double on the bf16-rounded operands (tests/test_kernels_bf16.cpp).
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -25,27 +26,26 @@ const uint16_t* bf16_of(Context& ctx, const float* src, const uint16_t* given, i
 }
 }  // namespace
 
-void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const uint16_t* Wb,
+void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const Bf16Weight* w,
                      const float* b, float* y, int64_t n, int64_t in, int64_t out) {
   Tensor xt, wt;
   xb = bf16_of(ctx, x, xb, n * in, xt);
-  Wb = bf16_of(ctx, W, Wb, out * in, wt);
-  gemm_bf16(ctx, false, true, n, out, in, 1.f, xb, in, Wb, in, 0.f, y, out);
+  if (!w || !w->fwd || !gemm_bf16(ctx, n, 1.f, xb, in, *w->fwd, 0.f, y, out)) {
+    const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
+    gemm_bf16(ctx, false, true, n, out, in, 1.f, xb, in, Wb, in, 0.f, y, out);
+  }
   if (b) add_bias(ctx, b, y, n, out);
 }
 
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
-                     const uint16_t* Wb, const uint16_t* WbT, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
+                     const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
                      int64_t n, int64_t in, int64_t out, Addends dW_add) {
   const Tensor dyb = to_bf16(ctx, dy, n * out);
-  if (dx && WbT) {
-    gemm_bf16(ctx, false, true, n, in, out, 1.f, dyb.data<uint16_t>(), out, WbT, out, accumulate_dx ? 1.f : 0.f, dx,
-              in);
-  } else if (dx) {
+  const float beta_dx = accumulate_dx ? 1.f : 0.f;
+  if (dx && (!w || !w->dx || !gemm_bf16(ctx, n, 1.f, dyb.data<uint16_t>(), out, *w->dx, beta_dx, dx, in))) {
     Tensor wt;
-    Wb = bf16_of(ctx, W, Wb, out * in, wt);
-    gemm_bf16(ctx, false, false, n, in, out, 1.f, dyb.data<uint16_t>(), out, Wb, in, accumulate_dx ? 1.f : 0.f, dx,
-              in);
+    const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
+    gemm_bf16(ctx, false, false, n, in, out, 1.f, dyb.data<uint16_t>(), out, Wb, in, beta_dx, dx, in);
   }
   if (dW) {
     Tensor xt;

@@ -157,6 +157,12 @@ void init_dnnl_once(const dnnl::engine& eng) {
     OneThread one;
     (void)unit_pd(eng, dt::f32, false, false, 16, 16, 16, 16, 16, 16, 1.f, 0.f);
     if (bf16_gemm_supported()) (void)unit_pd(eng, dt::bf16, false, false, 16, 16, 16, 16, 16, 16, 1.f, 0.f);
+    float a[4] = {}, b[4] = {};
+    const memory::desc d({2, 2}, dt::f32, memory::format_tag::ab);
+    memory src(d, eng, a), dst(d, eng, b);
+    dnnl::stream s(eng);
+    dnnl::reorder(src, dst).execute(s, src, dst);  // and the reorders' state (PackedB, prepack)
+    s.wait();
   });
 }
 
@@ -169,7 +175,7 @@ void init_dnnl_once(const dnnl::engine& eng) {
 constexpr int64_t kPrepackUnits = 3;
 
 bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memory::desc& desc, Tensor& buf) {
-  if (!p.by_rows || p.units < kPrepackUnits || g.tb) return false;
+  if (!p.by_rows || p.units < kPrepackUnits || g.tb || g.packed_b) return false;
   OneThread one;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
   desc = unit_pd(eng, g.type, g.ta, false, p.extent, g.N, g.K, g.ta ? p.extent : g.K, g.ldb, g.ldc, g.alpha, g.beta,
@@ -238,6 +244,72 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
   gemm_dnnl(ctx, false, {dt::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
+}
+
+// The layout a packed B is written in: the one the kernel picks for a unit of kMinRows rows (the units
+// of the tuning's and the passes' GEMMs); a GEMM checks that its own units pick it too (takes_layout).
+void PackedB::pack_weight(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
+  if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
+  K_ = transposed ? in : out, N_ = transposed ? out : in;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  init_dnnl_once(eng);
+  memory::desc d, plain({K_, N_}, dt::bf16, memory::dims{N_, 1});
+  {
+    OneThread one;
+    const memory::desc any({K_, N_}, dt::bf16, memory::format_tag::any);
+    d = unit_pd(eng, dt::bf16, false, false, kMinRows, N_, K_, K_, N_, N_, 1.f, 0.f, 0, &any).weights_desc();
+  }
+  if (d == plain) {
+    layout_.reset();
+    return;
+  }
+  const auto* have = static_cast<const memory::desc*>(layout_.get());
+  if (!have || !(*have == d)) {
+    layout_ = std::make_shared<const memory::desc>(d);
+    buf_ = Tensor::empty({int64_t(d.get_size())}, DType::U8, ctx);
+  }
+  if (blocked_layout_fits(K_, N_) && d == memory::desc({K_, N_}, dt::bf16, memory::format_tag::BA16a64b2a)) {
+    if (transposed) pack_wt_blocked(ctx, W, out, in, buf_.data<uint16_t>());
+    else pack_w_blocked(ctx, W, out, in, buf_.data<uint16_t>());
+    return;
+  }
+  Tensor wt;  // another layout (another ISA): oneDNN's reorder from the plain B
+  if (transposed) {
+    wt = Tensor::empty({in, out}, DType::BF16, ctx);
+    transpose_bf16(ctx, W, wt.data<uint16_t>(), out, in);
+  }
+  OneThread one;
+  memory src(plain, eng, const_cast<uint16_t*>(transposed ? wt.data<uint16_t>() : W)), dst(d, eng, buf_.raw());
+  dnnl::stream s(eng);
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+}
+
+namespace {
+// Whether every unit of the GEMM's plan picks `layout` for its B (rows units of a few extents).
+bool takes_layout(const dnnl::engine& eng, const Gemm& g, const memory::desc& layout) {
+  const Plan p = plan(g.M, g.N, g.K);
+  if (!p.by_rows) return false;
+  OneThread one;
+  const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
+  const int64_t last = g.M - (p.units - 1) * p.extent;
+  for (int64_t m : {p.units > 1 ? p.extent : last, last})
+    if (!(unit_pd(eng, g.type, false, false, m, g.N, g.K, g.lda, g.N, g.ldc, g.alpha, g.beta, g.add.size(), &any)
+              .weights_desc() == layout))
+      return false;
+  return true;
+}
+}  // namespace
+
+bool gemm_bf16(Context& ctx, int64_t M, float alpha, const uint16_t* A, int64_t lda, const PackedB& B, float beta,
+               float* C, int64_t ldc, Addends add) {
+  const auto* layout = static_cast<const memory::desc*>(B.layout_.get());
+  if (!layout || M <= 0) return false;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  Gemm g{dt::bf16, false, false, M, B.N_, B.K_, alpha, A, lda, B.buf_.raw(), B.N_, beta, C, ldc, add, layout};
+  if (!takes_layout(eng, g, *layout)) return false;
+  gemm_dnnl(ctx, false, g);
+  return true;
 }
 
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
