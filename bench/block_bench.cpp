@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     if (specs[i].norm) continue;
     const int64_t out = w[i].dim(0), in = w[i].dim(1);
     wb.push_back(w[i].to(DType::BF16, ctx));
-    fwd_pack.emplace_back().pack_weight(ctx, wb.back().data<uint16_t>(), out, in, true);
-    dx_pack.emplace_back().pack_weight(ctx, wb.back().data<uint16_t>(), out, in, false);
+    fwd_pack.emplace_back().pack(ctx, wb.back().data<uint16_t>(), out, in, true);
+    dx_pack.emplace_back().pack(ctx, wb.back().data<uint16_t>(), out, in, false);
     operands.bind(w[i].f32(), {wb.back().data<uint16_t>(), &fwd_pack.back(), &dx_pack.back()});
   }
   cpu::CpuOps ops{ctx, amp ? &operands : nullptr};

@@ -71,8 +71,8 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) ASSERT_EQ(WbT[size_t(i * out + o)], Wb[size_t(o * in + i)]);
     cpu::PackedB fwd, bwd;
-    fwd.pack_weight(ctx, Wb.data(), out, in, true);
-    bwd.pack_weight(ctx, Wb.data(), out, in, false);
+    fwd.pack(ctx, Wb.data(), out, in, true);
+    bwd.pack(ctx, Wb.data(), out, in, false);
     const cpu::Bf16Weight plain{Wb.data()}, packed{Wb.data(), &fwd, &bwd};
     std::vector<float> y(size_t(n * out)), y2(y.size()), y3(y.size());
     cpu::linear_fwd_bf16(ctx, x.data(), xb.data(), W.data(), &plain, b.data(), y.data(), n, in, out);

@@ -317,8 +317,8 @@ void BlockTuner::build_replica(int r) {
       const uint16_t* Wb = R.fpb.back().data<uint16_t>();
       cpu::fp32_to_bf16(c, W.f32(), R.fpb.back().data<uint16_t>(), W.numel());
       bind(s, W, R.fpb.back());
-      R.fwd_pack.back().pack_weight(c, Wb, W.dim(0), W.dim(1), true);
-      if (s >= 3) R.dx_pack.back().pack_weight(c, Wb, W.dim(0), W.dim(1), false);
+      R.fwd_pack.back().pack(c, Wb, W.dim(0), W.dim(1), true);
+      if (s >= 3) R.dx_pack.back().pack(c, Wb, W.dim(0), W.dim(1), false);
     }
   }
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
@@ -343,8 +343,8 @@ void BlockTuner::qdq_all(Replica& R) {
               R.What[l].f32(), L.scale.f32(), L.zero.f32());
     if (!opt_.amp) continue;
     const uint16_t* Wb = R.Whatb[l].data<uint16_t>();
-    R.fwd_pack[l].pack_weight(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), true);
-    if (lin_[l] >= 3) R.dx_pack[l].pack_weight(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), false);
+    R.fwd_pack[l].pack(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), true);
+    if (lin_[l] >= 3) R.dx_pack[l].pack(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), false);
   }
 }
 

@@ -52,29 +52,31 @@ void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
 void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
 // A GEMM's B operand [K, N] bf16 in the matmul kernel's blocked layout, packed once for the many GEMMs
-// that read it (a weight read by every sample of an iteration): they then skip their own per-unit
-// packing and run 3-6% faster (256-row units of 2048 x 8192 products). From a Linear's W [out, in]:
-// the forward's B = W^T (transposed) or the input gradient's B = W, written in one pass by
-// pack_bf16.cpp where the kernel asks for its usual layout, else through oneDNN's reorder. The bits of
-// a GEMM on the packed operand equal those on the plain one (tested).
+// that read it (a weight read by every sample of an iteration, an activation read by the weight
+// gradients of q, k and v): they then skip their own per-unit packing and run 3-8% faster (256-row
+// units). From a row-major M [rows, cols]: B = M^T (transposed; the forward's W^T) or B = M (the input
+// gradient's W, a weight gradient's activation), written in one pass by pack_bf16.cpp where the kernel
+// asks for its usual layout, else through oneDNN's reorder. The bits of a GEMM on the packed operand
+// equal those on the plain one (tested).
 class PackedB {
  public:
-  void pack_weight(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed);
+  void pack(Context& ctx, const uint16_t* M, int64_t rows, int64_t cols, bool transposed);
+  bool tried() const { return K_ > 0; }  // pack() ran (it may have found nothing to pack)
   int64_t K() const { return K_; }
   int64_t N() const { return N_; }
 
  private:
-  friend bool gemm_bf16(Context&, int64_t, float, const uint16_t*, int64_t, const PackedB&, float, float*, int64_t,
-                        Addends);
+  friend bool gemm_bf16(Context&, bool, int64_t, float, const uint16_t*, int64_t, const PackedB&, float, float*,
+                        int64_t, Addends);
   int64_t K_ = 0, N_ = 0;
   std::shared_ptr<const void> layout_;  // the blocked memory descriptor of buf_; null: nothing packed
   Tensor buf_;
 };
-// C[M,N] = alpha * A[M,K] B[K,N] + beta * C with B packed (A row-major, lda). False, and nothing
-// computed, where the GEMM's units do not take B's layout (or nothing was packed): the caller then
-// runs the plain GEMM.
-bool gemm_bf16(Context& ctx, int64_t M, float alpha, const uint16_t* A, int64_t lda, const PackedB& B, float beta,
-               float* C, int64_t ldc, Addends add = {});
+// C[M,N] = alpha * op(A)[M,K] B[K,N] + beta * C with B packed (op(A) as in gemm_bf16 above). False,
+// and nothing computed, where the GEMM's units do not take B's layout (or nothing was packed): the
+// caller then runs the plain GEMM.
+bool gemm_bf16(Context& ctx, bool ta, int64_t M, float alpha, const uint16_t* A, int64_t lda, const PackedB& B,
+               float beta, float* C, int64_t ldc, Addends add = {});
 
 // pack_bf16.cpp — W [out, in] into oneDNN's "BA16a64b2a" layout of B = W^T [in, out] (pack_wt_blocked)
 // or B = W [out, in] (pack_w_blocked); dst holds K * N elements. Requires blocked_layout_fits(K, N):
@@ -101,8 +103,10 @@ struct Bf16Weight {
 // dW_add added in order (gemm's `add`). Requires bf16_gemm_supported().
 void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const Bf16Weight* w,
                      const float* b, float* y, int64_t n, int64_t in, int64_t out);
+// xp (optional): x packed for the weight gradient, packed here on first use and kept by the caller
+// for the next Linear that reads the same x.
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
                      const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
-                     int64_t n, int64_t in, int64_t out, Addends dW_add = {});
+                     int64_t n, int64_t in, int64_t out, Addends dW_add = {}, PackedB* xp = nullptr);
 
 }  // namespace ar::cpu

@@ -4,6 +4,7 @@
 // every other op, all activations and all gradients stay fp32.
 #pragma once
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -74,6 +75,7 @@ struct CpuOps {
   struct Operand {
     const float* x = nullptr;
     Tensor xb;  // amp: bf16 [n]
+    std::shared_ptr<PackedB> xp = std::make_shared<PackedB>();  // amp: xb packed by the first weight gradient
   };
   Operand operand(const float* x, int64_t n) {
     Operand o{x, {}};
@@ -93,7 +95,7 @@ struct CpuOps {
     const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx, acc, dW, acc_dW, db, n,
-                                  in, out, add);
+                                  in, out, add, x.xp.get());
     cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {

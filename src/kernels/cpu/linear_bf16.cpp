@@ -30,7 +30,7 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
                      const float* b, float* y, int64_t n, int64_t in, int64_t out) {
   Tensor xt, wt;
   xb = bf16_of(ctx, x, xb, n * in, xt);
-  if (!w || !w->fwd || !gemm_bf16(ctx, n, 1.f, xb, in, *w->fwd, 0.f, y, out)) {
+  if (!w || !w->fwd || !gemm_bf16(ctx, false, n, 1.f, xb, in, *w->fwd, 0.f, y, out)) {
     const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
     gemm_bf16(ctx, false, true, n, out, in, 1.f, xb, in, Wb, in, 0.f, y, out);
   }
@@ -39,10 +39,10 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
 
 void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
                      const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
-                     int64_t n, int64_t in, int64_t out, Addends dW_add) {
+                     int64_t n, int64_t in, int64_t out, Addends dW_add, PackedB* xp) {
   const Tensor dyb = to_bf16(ctx, dy, n * out);
   const float beta_dx = accumulate_dx ? 1.f : 0.f;
-  if (dx && (!w || !w->dx || !gemm_bf16(ctx, n, 1.f, dyb.data<uint16_t>(), out, *w->dx, beta_dx, dx, in))) {
+  if (dx && (!w || !w->dx || !gemm_bf16(ctx, false, n, 1.f, dyb.data<uint16_t>(), out, *w->dx, beta_dx, dx, in))) {
     Tensor wt;
     const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
     gemm_bf16(ctx, false, false, n, in, out, 1.f, dyb.data<uint16_t>(), out, Wb, in, beta_dx, dx, in);
@@ -50,8 +50,10 @@ void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16
   if (dW) {
     Tensor xt;
     xb = bf16_of(ctx, x, xb, n * in, xt);
-    gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb, in, accumulate_dW ? 1.f : 0.f, dW, in,
-              dW_add);
+    const float beta = accumulate_dW ? 1.f : 0.f;
+    if (xp && !xp->tried()) xp->pack(ctx, xb, n, in, false);
+    if (!xp || !gemm_bf16(ctx, true, out, 1.f, dyb.data<uint16_t>(), out, *xp, beta, dW, in, dW_add))
+      gemm_bf16(ctx, true, false, out, in, n, 1.f, dyb.data<uint16_t>(), out, xb, in, beta, dW, in, dW_add);
   }
   if (db) add_column_sums(ctx, dy, db, n, out);
 }

@@ -248,7 +248,7 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 
 // The layout a packed B is written in: the one the kernel picks for a unit of kMinRows rows (the units
 // of the tuning's and the passes' GEMMs); a GEMM checks that its own units pick it too (takes_layout).
-void PackedB::pack_weight(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
+void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
   K_ = transposed ? in : out, N_ = transposed ? out : in;
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -294,19 +294,20 @@ bool takes_layout(const dnnl::engine& eng, const Gemm& g, const memory::desc& la
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
   const int64_t last = g.M - (p.units - 1) * p.extent;
   for (int64_t m : {p.units > 1 ? p.extent : last, last})
-    if (!(unit_pd(eng, g.type, false, false, m, g.N, g.K, g.lda, g.N, g.ldc, g.alpha, g.beta, g.add.size(), &any)
+    if (!(unit_pd(eng, g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.lda, g.N, g.ldc, g.alpha, g.beta, g.add.size(),
+                  &any)
               .weights_desc() == layout))
       return false;
   return true;
 }
 }  // namespace
 
-bool gemm_bf16(Context& ctx, int64_t M, float alpha, const uint16_t* A, int64_t lda, const PackedB& B, float beta,
-               float* C, int64_t ldc, Addends add) {
+bool gemm_bf16(Context& ctx, bool ta, int64_t M, float alpha, const uint16_t* A, int64_t lda, const PackedB& B,
+               float beta, float* C, int64_t ldc, Addends add) {
   const auto* layout = static_cast<const memory::desc*>(B.layout_.get());
   if (!layout || M <= 0) return false;
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  Gemm g{dt::bf16, false, false, M, B.N_, B.K_, alpha, A, lda, B.buf_.raw(), B.N_, beta, C, ldc, add, layout};
+  Gemm g{dt::bf16, ta, false, M, B.N_, B.K_, alpha, A, lda, B.buf_.raw(), B.N_, beta, C, ldc, add, layout};
   if (!takes_layout(eng, g, *layout)) return false;
   gemm_dnnl(ctx, false, g);
   return true;
