@@ -228,13 +228,47 @@ TEST(GgufPipeline, FakeCompanionHoldsTheFileDequantized) {
   fs::remove_all(out);
 }
 
+// --format auto_round,gguf:q4_k_m: one run, two tunings per block (the int scheme's and the GGUF
+// types'), each on its own quantized-input chain from one load, calibration and FP pass. Each output
+// is byte for byte the one its format alone writes; fake goes with the int formats.
+TEST(GgufPipeline, IntAndGgufFormatsFromOneRunEqualSeparateRuns) {
+  const std::string m = test::temp_path("ggi_model"), out = test::temp_path("ggi_out");
+  write_synthetic_model(m, wide_config(), 9);
+  for (int iters : {0, 3}) {
+    SCOPED_TRACE("iters " + std::to_string(iters));
+    auto o = gguf_opts(m, out + "/int", "q4_k_m", iters);
+    o.format = "auto_round,fake";
+    quantize_model(o);
+    o.output_dir = out + "/gguf";
+    o.format = "gguf:q4_k_m";
+    quantize_model(o);
+    o.output_dir = out + "/both";
+    o.format = "auto_round,gguf:q4_k_m,fake";
+    const QuantizeReport r = quantize_model(o);
+    for (const char* f : {"auto-round/model.safetensors", "fake/model.safetensors", "auto-round/config.json"})
+      EXPECT_EQ(read_text_file(out + "/both/" + f), read_text_file(out + "/int/" + f)) << f;
+    const std::string g = only_gguf(out + "/gguf");
+    EXPECT_EQ(read_text_file(only_gguf(out + "/both/gguf-q4-k-m")), read_text_file(g));
+    ASSERT_EQ(r.blocks.size(), 4u);
+    for (const auto& b : r.blocks) {
+      ASSERT_TRUE(b.gguf.has_value());
+      if (iters) {  // the GGUF tuning ran: its loss is reported (the best never above the first)
+        EXPECT_GE(b.gguf->best_iter, 0);
+        EXPECT_LE(b.gguf->loss_best, b.gguf->loss_first);
+        EXPECT_GT(b.gguf->loss_first, 0);
+      }
+      EXPECT_TRUE(b.phase_seconds.count("gguf_tune"));
+    }
+    fs::remove_all(out);
+  }
+  fs::remove_all(m);
+}
+
 TEST(GgufPipeline, UnsupportedCombinationsAreRefusedBeforeWriting) {
   const std::string m = test::temp_path("ggr_model"), out = test::temp_path("ggr_out");
   write_synthetic_model(m, wide_config(), 7);
   auto o = gguf_opts(m, out, "q4_k_m", 0);
-  o.format = "gguf:q4_k_m,auto_round";
-  EXPECT_THROW(quantize_model(o), Error);
-  o.format = "fake,gguf:q4_k_m,gguf:q2_k_s";
+  o.format = "gguf:q4_k_m,auto_round,gguf:q2_k_s";
   EXPECT_THROW(quantize_model(o), Error);
   o.format = "gguf:q4_k_m";
   o.resume = true;

@@ -295,7 +295,8 @@ void register_quantize(CLI::App& app) {
                   "auto_round (default), auto_gptq, auto_awq or fake; several comma-separated (auto_round,auto_gptq) "
                   "write one subdirectory each from one tuning; or one gguf:<preset> (q2_k, q2_k_s, q2_k_mixed, "
                   "q3_k_s/m/l, q4_0, q4_1, q4_k_s/m, q5_0, q5_1, q5_k_s/m, q6_k, q8_0, bf16, f16): a llama.cpp GGUF "
-                  "file, alone or with fake (gguf:q4_k_m,fake: the file's weights dequantized, for evaluation)");
+                  "file (with fake alone: the file's weights dequantized; with int formats: each block tuned once "
+                  "for each)");
   sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
   sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");

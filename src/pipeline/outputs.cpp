@@ -39,21 +39,27 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
     out.push_back(f);
   }
   if (out.empty()) fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' names no format");
-  // A GGUF output's tensors carry double-quantized scales and float mins (k-quants) per llama.cpp's
-  // per-tensor types: the int formats cannot hold those values, so one tuning cannot write both. As in
-  // AutoRound, a GGUF output goes alone or with fake (its dequantized weights, for evaluation).
   const auto gguf = std::find_if(out.begin(), out.end(), [](const std::string& f) { return quant::is_gguf_format(f); });
   if (gguf != out.end())
-    for (const auto& f : out)
-      if (f != *gguf && f != "fake")
-        fail(ErrorKind::InvalidInput,
-             "--format " + *gguf + " cannot be combined with " + f +
-                 ": a GGUF file holds llama.cpp's block scales and mins, which " +
-                 (quant::is_gguf_format(f) ? std::string("another GGUF type quantizes differently")
-                                           : f + "'s per-group scale and integer zero cannot represent") +
-                 ", so one tuning cannot write both (as in AutoRound, only fake may go with a GGUF format); "
-                 "run each separately");
+    for (auto f = gguf + 1; f != out.end(); ++f)
+      if (quant::is_gguf_format(*f))
+        fail(ErrorKind::InvalidInput, "--format lists two GGUF presets (" + *gguf + ", " + *f +
+                                          "): one GGUF output per run");
   return out;
+}
+
+FormatPlan plan_formats(const QuantizeOptions& opt) {
+  FormatPlan p;
+  const std::vector<std::string> all = parse_formats(opt);
+  const bool any_int = std::any_of(all.begin(), all.end(), [](const std::string& f) {
+    return f != "fake" && !quant::is_gguf_format(f);
+  });
+  for (const auto& f : all)
+    if (quant::is_gguf_format(f)) p.gguf = f;
+    else if (f == "fake" && !any_int && std::any_of(all.begin(), all.end(), quant::is_gguf_format)) p.gguf_fake = true;
+    else p.int_formats.push_back(f);
+  p.several = all.size() > 1;
+  return p;
 }
 
 std::string format_subdir(const std::string& format) {
@@ -65,11 +71,11 @@ std::string format_subdir(const std::string& format) {
 
 OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes)
     : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size) {
-  const std::vector<std::string> formats = parse_formats(opt);
-  for (const auto& f : formats) {
+  const FormatPlan plan = plan_formats(opt);
+  for (const auto& f : plan.int_formats) {
     Sink s;
     s.format = f;
-    s.dir = formats.size() == 1 ? root : root + "/" + format_subdir(f);
+    s.dir = plan.several ? root + "/" + format_subdir(f) : root;
     std::filesystem::create_directories(s.dir);
     s.awq = awq_layout(f, opt.fmt);
     s.gptq = f == "auto_gptq";

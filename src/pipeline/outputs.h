@@ -3,7 +3,6 @@
 // write one subdirectory each, named as AutoRound names them (":" and "_" -> "-": auto-round,
 // auto-gptq, auto-awq, fake). Every output gets the same tuned weights in its own packing, its own
 // quantization_config and extra_config, and copies of the source's tokenizer and generation files.
-// A GGUF format goes alone or with fake, whose weights are then the GGUF file's dequantized tensors.
 // The fake format (dense QDQ weights) writes no quantization_config into config.json, as AutoRound's
 // fake export does: it is a plain 16-bit model that every runtime loads (quantization_config.json
 // beside it records how it was made).
@@ -23,9 +22,22 @@
 
 namespace ar {
 
-// The formats of a --format list, in order; InvalidInput for an unknown or repeated one, or one the
-// options cannot be written in (auto_awq needs 4 bits and keeps lm_head in 16 bit).
+// The formats of a --format list, in order; InvalidInput for an unknown or repeated one, one the
+// options cannot be written in (auto_awq needs 4 bits and keeps lm_head in 16 bit), or a second GGUF.
 std::vector<std::string> parse_formats(const QuantizeOptions& opt);
+
+// The quantizations a format list asks for, each tuned once: the int scheme of --bits/--group_size
+// (auto_round, auto_gptq, auto_awq; fake with them) and a GGUF preset (with fake when no int format
+// is listed: the file's weights dequantized). A GGUF type's scales and mins are not the int formats'
+// per-group scale and integer zero, so a list with both runs two tunings per block on one load of the
+// block, one calibration and one FP pass (pipeline/quantize.cpp).
+struct FormatPlan {
+  std::vector<std::string> int_formats;  // OutputSet's sinks, in list order
+  std::string gguf;                      // "gguf:<preset>" or empty
+  bool gguf_fake = false;                // fake goes with the GGUF file
+  bool several = false;                  // more than one output: each in its own subdirectory
+};
+FormatPlan plan_formats(const QuantizeOptions& opt);
 // The subdirectory of `format` when a run writes several ("auto_gptq" -> "auto-gptq").
 std::string format_subdir(const std::string& format);
 

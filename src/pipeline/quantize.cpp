@@ -77,6 +77,9 @@ class QuantizeRun {
   void start();
   bool restore();
   void block(int64_t b);
+  quant::BlockTuneResult track(BlockWeights& w, int64_t b, const Imatrix* imat, BlockReport& br);
+  Tensor& x_q() { return gguf_active_ ? gguf_x_q_ : x_q_; }
+  int tracks() const { return int(int_track_) + int(gguf_scheme_.has_value()); }
   quant::BlockTuneResult tune_or_search(BlockWeights& w, const std::set<std::string>& selected, int64_t tuned_elems,
                                         const Imatrix* imat, BlockReport& br);
   void save_resume(int64_t next_block);
@@ -114,6 +117,11 @@ class QuantizeRun {
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<LanePlanner> lanes_;
   std::unique_ptr<Progress> progress_;     // rank 0
+  // The run's quantizations (outputs.h FormatPlan), each tuned once per block on its own quantized-
+  // input chain: the int formats' (outputs_, x_q_) and a GGUF preset's (gguf_, gguf_x_q_).
+  bool int_track_ = true;
+  bool gguf_active_ = false;                      // the GGUF track is the one running (x_q(), tune_or_search)
+  int track_index_ = 0;                           // of the running track in this block (progress)
   std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
   std::unique_ptr<GgufOutput> gguf_;
   std::unique_ptr<OutputSet> gguf_fake_;  // --format gguf:<preset>,fake: the file's dequantized tensors
@@ -128,7 +136,7 @@ class QuantizeRun {
   RopeTable rope_;
   std::vector<int32_t> pos_;
   std::vector<uint8_t> loss_mask_;         // the whole pool's [n * T]
-  Tensor x_fp_, y_fp_, x_q_, tmp_;         // this process's shard: [samples, T, C]
+  Tensor x_fp_, y_fp_, x_q_, gguf_x_q_, tmp_;  // this process's shard: [samples, T, C]
 };
 
 void QuantizeRun::plan() {
@@ -143,16 +151,15 @@ void QuantizeRun::plan() {
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
-  const std::vector<std::string> formats = parse_formats(opt_);
-  const bool gguf = std::any_of(formats.begin(), formats.end(), [](const std::string& f) { return quant::is_gguf_format(f); });
-  if (!gguf) steps::adapt_group_size(opt_, cfg, rep_);  // GGUF's groups come from its types
+  const FormatPlan formats = plan_formats(opt_);
+  int_track_ = !formats.int_formats.empty();
+  if (int_track_) steps::adapt_group_size(opt_, cfg, rep_);  // GGUF's groups come from its types
   lm_head_q_ = steps::decide_lm_head(opt_, *model_, rep_);
   if (lm_head_q_ && processes() > 1)
     fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
                                  "the whole calibration pool); run it with one process");
   rules_ = LayerRules::of(opt_);
-  for (const auto& f : formats) {
-    if (!quant::is_gguf_format(f)) continue;
+  if (const std::string& f = formats.gguf; !f.empty()) {
     if (opt_.resume || processes() > 1)
       fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
                                    "outputs yet");
@@ -161,6 +168,12 @@ void QuantizeRun::plan() {
       steps::note(rep_, "gguf:q2_k_mixed is a recipe for --iters 0 (tuned, it serves mixture-of-experts models); "
                         "falling back to gguf:q2_k_s");
       gguf_scheme_ = quant::parse_gguf_scheme("gguf:q2_k_s");
+    }
+    if (int_track_ && opt_.tune.iters > 0) {
+      std::string ints;
+      for (const auto& i : formats.int_formats) ints += (ints.empty() ? "" : ", ") + i;
+      steps::note(rep_, ints + " and " + f + " hold different quantized values: each block is tuned twice (once for "
+                        "each), on one load of the block, one calibration and one FP pass");
     }
   }
   if (!root()) return;  // only rank 0 writes: only its output is checked and created
@@ -213,7 +226,7 @@ void QuantizeRun::calibrate() {
 
 void QuantizeRun::summary_head() {
   for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_)) {
-    if (gguf_scheme_ && (line.rfind("quantizing W", 0) == 0 || line.rfind("quantized Linears", 0) == 0 ||
+    if (!int_track_ && (line.rfind("quantizing W", 0) == 0 || line.rfind("quantized Linears", 0) == 0 ||
                          line.rfind("kept in 16 bit", 0) == 0))
       continue;  // the int format's lines; GGUF's types come from the preset (the line below)
     log_info(line);
@@ -241,7 +254,7 @@ void QuantizeRun::summary_tail() {
                                        .total())
                : lanes_->plan_line(parallel::Phase::Search, kBlockLinears,
                                    parallel::price_mirror(lin + 2 * C_, 0, 0, 0, 0).total()));
-  log_info(time_estimate_line(run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_),
+  log_info(time_estimate_line(run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks()),
                               measure_rates(*ctx_, cfg, opt_.tune.amp), opt_.tune.amp));
 }
 
@@ -284,9 +297,8 @@ bool QuantizeRun::restore() {
 void QuantizeRun::start() {
   ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
   lanes_ = std::make_unique<LanePlanner>(opt_, ctx_->device(), shard_.samples(), rep_.notes);
-  if (root() && gguf_scheme_) {
-    gguf_open();
-  } else if (root()) {
+  if (root() && gguf_scheme_) gguf_open();
+  if (root() && int_track_) {
     outputs_ = std::make_unique<OutputSet>(opt_, out_->tmp(), kShardBytes);
     if (opt_.resume) outputs_->keep_files();
     keeper_ = std::make_unique<ResumeKeeper>(
@@ -305,7 +317,7 @@ void QuantizeRun::start() {
     Tensor emb = model_->load_embeddings(*ctx_);
     steps::embed(*ctx_, emb, calib_.ids.data() + shard_.sample_begin * T_, x_fp_, rows, T_, C_);
     if (gguf_) gguf_embeddings(emb);
-    else if (root()) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
+    if (root() && int_track_) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
   }
   summary_tail();
   if (root())
@@ -332,13 +344,15 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(BlockWeights& w, const std::s
   lane.sample_base = shard_.sample_begin;
   lane.pool = n_;
   gguf_imat_ = imat;
-  if (gguf_ && opt_.tune.iters == 0) return gguf_search_block(w, selected);
+  if (gguf_active_ && opt_.tune.iters == 0) return gguf_search_block(w, selected);
   if (opt_.tune.iters == 0) return rtn_block(*ctx_, lane, w, opt_.fmt, imat, quantize_layer);
   quant::SignRoundOptions tune = opt_.tune;
-  if (gguf_) tune.fix_params = [this](Context& c, quant::TunedLinear& L) { gguf_fix_params(c, L); };
-  if (progress_)
-    tune.progress = [this](int it, int iters, double loss, double best) { progress_->iteration(it, iters, loss, best); };
-  const Tensor& x_in = (opt_.quanted_input && x_q_.defined()) ? x_q_ : x_fp_;
+  if (gguf_active_) tune.fix_params = [this](Context& c, quant::TunedLinear& L) { gguf_fix_params(c, L); };
+  if (progress_)  // one block's tunings count as one run of iterations
+    tune.progress = [this](int it, int iters, double loss, double best) {
+      progress_->iteration(track_index_ * iters + it, tracks() * iters, loss, best);
+    };
+  const Tensor& x_in = (opt_.quanted_input && x_q().defined()) ? x_q() : x_fp_;
   BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   return quant::signround_tune_block(*ctx_, dims_, w, opt_.fmt, aux, x_in, y_fp_, loss_mask_, tune, lane,
                                      quantize_layer);
@@ -353,8 +367,8 @@ void QuantizeRun::block(int64_t b) {
   steps::check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
   const auto t_fp = Clock::now();
   // imatrix: the opt-RTN search, and the GGUF searches (also SignRound's starting scales)
-  const bool opt_rtn = gguf_ ? !opt_.disable_opt_rtn
-                             : opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8;
+  const bool opt_rtn = (gguf_scheme_ && !opt_.disable_opt_rtn) ||
+                       (int_track_ && opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8);
   const int64_t rows = shard_.samples();
   quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
                                          parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
@@ -366,40 +380,70 @@ void QuantizeRun::block(int64_t b) {
   BlockReport br;
   br.index = b;
   br.world_collect = (collect.parallel() ? collect.world : 1) * processes();
-  int64_t tuned_elems = 0;
-  const std::set<std::string> selected =
-      gguf_ ? gguf_tuned_layers(w, prefix, &tuned_elems) : steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
+  br.phase_seconds["fp_forward"] = seconds_since(t_fp);
   if (progress_) progress_->start_block(b);
-  const auto t_tune = Clock::now();
-  br.phase_seconds["fp_forward"] = std::chrono::duration<double>(t_tune - t_fp).count();
-  quant::BlockTuneResult tr = tune_or_search(w, selected, tuned_elems, opt_rtn ? &imat : nullptr, br);
-  if (progress_) progress_->end_block();
-  const auto t_q = Clock::now();
-  br.phase_seconds["tune"] = std::chrono::duration<double>(t_q - t_tune).count();
-  steps::record_tuning(tr, br);
-  // The quantized chain is the next block's tuning input (RTN needs none); after the last block only
-  // lm_head's tuning and the resume state read it.
-  const bool q_read = b + 1 < model_->config().num_layers || lm_head_q_ || opt_.resume;
-  if (opt_.quanted_input && opt_.tune.iters > 0 && q_read) {
-    const Tensor& x_in = x_q_.defined() ? x_q_ : x_fp_;
-    if (!x_q_.defined()) x_q_ = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
-    tmp_ = x_in.clone(*ctx_);
-    collect.procs = nullptr;  // per sample: no statistics to gather
-    block_forward_all(*ctx_, collect, dims_, w, aux, tmp_, x_q_, rows, kPassSamples, opt_.tune.amp);
-    steps::check_finite(x_q_, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
+  quant::BlockTuneResult tr;
+  for (track_index_ = 0; track_index_ < tracks(); ++track_index_) {
+    gguf_active_ = !int_track_ || track_index_ == 1;
+    if (track_index_ > 0) w = model_->load_block(b, *ctx_);  // the first tuning left its QDQ values in w
+    quant::BlockTuneResult r = track(w, b, opt_rtn ? &imat : nullptr, br);
+    if (track_index_ == 0) tr = std::move(r);
   }
+  gguf_active_ = false;
+  track_index_ = 0;
+  if (progress_) progress_->end_block();
   std::swap(x_fp_, y_fp_);
-  const auto t_pack = Clock::now();
-  br.phase_seconds["q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
-  if (gguf_) gguf_write_block(w, prefix, tr);
-  else if (root()) steps::write_block(*ctx_, *model_, prefix, tr, br, *outputs_);
-  br.phase_seconds["pack_write"] = seconds_since(t_pack);
   br.seconds = seconds_since(t0);
   br.peak_rss_mb = peak_rss_mb();
   if (procs_) gather_rank_metrics(br);
   steps::log_block(br, model_->config().num_layers, tr, opt_.tune.iters > 0 && opt_.verbose);
   rep_.blocks.push_back(std::move(br));
   if (opt_.resume) save_resume(b + 1);
+}
+
+// One quantization of the block (the running track): its layers chosen, tuned or searched, the next
+// block's quantized input computed on its own chain, the block written to its outputs. The first
+// track reports into br; a second one (the GGUF preset beside int formats) into "gguf_" phases and
+// br.gguf, and a log line of its own.
+quant::BlockTuneResult QuantizeRun::track(BlockWeights& w, int64_t b, const Imatrix* imat, BlockReport& br) {
+  const std::string prefix = HfModel::layer_prefix(b), tag = track_index_ > 0 ? "gguf_" : "";
+  int64_t tuned_elems = 0;
+  const std::set<std::string> selected =
+      gguf_active_ ? gguf_tuned_layers(w, prefix, &tuned_elems) : steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
+  const auto t_tune = Clock::now();
+  quant::BlockTuneResult tr = tune_or_search(w, selected, tuned_elems, imat, br);
+  const auto t_q = Clock::now();
+  br.phase_seconds[tag + "tune"] = std::chrono::duration<double>(t_q - t_tune).count();
+  if (track_index_ == 0) steps::record_tuning(tr, br);
+  else br.gguf = {tr.loss_first, tr.loss_best, tr.best_iter};
+  // The quantized chain is the next block's tuning input (RTN needs none); after the last block only
+  // lm_head's tuning and the resume state read the int formats' chain.
+  const bool q_read = b + 1 < model_->config().num_layers || (!gguf_active_ && (lm_head_q_ || opt_.resume));
+  if (opt_.quanted_input && opt_.tune.iters > 0 && q_read) {
+    const int64_t rows = shard_.samples();
+    Tensor& xq = x_q();
+    const Tensor& x_in = xq.defined() ? xq : x_fp_;
+    if (!xq.defined()) xq = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
+    tmp_ = x_in.clone(*ctx_);
+    quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
+                                           parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
+    BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+    block_forward_all(*ctx_, collect, dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp);  // per sample
+    steps::check_finite(xq, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
+  }
+  const auto t_pack = Clock::now();
+  br.phase_seconds[tag + "q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
+  if (gguf_active_) gguf_write_block(w, prefix, tr);
+  else if (root()) steps::write_block(*ctx_, *model_, prefix, tr, br, *outputs_);
+  br.phase_seconds[tag + "pack_write"] = seconds_since(t_pack);
+  if (track_index_ > 0 && opt_.tune.iters > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "block %lld/%lld gguf:%s: loss %.6g -> %.6g at iter %d", (long long)(b + 1),
+                  (long long)model_->config().num_layers, gguf_scheme_->preset.c_str(), tr.loss_first, tr.loss_best,
+                  tr.best_iter);
+    log_info(line);
+  }
+  return tr;
 }
 
 // Every process's phase seconds, exchange bytes and peak RSS of this block, for the report.
@@ -443,9 +487,8 @@ void QuantizeRun::save_resume(int64_t next_block) {
 
 void QuantizeRun::finish() {
   if (procs_) procs_->sum_tree(1.0);  // a barrier: every process finished its blocks before rank 0 publishes
-  if (gguf_) {
-    gguf_finish_file();
-  } else if (root()) {
+  if (gguf_) gguf_finish_file();
+  if (root() && int_track_) {
     outputs_->copy_tensor(*model_, "model.norm.weight", *ctx_);
     if (lm_head_q_) {
       steps::tune_lm_head(*ctx_, *model_, opt_, x_fp_, x_q_, T_, loss_mask_, *outputs_, rep_);
@@ -478,12 +521,13 @@ void QuantizeRun::gguf_add(Context& c, const std::string& name, const Tensor& t)
 
 // The GGUF file (in --output_dir, or in its subdirectory beside fake's when fake is asked for too).
 void QuantizeRun::gguf_open() {
-  const std::vector<std::string> formats = parse_formats(opt_);
+  const FormatPlan formats = plan_formats(opt_);
   std::string dir = out_->tmp();
-  if (formats.size() > 1) {
-    for (const auto& f : formats)
-      if (quant::is_gguf_format(f)) dir += "/" + format_subdir(f);
+  if (formats.several) {
+    dir += "/" + format_subdir(formats.gguf);
     std::filesystem::create_directories(dir);
+  }
+  if (formats.gguf_fake) {
     QuantizeOptions fo = opt_;
     fo.format = "fake";
     gguf_fake_ = std::make_unique<OutputSet>(fo, out_->tmp() + "/" + format_subdir("fake"), kShardBytes);
@@ -500,8 +544,8 @@ void QuantizeRun::gguf_embeddings(const Tensor& emb) {
   gguf_->add(name, quant::gguf_quantize_rtn(*ctx_, t, emb.f32(), emb.dim(0), emb.dim(1), deq.f32()));
   if (gguf_fake_) gguf_fake_->add_tensor(*ctx_, name, deq);
   if (!opt_.quanted_input) return;
-  x_q_ = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
-  steps::embed(*ctx_, deq, calib_.ids.data() + shard_.sample_begin * T_, x_q_, shard_.samples(), T_, C_);
+  gguf_x_q_ = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
+  steps::embed(*ctx_, deq, calib_.ids.data() + shard_.sample_begin * T_, gguf_x_q_, shard_.samples(), T_, C_);
 }
 
 // GGUF: the block's Linears whose preset type has scales (the others are written as f16/bf16/f32).
@@ -635,7 +679,7 @@ void QuantizeRun::gguf_run() {
 
 QuantizeReport QuantizeRun::run() {
   plan();
-  if (gguf_scheme_ && opt_.tune.iters == 0 && opt_.disable_opt_rtn) {  // plain RTN: no calibration data
+  if (gguf_scheme_ && !int_track_ && opt_.tune.iters == 0 && opt_.disable_opt_rtn) {  // plain RTN: no calibration
     gguf_run();
     return std::move(rep_);
   }

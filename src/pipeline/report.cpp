@@ -36,6 +36,9 @@ void write_report(const QuantizeOptions& opt, const QuantizeReport& rep, const s
                            {"exchange_bytes", b.exchange_bytes},
                            {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
     if (!b.ranks.empty()) r["blocks"].back()["ranks"] = b.ranks;  // per process: phases, bytes, memory
+    if (b.gguf)
+      r["blocks"].back()["gguf"] = {{"loss_first", b.gguf->loss_first}, {"loss_best", b.gguf->loss_best},
+                                    {"best_iter", b.gguf->best_iter}};
   }
   write_file_atomic(path, r.dump(2) + "\n");
 }

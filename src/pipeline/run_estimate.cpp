@@ -16,17 +16,17 @@ constexpr double kIterationShareOfGemm = 0.75;  // whole tuning iteration vs the
 constexpr double kExpsPerScore = 36;  // attention cost per score element, fwd + bwd, in exps (stories260K, seqlen 512)
 }  // namespace
 
-RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T, int64_t blocks) {
+RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T, int64_t blocks, int tunings) {
   const double C = double(c.hidden_size), q = double(c.num_heads * c.head_dim), kv = double(c.num_kv_heads * c.head_dim);
   const double linear = C * q + 2 * C * kv + q * C + 3 * C * double(c.intermediate_size);
   const double per_token = 2 * linear + 4 * q * double(T) / 2;   // Linears, then QK^T and PV (causal half)
   const double scores_per_token = double(c.num_heads) * double(T);  // one row of scores per head
   const bool q_chain = opt.tune.iters > 0 && opt.quanted_input;  // RTN runs no q-chain pass
-  const double tokens = (q_chain ? 2.0 : 1.0) * double(n) * double(T);  // FP targets (+ q-chain): forward only
+  const double tokens = (q_chain ? 1.0 + tunings : 1.0) * double(n) * double(T);  // FP targets (+ q-chains): forward
   double tuned_tokens = 0;
   if (opt.tune.iters > 0) {
     const int64_t batch = std::min<int64_t>(n, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
-    tuned_tokens = double(opt.tune.iters) * double(batch) * double(T);
+    tuned_tokens = double(tunings) * double(opt.tune.iters) * double(batch) * double(T);
   }
   RunWork w;
   w.gflop = double(blocks) * (tokens + 3.0 * tuned_tokens) * per_token / 1e9;

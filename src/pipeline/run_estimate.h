@@ -21,8 +21,9 @@ struct RunWork {
 };
 // The run's work: per block, the FP pass (and with SignRound the q-chain pass) over every sample and,
 // with SignRound, `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of
-// the model's.
-RunWork run_work(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen, int64_t blocks);
+// the model's; `tunings` per block (2: int formats and a GGUF preset), each with its q-chain pass.
+RunWork run_work(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen, int64_t blocks,
+                 int tunings = 1);
 
 struct MachineRates {
   double gemm_gflops = 0;  // block-shaped GEMM (amp: bf16 operands, fp32 accumulation), best of 3
