@@ -9,6 +9,7 @@
 // In a multi-process job every process tunes the same block on its shard; the tuned weights are the
 // same bits everywhere (one tree-summed gradient per iteration), so rank 0 alone packs and writes.
 #include "pipeline/quantize.h"
+#include "pipeline/quantize_run.h"
 
 #include <unistd.h>
 
@@ -42,14 +43,10 @@
 #include "pipeline/run_estimate.h"
 #include "pipeline/run_steps.h"
 #include "pipeline/shard_stream.h"
-#include "quant/gguf_rtn.h"
-#include "quant/gguf_search.h"
 
 namespace ar {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
 constexpr int64_t kBlockLinears = 7;          // q, k, v, o, gate, up, down: the search's items at most
 // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
 // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
@@ -57,87 +54,9 @@ constexpr int64_t kBlockLinears = 7;          // q, k, v, o, gate, up, down: the
 // >= 256 rows per unit either way.
 constexpr int64_t kPassSamples = 1;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+}  // namespace
 
-class QuantizeRun {
- public:
-  QuantizeRun(const QuantizeOptions& requested, dist::Job* job)
-      : requested_(requested), job_(job), procs_(job ? &job->link() : nullptr) {}
-  QuantizeReport run();
-
- private:
-  bool root() const { return !job_ || job_->rank() == 0; }
-  int processes() const { return job_ ? job_->size() : 1; }
-  void plan();
-  void calibrate();
-  void check_process_split() const;
-  void summary_head();
-  void summary_tail();
-  void start();
-  bool restore();
-  void block(int64_t b);
-  quant::BlockTuneResult track(BlockWeights& w, int64_t b, const Imatrix* imat, BlockReport& br);
-  Tensor& x_q() { return gguf_active_ ? gguf_x_q_ : x_q_; }
-  int tracks() const { return int(int_track_) + int(gguf_scheme_.has_value()); }
-  quant::BlockTuneResult tune_or_search(BlockWeights& w, const std::set<std::string>& selected, int64_t tuned_elems,
-                                        const Imatrix* imat, BlockReport& br);
-  void save_resume(int64_t next_block);
-  void gather_rank_metrics(BlockReport& br);
-  void finish();
-  void gguf_run();
-  void gguf_open();
-  void gguf_embeddings(const Tensor& emb);
-  std::set<std::string> gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems);
-  void gguf_fix_params(Context& c, quant::TunedLinear& L);
-  quant::BlockTuneResult gguf_search_block(BlockWeights& w, const std::set<std::string>& selected);
-  quant::GgufLayerParams gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W);
-  std::map<std::string, int> gguf_write_block(BlockWeights& w, const std::string& prefix,
-                                              const quant::BlockTuneResult& tr);
-  void gguf_finish_file();
-  void gguf_add(Context& c, const std::string& name, const Tensor& t);
-  std::vector<size_t> shard_bytes() const;
-
-  const QuantizeOptions& requested_;
-  dist::Job* job_;
-  parallel::ProcessLink* procs_;
-  Clock::time_point t_start_ = Clock::now();
-  QuantizeOptions opt_;
-  AmpChoice amp_;
-  DType act_dtype_ = DType::F32;
-  std::unique_ptr<HfModel> model_;
-  std::unique_ptr<Tokenizer> tok_;
-  QuantizeReport rep_;
-  bool lm_head_q_ = false;
-  LayerRules rules_;
-  std::string report_path_;
-  std::optional<AtomicDir> out_;           // rank 0
-  std::unique_ptr<OutputSet> outputs_;     // rank 0
-  std::unique_ptr<ResumeKeeper> keeper_;   // rank 0 with --resume
-  std::unique_ptr<Context> ctx_;
-  std::unique_ptr<LanePlanner> lanes_;
-  std::unique_ptr<Progress> progress_;     // rank 0
-  // The run's quantizations (outputs.h FormatPlan), each tuned once per block on its own quantized-
-  // input chain: the int formats' (outputs_, x_q_) and a GGUF preset's (gguf_, gguf_x_q_).
-  bool int_track_ = true;
-  bool gguf_active_ = false;                      // the GGUF track is the one running (x_q(), tune_or_search)
-  int track_index_ = 0;                           // of the running track in this block (progress)
-  std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
-  std::unique_ptr<GgufOutput> gguf_;
-  std::unique_ptr<OutputSet> gguf_fake_;  // --format gguf:<preset>,fake: the file's dequantized tensors
-  std::string gguf_prefix_;                                    // the block being tuned
-  std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
-  const Imatrix* gguf_imat_ = nullptr;                         // its imatrix (null: data-free searches)
-  quant::CalibData calib_;
-  nlohmann::ordered_json fingerprint_;
-  int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
-  parallel::ProcessShard shard_;           // this process's samples (the whole pool when serial)
-  BlockDims dims_;
-  RopeTable rope_;
-  std::vector<int32_t> pos_;
-  std::vector<uint8_t> loss_mask_;         // the whole pool's [n * T]
-  Tensor x_fp_, y_fp_, x_q_, gguf_x_q_, tmp_;  // this process's shard: [samples, T, C]
-};
 
 void QuantizeRun::plan() {
   validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
@@ -505,178 +424,6 @@ void QuantizeRun::finish() {
   if (root() && !report_path_.empty()) write_report(opt_, rep_, report_path_);
 }
 
-// The tensor in the type the GGUF preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h), 1-D
-// as f32.
-void QuantizeRun::gguf_add(Context& c, const std::string& name, const Tensor& t) {
-  if (!gguf_->expects(name)) return;
-  if (t.shape().size() == 1) {
-    if (gguf_fake_) gguf_fake_->copy_tensor(*model_, name, c);
-    return gguf_->add_f32(name, t.f32(), t.numel());
-  }
-  Tensor deq = gguf_fake_ ? Tensor::empty(t.shape(), DType::F32, c) : Tensor();
-  gguf_->add(name, quant::gguf_quantize_rtn(c, gguf_->type_of(name), t.f32(), t.dim(0), t.dim(1),
-                                            gguf_fake_ ? deq.f32() : nullptr));
-  if (gguf_fake_) gguf_fake_->add_tensor(c, name, deq);
-}
-
-// The GGUF file (in --output_dir, or in its subdirectory beside fake's when fake is asked for too).
-void QuantizeRun::gguf_open() {
-  const FormatPlan formats = plan_formats(opt_);
-  std::string dir = out_->tmp();
-  if (formats.several) {
-    dir += "/" + format_subdir(formats.gguf);
-    std::filesystem::create_directories(dir);
-  }
-  if (formats.gguf_fake) {
-    QuantizeOptions fo = opt_;
-    fo.format = "fake";
-    gguf_fake_ = std::make_unique<OutputSet>(fo, out_->tmp() + "/" + format_subdir("fake"), kShardBytes);
-  }
-  gguf_ = std::make_unique<GgufOutput>(dir, *model_, *gguf_scheme_);
-}
-
-// GGUF: the embeddings in the preset's type; the q-chain starts from their dequantized values, as
-// AutoRound re-caches block 0's quantized inputs when it quantizes the embeddings.
-void QuantizeRun::gguf_embeddings(const Tensor& emb) {
-  const std::string name = "model.embed_tokens.weight";
-  const quant::GgmlType t = gguf_->type_of(name);
-  Tensor deq = Tensor::empty(emb.shape(), DType::F32, *ctx_);
-  gguf_->add(name, quant::gguf_quantize_rtn(*ctx_, t, emb.f32(), emb.dim(0), emb.dim(1), deq.f32()));
-  if (gguf_fake_) gguf_fake_->add_tensor(*ctx_, name, deq);
-  if (!opt_.quanted_input) return;
-  gguf_x_q_ = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
-  steps::embed(*ctx_, deq, calib_.ids.data() + shard_.sample_begin * T_, gguf_x_q_, shard_.samples(), T_, C_);
-}
-
-// GGUF: the block's Linears whose preset type has scales (the others are written as f16/bf16/f32).
-std::set<std::string> QuantizeRun::gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems) {
-  std::set<std::string> selected;
-  *tuned_elems = 0;
-  gguf_prefix_ = prefix;
-  gguf_params_.clear();
-  for (auto& [nm, t] : quant::block_linears(w)) {
-    const quant::GgmlType type = gguf_->type_of(prefix + nm + ".weight");
-    if (!quant::ggml_is_kquant(type) && !quant::ggml_is_legacy(type)) continue;
-    selected.insert(nm);
-    *tuned_elems += t->numel();
-  }
-  return selected;
-}
-
-// GGUF: a Linear's scales and mins fixed before tuning (AutoRound's `_dq` wrapper: the search once,
-// then only V is tuned: quant/qdq_fixed.h), so the tuned weights are exactly what the file holds.
-void QuantizeRun::gguf_fix_params(Context& c, quant::TunedLinear& L) {
-  const Tensor& W = *L.weight;
-  const std::string name = gguf_prefix_ + L.name + ".weight";
-  quant::GgufLayerParams p = gguf_layer_params(c, L.name, W);
-  L.fixed = p.qdq();
-  const int64_t ng = L.fixed->out * L.fixed->groups();
-  L.V = Tensor::zeros({W.dim(0), W.dim(1)}, DType::F32, c);
-  L.scale = Tensor::empty({ng}, DType::F32, c);
-  L.zero = Tensor::empty({ng}, DType::F32, c);
-  quant::gguf_group_scales(p, L.scale.f32(), L.zero.f32());
-  gguf_params_[L.name] = std::move(p);
-}
-
-// GGUF: a Linear's block parameters by AutoRound's search for the type (quant/gguf_search.h), weighted
-// by the block's imatrix when there is one (round-to-nearest with --disable_opt_rtn).
-quant::GgufLayerParams QuantizeRun::gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W) {
-  const quant::GgmlType t = gguf_->type_of(gguf_prefix_ + short_name + ".weight");
-  if (opt_.disable_opt_rtn) return quant::gguf_params_rtn(c, t, W.f32(), W.dim(0), W.dim(1));
-  const float* im = gguf_imat_ ? imatrix_for(*gguf_imat_, short_name).data() : nullptr;
-  return quant::gguf_params_from_bytes(t, W.dim(0), W.dim(1),
-                                       quant::gguf_quantize_search(c, t, W.f32(), W.dim(0), W.dim(1), im));
-}
-
-// GGUF --iters 0: the search's result replaces each selected Linear (packed later by gguf_write_block).
-quant::BlockTuneResult QuantizeRun::gguf_search_block(BlockWeights& w, const std::set<std::string>& selected) {
-  quant::BlockTuneResult r;
-  gguf_params_.clear();
-  for (auto& [nm, t] : quant::block_linears(w)) {
-    if (!selected.count(nm)) continue;
-    quant::GgufLayerParams p = gguf_layer_params(*ctx_, nm, *t);
-    Tensor deq = Tensor::empty(t->shape(), DType::F32, *ctx_);
-    quant::gguf_pack_codes(*ctx_, p, t->f32(), nullptr, deq.f32());  // the codes the search chose
-    *t = deq;
-    quant::TunedLinear L;
-    L.name = nm;
-    L.weight = t;
-    r.layers.push_back(std::move(L));
-    gguf_params_[nm] = std::move(p);
-  }
-  return r;
-}
-
-// GGUF: a finished block into the file. The tuned Linears hold s q - m; their codes are recovered from
-// those values exactly ((w^ + m) / s is within 1e-6 of the integer q) and packed with the fixed
-// scales; the other tensors go through gguf_add.
-std::map<std::string, int> QuantizeRun::gguf_write_block(BlockWeights& w, const std::string& prefix,
-                                                          const quant::BlockTuneResult& tr) {
-  std::set<std::string> done;
-  std::map<std::string, int> types;  // tensors written per ggml type, for the log
-  auto count = [&](const std::string& name) {
-    if (gguf_->expects(name)) types[quant::ggml_type_name(gguf_->type_of(name))]++;
-  };
-  for (const auto& L : tr.layers) {
-    quant::GgufLayerParams& p = gguf_params_.at(L.name);
-    gguf_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(*ctx_, p, L.weight->f32(), nullptr));
-    if (gguf_fake_) gguf_fake_->add_tensor(*ctx_, prefix + L.name + ".weight", *L.weight);
-    count(prefix + L.name + ".weight");
-    done.insert(L.name);
-  }
-  const std::pair<const char*, const Tensor*> rest[] = {
-      {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
-      {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk}, {"self_attn.v_proj.bias", &w.bv},
-      {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
-  for (const auto& [nm, t] : rest)
-    if (t->defined()) gguf_add(*ctx_, prefix + nm, *t), count(prefix + nm);
-  for (auto& [nm, t] : quant::block_linears(w))  // untuned: float fallbacks, or every Linear of a plain RTN run
-    if (!done.count(nm)) gguf_add(*ctx_, prefix + nm + ".weight", *t), count(prefix + nm + ".weight");
-  return types;
-}
-
-// GGUF: the final norm and lm_head (unless tied), then the file is complete.
-void QuantizeRun::gguf_finish_file() {
-  gguf_add(*ctx_, "model.norm.weight", model_->load_final_norm(*ctx_));
-  if (gguf_->expects("lm_head.weight")) gguf_add(*ctx_, "lm_head.weight", model_->load_lm_head(*ctx_));
-  gguf_->finish();
-  if (gguf_fake_)  // a plain round-to-nearest run reads no calibration data
-    gguf_fake_->finish(opt_, calib_.n > 0 ? calib_.seqlen : opt_.calib.seqlen, false, gguf_scheme_->preset);
-}
-
-// --format gguf:<preset> --iters 0: every tensor quantized to its preset type, block by block; no
-// calibration data is read.
-void QuantizeRun::gguf_run() {
-  const ModelConfig& cfg = model_->config();
-  ctx_ = std::make_unique<Context>(Device{}, opt_.threads);
-  log_info("gguf:" + gguf_scheme_->preset + ": round-to-nearest of every tensor in llama.cpp's per-tensor types; "
-           "no calibration data");
-  gguf_open();
-  gguf_add(*ctx_, "model.embed_tokens.weight", model_->load_embeddings(*ctx_));
-  for (int64_t b = 0; b < cfg.num_layers; ++b) {
-    const auto t0 = Clock::now();
-    const std::string prefix = HfModel::layer_prefix(b);
-    BlockWeights w = model_->load_block(b, *ctx_);
-    const std::map<std::string, int> types = gguf_write_block(w, prefix, quant::BlockTuneResult{});
-    BlockReport br;
-    br.index = b;
-    br.seconds = seconds_since(t0);
-    br.peak_rss_mb = peak_rss_mb();
-    std::string line = "block " + std::to_string(b + 1) + "/" + std::to_string(cfg.num_layers) + ":";
-    for (const auto& [type, count] : types) line += " " + type + " x" + std::to_string(count);
-    char tail[64];
-    std::snprintf(tail, sizeof tail, ", %.1f s, peak mem %.0f MiB", br.seconds, br.peak_rss_mb);
-    log_info(line + tail);
-    rep_.blocks.push_back(std::move(br));
-  }
-  gguf_finish_file();
-  out_->commit();
-  log_info("wrote " + out_->path() + "/" + std::filesystem::relative(gguf_->path(), out_->tmp()).string());
-  rep_.seconds = seconds_since(t_start_);
-  rep_.peak_rss_mb = peak_rss_mb();
-  if (!report_path_.empty()) write_report(opt_, rep_, report_path_);
-}
-
 QuantizeReport QuantizeRun::run() {
   plan();
   if (gguf_scheme_ && !int_track_ && opt_.tune.iters == 0 && opt_.disable_opt_rtn) {  // plain RTN: no calibration
@@ -690,8 +437,6 @@ QuantizeReport QuantizeRun::run() {
   finish();
   return std::move(rep_);
 }
-}  // namespace
-
 AmpChoice choose_amp(const std::optional<bool>& requested) {
   const bool can = cpu::bf16_gemm_supported();
   const std::string why = cpu::bf16_support_summary();
