@@ -114,10 +114,12 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   if (!kept.empty()) lines.push_back("kept in 16 bit: " + kept);
   std::snprintf(b, sizeof b, "calibration: %lld samples x %lld tokens", (long long)nsamples, (long long)seqlen);
   lines.push_back(b);
-  // Peak memory, serial lane: the calibration activations (FP chain in and out, q-chain), one block in
-  // fp32 with its tuning state (V, weight copies, gradients: ~4 more copies of its Linears), and the
-  // per-batch forward caches of the tuning loop.
-  const double act = 3.0 * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);  // bf16 under amp
+  // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
+  // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
+  // gradients: ~4 more copies of its Linears), and the per-batch forward caches of the tuning loop.
+  const FormatPlan formats = plan_formats(opt);
+  const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
+  const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
   const double block = double(block_params) * 4 * (opt.tune.iters > 0 ? 5 : 2);
   const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) *
                        double(8 * C + 4 * cfg.intermediate_size + cfg.num_heads * seqlen) * 4;
