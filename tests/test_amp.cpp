@@ -55,7 +55,8 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
   AR_REQUIRE_BF16();
   Context ctx(Device{}, 2);
   // Shapes: one-unit GEMMs and multi-unit ones (>= 2^24 multiply-adds: cut into row or column units).
-  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{7, 33, 5}, {96, 64, 160}, {512, 256, 384}}) {
+  // {64, 2048, 512}: column units (short M), which read the plain operands.
+  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{7, 33, 5}, {96, 64, 160}, {512, 256, 384}, {64, 2048, 512}}) {
     SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(in) + "->" + std::to_string(out));
     auto x = test::randn<float>(size_t(n * in), 1, 1.0), W = test::randn<float>(size_t(out * in), 2, 0.1);
     auto b = test::randn<float>(size_t(out), 3, 0.5), dy = test::randn<float>(size_t(n * out), 4, 1.0);

@@ -286,7 +286,8 @@ void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, boo
 }
 
 namespace {
-// Whether every unit of the GEMM's plan picks `layout` for its B (rows units of a few extents).
+// Whether every unit of the GEMM's plan picks `layout` for its B: row units of a few extents, which
+// read all of B. Column units (short M, strided C) run oneDNN's gemm:jit on a plain B here: refused.
 bool takes_layout(const dnnl::engine& eng, const Gemm& g, const memory::desc& layout) {
   const Plan p = plan(g.M, g.N, g.K);
   if (!p.by_rows) return false;
