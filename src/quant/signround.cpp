@@ -314,8 +314,8 @@ void BlockTuner::build_replica(int r) {
       if (std::find(lin_.begin(), lin_.end(), s) != lin_.end()) continue;
       const Tensor& W = *all[s].second;
       R.fpb.push_back(Tensor::empty(W.shape(), DType::BF16, c));
-      const uint16_t* Wb = R.fpb.back().data<uint16_t>();
-      cpu::fp32_to_bf16(c, W.f32(), R.fpb.back().data<uint16_t>(), W.numel());
+      uint16_t* Wb = R.fpb.back().data<uint16_t>();
+      cpu::fp32_to_bf16(c, W.f32(), Wb, W.numel());
       bind(s, W, R.fpb.back());
       R.fwd_pack.back().pack(c, Wb, W.dim(0), W.dim(1), true);
       if (s >= 3) R.dx_pack.back().pack(c, Wb, W.dim(0), W.dim(1), false);
