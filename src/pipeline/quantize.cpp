@@ -238,6 +238,7 @@ void QuantizeRun::start() {
     if (gguf_) gguf_embeddings(emb);
     if (root() && int_track_) outputs_->copy_tensor(*model_, "model.embed_tokens.weight", *ctx_);
   }
+  ctx_->allocator().trim();  // the embeddings' fp32 copies (vocab x hidden) would stay cached all run
   summary_tail();
   if (root())
     progress_ = std::make_unique<Progress>(model_->config().num_layers, start_block_, isatty(STDERR_FILENO) != 0,
@@ -406,6 +407,7 @@ void QuantizeRun::save_resume(int64_t next_block) {
 
 void QuantizeRun::finish() {
   if (procs_) procs_->sum_tree(1.0);  // a barrier: every process finished its blocks before rank 0 publishes
+  ctx_->allocator().trim();  // the blocks' cached buffers, before lm_head's vocab x hidden copies
   if (gguf_) gguf_finish_file();
   if (root() && int_track_) {
     outputs_->copy_tensor(*model_, "model.norm.weight", *ctx_);
