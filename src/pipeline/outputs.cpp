@@ -17,6 +17,14 @@ namespace ar {
 namespace {
 const char* const kFormats[] = {"auto_round", "auto_gptq", "auto_awq", "fake"};
 
+// Values an fp16 output cannot hold are an error, not infinities.
+void check_fp16_range(const Tensor& t, const std::string& what, const std::string& format, const std::string& hint) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::fabs(t.f32()[i]) > 65504.f)
+      fail(ErrorKind::InvalidInput, what + " has a value beyond the fp16 range (" + std::to_string(t.f32()[i]) +
+                                        ") that --format " + format + " would store in fp16" + hint);
+}
+
 // AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
 bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
   return format == "auto_awq" || (format == "auto_round" && !f.sym && f.bits == 4);
@@ -96,11 +104,7 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
     }
     if (!half.defined()) {
       Tensor t = m.load(name, {}, ctx);
-      for (int64_t i = 0; i < t.numel(); ++i)  // beyond fp16: an error, not infinities
-        if (std::fabs(t.f32()[i]) > 65504.f)
-          fail(ErrorKind::InvalidInput, m.dir() + ": tensor '" + name + "' has a value beyond the fp16 range (" +
-                                            std::to_string(t.f32()[i]) + ") that --format " + s.format +
-                                            " would store in fp16; use the auto_round format");
+      check_fp16_range(t, m.dir() + ": tensor '" + name + "'", s.format, "; use the auto_round format");
       half = t.to(DType::F16, ctx);
     }
     s.writer->add(name, half);
@@ -109,11 +113,7 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
 
 void OutputSet::add_tensor(Context& ctx, const std::string& name, const Tensor& t) {
   for (auto& s : sinks_) {
-    const float* v = t.f32();
-    for (int64_t i = 0; i < t.numel(); ++i)  // beyond fp16: an error, not infinities
-      if (std::fabs(v[i]) > 65504.f)
-        fail(ErrorKind::InvalidInput, "tensor '" + name + "' has a value beyond the fp16 range (" + std::to_string(v[i]) +
-                                          ") that --format " + s.format + " would store in fp16");
+    check_fp16_range(t, "tensor '" + name + "'", s.format, "");
     s.writer->add(name, t.to(DType::F16, ctx));
   }
 }

@@ -174,6 +174,15 @@ void init_dnnl_once(const dnnl::engine& eng) {
 // plain layout, so the bits are the same (the CLI's output bytes, before and after).
 constexpr int64_t kPrepackUnits = 3;
 
+// dst (layout `to`) = src (layout `from`), single-threaded on this thread.
+void reorder_into(const dnnl::engine& eng, const memory::desc& from, const void* src, const memory::desc& to, void* dst) {
+  OneThread one;
+  memory a(from, eng, const_cast<void*>(src)), b(to, eng, dst);
+  dnnl::stream s(eng);
+  dnnl::reorder(a, b).execute(s, a, b);
+  s.wait();
+}
+
 bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memory::desc& desc, Tensor& buf) {
   if (!p.by_rows || p.units < kPrepackUnits || g.tb || g.packed_b) return false;
   OneThread one;
@@ -184,10 +193,7 @@ bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memo
   const memory::desc plain({g.K, g.N}, g.type, memory::dims{g.ldb, 1});
   if (desc == plain) return false;
   buf = Tensor::empty({int64_t(desc.get_size())}, DType::U8, ctx);
-  memory src(plain, eng, const_cast<void*>(g.B)), dst(desc, eng, buf.raw());
-  dnnl::stream s(eng);
-  dnnl::reorder(src, dst).execute(s, src, dst);
-  s.wait();
+  reorder_into(eng, plain, g.B, desc, buf.raw());
   g.B = buf.raw();
   g.packed_b = &desc;
   return true;
@@ -278,11 +284,7 @@ void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, boo
     wt = Tensor::empty({in, out}, DType::BF16, ctx);
     transpose_bf16(ctx, W, wt.data<uint16_t>(), out, in);
   }
-  OneThread one;
-  memory src(plain, eng, const_cast<uint16_t*>(transposed ? wt.data<uint16_t>() : W)), dst(d, eng, buf_.raw());
-  dnnl::stream s(eng);
-  dnnl::reorder(src, dst).execute(s, src, dst);
-  s.wait();
+  reorder_into(eng, plain, transposed ? wt.data<uint16_t>() : W, d, buf_.raw());
 }
 
 namespace {
