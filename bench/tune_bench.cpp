@@ -68,6 +68,7 @@ Run tune(Context& ctx, bench::BenchBlock& blk, bool amp, int iters, bool determi
   o.batch_size = blk.n;
   o.amp = amp;
   o.deterministic = deterministic;
+  o.use_best_mse = false;  // every iteration whole: with it, the last one would measure its loss only
   o.iters = 1;  // warm-up: allocator, primitive caches
   {
     BlockWeights w2 = quant::clone_block(blk.w, ctx);

@@ -234,6 +234,7 @@ class BlockTuner {
   const SignRoundOptions& opt_;
   const TuneLane& lane_;
   int64_t n_ = 0, B_ = 0, leaf_ = 1;  // n_: the whole pool (every process's shard)
+  bool grad_ = true;                    // this iteration runs backward and step (not only its loss)
   int W_ = 1, P_ = 1, p_ = 0, depth_ = 1;  // local world, processes, this process
   std::vector<size_t> lin_;  // index into block_linears of each tuned layer
   GradLayout g_;
@@ -389,6 +390,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   double loss = 0;
   for (double l : row_loss) loss += l;
   R.forward += since(tf);
+  if (!grad_) return loss / denom_;
   auto tb = Clock::now();
   R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate);  // every entry of dw; no input gradient
   R.backward += since(tb);
@@ -531,6 +533,9 @@ void BlockTuner::iteration(int it) {
   auto& ph = res_.phases;
   const auto t_it = Clock::now();
   idx_ = sampler_->batch(it);
+  // With use_best_mse the last iteration's step is never read (the result is the best iterate, and the
+  // stepped one is never evaluated): that iteration only measures its loss, with no backward or step.
+  grad_ = !(opt_.use_best_mse && it == opt_.iters - 1);
   int64_t valid = 0;
   for (int64_t s : idx_)
     for (int64_t t = 0; t < aux_.T; ++t) valid += mask_[size_t(s * aux_.T + t)] != 0;
@@ -552,15 +557,17 @@ void BlockTuner::iteration(int it) {
     best_loss_ = loss;
     res_.best_iter = it;
   }
-  if (xchg_ || lane_.procs) exchange();
-  auto ts = Clock::now();
-  const double decay = 1.0 - double(it) / opt_.iters;
-  const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;
-  lane_.run([&](int r) {
-    Replica& R = reps_[size_t(r)];
-    step(R, W_ > 1 ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay), best && r == 0);
-  });
-  ph.step += since(ts);
+  if (grad_) {
+    if (xchg_ || lane_.procs) exchange();
+    auto ts = Clock::now();
+    const double decay = 1.0 - double(it) / opt_.iters;
+    const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;
+    lane_.run([&](int r) {
+      Replica& R = reps_[size_t(r)];
+      step(R, W_ > 1 ? R.total.f32() : R.levels[0].f32(), float(lr * decay), float(mm_lr * decay), best && r == 0);
+    });
+    ph.step += since(ts);
+  }
   if (it == 0) ph.warmup = since(t_it);
   if (opt_.on_step) {
     std::vector<uint64_t> sums(static_cast<size_t>(W_));
@@ -582,7 +589,8 @@ BlockTuneResult BlockTuner::run() {
       if (r > 0) reps_[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
     });
   res_.loss_best = opt_.iters > 0 ? best_loss_ : 0;
-  if (opt_.use_best_mse && opt_.iters > 0) restore_best();
+  // The last iterate is the best one only if its loss-only iteration said so; it is then still live.
+  if (opt_.use_best_mse && opt_.iters > 0 && res_.best_iter != opt_.iters - 1) restore_best();
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
