@@ -59,3 +59,22 @@ TEST(SignRound, SameSeedIsBitIdentical) {
     }
   EXPECT_FALSE(same_c);  // another seed draws other batches
 }
+
+// The kept weights are the best iterate's: with the whole pool as the batch, every iteration's loss is
+// the block-output MSE of that iterate, so the final weights' MSE equals loss_best. Covers both ends of
+// the loss-only last iteration: best at the last iterate (its tunables are still live) and best earlier
+// (restored); lr 0.2 makes the sign steps overshoot so that both happen.
+TEST(SignRound, KeptWeightsAreTheBestIterate) {
+  Fixture f;
+  bool best_last = false, best_earlier = false;
+  for (int iters : {1, 4, 9, 16}) {
+    BlockWeights a = f.copy();
+    SignRoundOptions o;
+    o.batch_size = int(f.n);
+    o.lr = 0.2;
+    const BlockTuneResult r = f.tune(a, {3, 32, true}, iters, 42, o);
+    (r.best_iter == iters - 1 ? best_last : best_earlier) = true;
+    EXPECT_NEAR(f.mse(a), r.loss_best, 1e-5 * r.loss_best) << iters << " iterations, best at " << r.best_iter;
+  }
+  EXPECT_TRUE(best_last && best_earlier);
+}
