@@ -26,14 +26,13 @@ inline nlohmann::json make_partial_dir(const std::string& dir) {
   std::filesystem::create_directories(dir);
   Context ctx({}, 1);
   ShardWriter w(dir, 64);  // 64-byte shards: the second tensor closes the first shard
+  w.keep_files();          // a resumable run's writer
   for (int i = 0; i < 3; ++i) {
     Tensor t = Tensor::zeros({2, 4}, DType::F32, ctx);
     t.f32()[i] = float(i + 1);
     w.add("model.layers.0.mlp.w" + std::to_string(i) + ".weight", t);
   }
-  nlohmann::json st = w.checkpoint();
-  w.keep_files();
-  return st;
+  return w.checkpoint();
 }
 
 }  // namespace ar::fuzz

@@ -1,5 +1,7 @@
 #include "export/shard_writer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,9 +51,16 @@ void ShardWriter::close_shard() {
   h["__metadata__"] = {{"format", "pt"}};
   for (const auto& e : entries_)
     h[e.name] = {{"dtype", dtype_safetensors_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+  // Length + header fill whole 4 KiB blocks (spaces pad the JSON, as safetensors allows): the data then
+  // starts block-aligned, and both ways of closing give the same bytes.
   std::string hs = h.dump();
-  while ((8 + hs.size()) % 8) hs.push_back(' ');
+  hs.resize((8 + hs.size() + kHeaderBlock - 1) / kHeaderBlock * kHeaderBlock - 8, ' ');
   const std::string final_path = dir_ + "/.shard_" + std::to_string(closed_.size());
+  if (!keep_ && header_in_place(hs, final_path)) {
+    closed_.push_back(std::move(entries_));
+    entries_.clear();
+    return;
+  }
   {
     AtomicFile out(final_path);
     Hash64 hash;
@@ -78,7 +87,40 @@ void ShardWriter::close_shard() {
   entries_.clear();
 }
 
+// The data file becomes the shard without a copy: the filesystem inserts whole blocks in front of the
+// data (FALLOC_FL_INSERT_RANGE: ext4, XFS), which take the length and the header, padded with spaces as
+// safetensors allows. False, with the file untouched, where the filesystem cannot (the caller copies);
+// a failure after the insertion throws. Not for resumable runs: a checkpoint may still name this data
+// file as the open shard.
+bool ShardWriter::header_in_place(const std::string& hs, const std::string& final_path) {
+  if (!in_place_ || offset_ == 0) return false;
+  const int fd = ::open(data_path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::Io, data_path_ + ": cannot reopen: " + std::strerror(errno));
+  const uint64_t head = 8 + hs.size();  // whole kHeaderBlocks; the insertion needs whole filesystem blocks
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_blksize <= 0 || head % uint64_t(st.st_blksize) != 0 ||
+      fallocate(fd, FALLOC_FL_INSERT_RANGE, 0, off_t(head)) != 0) {
+    ::close(fd);
+    return false;
+  }
+  std::string front(8, '\0');
+  for (int i = 0; i < 8; ++i) front[size_t(i)] = char(uint8_t(uint64_t(hs.size()) >> (8 * i)));
+  front += hs;
+  const char* err = nullptr;
+  for (size_t done = 0; done < front.size() && !err;) {
+    const ssize_t n = pwrite(fd, front.data() + done, front.size() - done, off_t(done));
+    if (n <= 0) err = "cannot write the header";
+    else done += size_t(n);
+  }
+  if (!err && fsync(fd) != 0) err = "cannot sync";
+  if (::close(fd) != 0 && !err) err = "cannot close";
+  if (err) fail(ErrorKind::Io, data_path_ + ": " + err + ": " + std::strerror(errno));
+  std::filesystem::rename(data_path_, final_path);
+  return true;
+}
+
 nlohmann::json ShardWriter::checkpoint() {
+  AR_CHECK(keep_, "ShardWriter::checkpoint without keep_files()");  // in-place shards have no checksum
   if (data_ && (std::fflush(data_) != 0 || fsync(fileno(data_)) != 0))
     fail(ErrorKind::Io, data_path_ + ": flush failed: " + std::strerror(errno));
   for (const auto& p : stale_) std::remove(p.c_str());

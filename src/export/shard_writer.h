@@ -1,6 +1,6 @@
 // Streams tensors into safetensors shards of at most `max_shard_bytes`, holding no tensor data in
-// memory: data goes to a temporary file as it arrives; closing a shard writes header + data into the
-// final file. The index (model.safetensors.index.json) is written when there is more than one shard.
+// memory: data goes to a temporary file as it arrives; closing a shard puts the header in front of it
+// (in place where the filesystem can insert blocks, else by copying header + data into the final file). The index (model.safetensors.index.json) is written when there is more than one shard.
 #pragma once
 #include <cstdio>
 #include <map>
@@ -32,6 +32,9 @@ class ShardWriter {
   nlohmann::json checkpoint();
   void restore(const nlohmann::json& state);
   void keep_files() { keep_ = true; }  // resumable runs: the destructor leaves the data file
+  // Closing a shard inserts the header in front of its data file where the filesystem can (ext4, XFS);
+  // false: always copy header + data into a new file (the path of other filesystems, for tests).
+  void set_header_in_place(bool on) { in_place_ = on; }
 
  private:
   struct Entry {
@@ -41,6 +44,8 @@ class ShardWriter {
     uint64_t begin, end;
   };
   void close_shard();
+  bool header_in_place(const std::string& hs, const std::string& final_path);
+  static constexpr uint64_t kHeaderBlock = 4096;
   Hash64 verify_file(const std::string& path, uint64_t prefix, bool closed, const nlohmann::json& want,
                      uint64_t data_bytes) const;
   std::string dir_;
@@ -54,6 +59,7 @@ class ShardWriter {
   Hash64 open_hash_;                        // of the bytes written to the open data file
   std::vector<std::string> stale_;
   bool keep_ = false;           // data files of closed shards, deleted at the next checkpoint
+  bool in_place_ = true;
 };
 
 }  // namespace ar
