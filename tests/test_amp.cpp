@@ -88,18 +88,18 @@ TEST(AmpLinear, ForwardAndBackwardMatchDoubleReferenceOnRoundedOperands) {
     expect_bound("y", y, yr, ymag, in + 1);
     // Backward: dx accumulated onto dx0, dW accumulated onto dW0, db from zero.
     std::vector<float> dx = dx0, dW = dW0, db(size_t(out), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), &plain, dx.data(), true, dW.data(), true,
+    cpu::linear_bwd_bf16(ctx, dy.data(), nullptr, x.data(), nullptr, W.data(), &plain, dx.data(), true, dW.data(), true,
                          db.data(), n, in, out);
     // dx through the packed weight operand.
     std::vector<float> dxt = dx0;
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), &packed, dxt.data(), true, nullptr, false,
+    cpu::linear_bwd_bf16(ctx, dy.data(), nullptr, x.data(), nullptr, W.data(), &packed, dxt.data(), true, nullptr, false,
                          nullptr, n, in, out);
     EXPECT_EQ(dx, dxt);
     // dW written (not accumulated) equals accumulating onto zeros, bit for bit.
     std::vector<float> fresh(dW.size(), 7.f), zero_acc(dW.size(), 0.f);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), xb.data(), W.data(), nullptr, nullptr, false, fresh.data(), false,
+    cpu::linear_bwd_bf16(ctx, dy.data(), nullptr, x.data(), xb.data(), W.data(), nullptr, nullptr, false, fresh.data(), false,
                          nullptr, n, in, out);
-    cpu::linear_bwd_bf16(ctx, dy.data(), x.data(), nullptr, W.data(), nullptr, nullptr, false, zero_acc.data(), true,
+    cpu::linear_bwd_bf16(ctx, dy.data(), nullptr, x.data(), nullptr, W.data(), nullptr, nullptr, false, zero_acc.data(), true,
                          nullptr, n, in, out);
     EXPECT_EQ(fresh, zero_acc);
     auto dxr = test::cast<double>(dx0), dWr = test::cast<double>(dW0);

@@ -49,8 +49,9 @@ class BlockRunner {
   // Activations kept from forward for backward.
   struct Cache {
     const T* x = nullptr;
-    Buf h1, rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, h2, rstd2, g, u, a;
-    typename Ops::Operand h1o, oo, h2o, ao;  // the Linears' inputs in their GEMM operand form
+    Buf rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, rstd2, g, u;
+    // The Linears' inputs in their GEMM operand form: h1 = rmsnorm(x), o, h2 = rmsnorm(x1), a = swiglu.
+    typename Ops::Operand h1o, oo, h2o, ao;
   };
 
   // Keys/values of earlier positions for incremental decoding (batch 1): [capacity, Hkv*D] each.
@@ -70,10 +71,9 @@ class BlockRunner {
                KvCache* kv = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     c.x = x;
-    c.h1 = ops_.alloc(N * C); c.rstd1 = ops_.alloc(N);
-    ops_.rmsnorm_fwd(x, w.ln1, p(c.h1), p(c.rstd1), N, C, d_.eps);
+    c.rstd1 = ops_.alloc(N);
+    c.h1o = ops_.rmsnorm_operand(x, w.ln1, p(c.rstd1), N, C, d_.eps);
     c.q = ops_.alloc(N * QD); c.k = ops_.alloc(N * KD); c.v = ops_.alloc(N * KD);
-    c.h1o = ops_.operand(p(c.h1), N * C);
     ops_.linear_fwd(c.h1o, w.wq, w.bq, p(c.q), N, C, QD);
     ops_.linear_fwd(c.h1o, w.wk, w.bk, p(c.k), N, C, KD);
     ops_.linear_fwd(c.h1o, w.wv, w.bv, p(c.v), N, C, KD);
@@ -101,14 +101,12 @@ class BlockRunner {
     c.oo = ops_.operand(p(c.o), N * QD);
     ops_.linear_fwd(c.oo, w.wo, w.bo, p(c.x1), N, QD, C);
     ops_.add(x, p(c.x1), p(c.x1), N * C);
-    c.h2 = ops_.alloc(N * C); c.rstd2 = ops_.alloc(N);
-    ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
-    c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I); c.a = ops_.alloc(N * I);
-    c.h2o = ops_.operand(p(c.h2), N * C);
+    c.rstd2 = ops_.alloc(N);
+    c.h2o = ops_.rmsnorm_operand(p(c.x1), w.ln2, p(c.rstd2), N, C, d_.eps);
+    c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I);
     ops_.linear_fwd(c.h2o, w.wg, nullptr, p(c.g), N, C, I);
     ops_.linear_fwd(c.h2o, w.wu, nullptr, p(c.u), N, C, I);
-    ops_.swiglu_fwd(p(c.g), p(c.u), p(c.a), N * I);
-    c.ao = ops_.operand(p(c.a), N * I);
+    c.ao = ops_.swiglu_operand(p(c.g), p(c.u), N * I);
     ops_.linear_fwd(c.ao, w.wd, nullptr, y, N, I, C);
     ops_.add(p(c.x1), y, y, N * C);
   }
@@ -123,16 +121,16 @@ class BlockRunner {
     Buf dx1 = ops_.alloc(N * C);
     ops_.copy(dy, p(dx1), N * C);
     {  // MLP
-      Buf da = ops_.alloc(N * I), dg = ops_.alloc(N * I), du = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
-      ops_.linear_bwd(dy, c.ao, w.wd, p(da), false, g.wd, acc, nullptr, N, I, C);
-      ops_.swiglu_bwd(p(da), p(c.g), p(c.u), p(dg), p(du), N * I);
-      ops_.linear_bwd(p(dg), c.h2o, w.wg, p(dh2), false, g.wg, acc, nullptr, N, C, I);
-      ops_.linear_bwd(p(du), c.h2o, w.wu, p(dh2), true, g.wu, acc, nullptr, N, C, I);
+      Buf da = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
+      ops_.linear_bwd(ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, acc, nullptr, N, I, C);
+      const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I);
+      ops_.linear_bwd(dg, c.h2o, w.wg, p(dh2), false, g.wg, acc, nullptr, N, C, I);
+      ops_.linear_bwd(du, c.h2o, w.wu, p(dh2), true, g.wu, acc, nullptr, N, C, I);
       ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
     }
     // Attention
     Buf dob = ops_.alloc(N * QD), dq = ops_.alloc(N * QD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * KD);
-    ops_.linear_bwd(p(dx1), c.oo, w.wo, p(dob), false, g.wo, acc, g.bo, N, QD, C);
+    ops_.linear_bwd(ops_.operand(p(dx1), N * C), c.oo, w.wo, p(dob), false, g.wo, acc, g.bo, N, QD, C);
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
     ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
@@ -147,9 +145,9 @@ class BlockRunner {
     const bool need_dx = dx || g.ln1;
     Buf dh1 = ops_.alloc(need_dx ? N * C : 1);
     T* dh = need_dx ? p(dh1) : nullptr;
-    ops_.linear_bwd(p(dq), c.h1o, w.wq, dh, false, g.wq, acc, g.bq, N, C, QD);
-    ops_.linear_bwd(p(dk), c.h1o, w.wk, dh, true, g.wk, acc, g.bk, N, C, KD);
-    ops_.linear_bwd(p(dv), c.h1o, w.wv, dh, true, g.wv, acc, g.bv, N, C, KD);
+    ops_.linear_bwd(ops_.operand(p(dq), N * QD), c.h1o, w.wq, dh, false, g.wq, acc, g.bq, N, C, QD);
+    ops_.linear_bwd(ops_.operand(p(dk), N * KD), c.h1o, w.wk, dh, true, g.wk, acc, g.bk, N, C, KD);
+    ops_.linear_bwd(ops_.operand(p(dv), N * KD), c.h1o, w.wv, dh, true, g.wv, acc, g.bv, N, C, KD);
     if (!need_dx) return;
     Buf scratch = ops_.alloc(dx ? 1 : N * C);
     if (!dx) dx = p(scratch);  // only ln1's gradient wanted

@@ -68,6 +68,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
         operands.bind(t->f32(), {wb.back().data<uint16_t>(), &p, nullptr});
       }
     cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
+    ops.keep_fp32 = imat != nullptr;  // the imatrix reads the Linears' fp32 inputs
     BlockRunner<cpu::CpuOps> run(ops, dims);
     BlockAux<float> a = aux;
     const bool bx = x.dtype() == DType::BF16, by = y.dtype() == DType::BF16;
@@ -81,7 +82,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c);
       if (by) cpu::fp32_to_bf16(ctx, yp, y.data<uint16_t>() + s0 * per, a.B * per);
       if (!imat) continue;
-      const float* acts[] = {c.h1.f32(), c.o.f32(), c.h2.f32(), c.a.f32()};
+      const float* acts[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};  // fp32 (keep_fp32)
       for (int64_t b = 0; b < a.B; ++b) {
         float* row = per_sample.data() + (s0 + b) * width;
         for (int k = 0; k < 4; ++k) {

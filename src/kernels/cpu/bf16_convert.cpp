@@ -51,12 +51,15 @@ __attribute__((target("avx512f"))) void to_f32_avx512(const uint16_t* src, float
 #pragma GCC diagnostic pop
 #endif
 
+void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n, bool avx512) {
+  if (avx512) return to_bf16_avx512(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n) {
   const bool simd = cpu_isa().avx512;
-  ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
-    if (simd) return to_bf16_avx512(src + i0, dst + i0, i1 - i0);
-    for (int64_t i = i0; i < i1; ++i) dst[i] = f32_to_bf16(src[i]);
-  }, kGrain);
+  ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) { fp32_to_bf16_serial(src + i0, dst + i0, i1 - i0, simd); },
+                          kGrain);
 }
 
 void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n) {

@@ -26,8 +26,18 @@ CpuIsa cpu_isa();
 // fp32 -> bf16 rounds to nearest even as PyTorch does (subnormals kept, overflow to +-inf, NaN stays a
 // quiet NaN with its sign and top payload bits); equals ar::f32_to_bf16 element by element.
 void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n);
+// The same on the calling thread (a block inside another kernel); avx512: cpu_isa().avx512, read once.
+void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n, bool avx512);
 // bf16 -> fp32 is exact.
 void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n);
+
+// Producers of GEMM operands that write them in bf16 only (no fp32 array in memory): the same bits as
+// the fp32 kernel (ops.h) followed by fp32_to_bf16. rmsnorm.cpp, swiglu.cpp.
+void rmsnorm_fwd_bf16(Context& ctx, const float* x, const float* w, uint16_t* y, float* rstd, int64_t rows,
+                      int64_t dim, double eps);
+void swiglu_fwd_bf16(Context& ctx, const float* g, const float* u, uint16_t* a, int64_t n);
+void swiglu_bwd_bf16(Context& ctx, const float* da, const float* g, const float* u, uint16_t* dg, uint16_t* du,
+                     int64_t n);
 // transpose.cpp — dst [cols, rows] = src [rows, cols]^T (a copy, spread over the pool).
 void transpose_bf16(Context& ctx, const uint16_t* src, uint16_t* dst, int64_t rows, int64_t cols);
 
@@ -99,13 +109,14 @@ struct Bf16Weight {
 
 // linear_bf16.cpp — linear_fwd / linear_bwd of ops.h with bf16 GEMM operands and fp32 accumulation
 // (--amp). x comes with its bf16 copy xb, or xb null (rounded here); likewise W with w (null: rounded
-// here, read in place); dy is rounded per call. dW += dy^T x (accumulate_dW) or dW = dy^T x, then
+// here, read in place) and dy with dyb (dy may be null when dyb is given and db is null, as for a
+// gradient produced in bf16 only). dW += dy^T x (accumulate_dW) or dW = dy^T x, then
 // dW_add added in order (gemm's `add`). Requires bf16_gemm_supported().
 void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const float* W, const Bf16Weight* w,
                      const float* b, float* y, int64_t n, int64_t in, int64_t out);
 // xp (optional): x packed for the weight gradient, packed here on first use and kept by the caller
 // for the next Linear that reads the same x.
-void linear_bwd_bf16(Context& ctx, const float* dy, const float* x, const uint16_t* xb, const float* W,
+void linear_bwd_bf16(Context& ctx, const float* dy, const uint16_t* dyb, const float* x, const uint16_t* xb, const float* W,
                      const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
                      int64_t n, int64_t in, int64_t out, Addends dW_add = {}, PackedB* xp = nullptr);
 

@@ -71,32 +71,71 @@ struct CpuOps {
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
 
-  // A GEMM input activation, prepared once for every Linear that reads it: under amp its bf16 copy.
+  // A GEMM operand (an activation or an output gradient), prepared once for every Linear that reads it:
+  // fp32 x, and under amp its bf16 copy xb. A producer that writes the operand in bf16 only (the
+  // *_operand ops below under amp) leaves x null, unless keep_fp32 asks for both (the imatrix pass).
   struct Operand {
     const float* x = nullptr;
+    Tensor xf;  // x's storage when a producer below made it
     Tensor xb;  // amp: bf16 [n]
     std::shared_ptr<PackedB> xp = std::make_shared<PackedB>();  // amp: xb packed by the first weight gradient
   };
+  bool keep_fp32 = false;
   Operand operand(const float* x, int64_t n) {
-    Operand o{x, {}};
+    Operand o{x, {}, {}};
     if (amp) {
       o.xb = Tensor::empty({n}, DType::BF16, ctx);
       cpu::fp32_to_bf16(ctx, x, o.xb.data<uint16_t>(), n);
     }
     return o;
   }
+  Operand rmsnorm_operand(const float* x, const float* w, float* rstd, int64_t rows, int64_t dim, double eps) {
+    if (!amp || keep_fp32) {
+      Tensor y = alloc(rows * dim);
+      cpu::rmsnorm_fwd(ctx, x, w, y.f32(), rstd, rows, dim, eps);
+      return owned(std::move(y));
+    }
+    Operand o;
+    o.xb = Tensor::empty({rows * dim}, DType::BF16, ctx);
+    cpu::rmsnorm_fwd_bf16(ctx, x, w, o.xb.data<uint16_t>(), rstd, rows, dim, eps);
+    return o;
+  }
+  Operand swiglu_operand(const float* g, const float* u, int64_t n) {
+    if (!amp || keep_fp32) {
+      Tensor a = alloc(n);
+      cpu::swiglu_fwd(ctx, g, u, a.f32(), n);
+      return owned(std::move(a));
+    }
+    Operand o;
+    o.xb = Tensor::empty({n}, DType::BF16, ctx);
+    cpu::swiglu_fwd_bf16(ctx, g, u, o.xb.data<uint16_t>(), n);
+    return o;
+  }
+  // The gradients of the gate and up projections' outputs, as GEMM operands.
+  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n) {
+    if (!amp) {
+      Tensor dg = alloc(n), du = alloc(n);
+      cpu::swiglu_bwd(ctx, da, g, u, dg.f32(), du.f32(), n);
+      return {owned(std::move(dg)), owned(std::move(du))};
+    }
+    std::pair<Operand, Operand> d;
+    d.first.xb = Tensor::empty({n}, DType::BF16, ctx);
+    d.second.xb = Tensor::empty({n}, DType::BF16, ctx);
+    cpu::swiglu_bwd_bf16(ctx, da, g, u, d.first.xb.data<uint16_t>(), d.second.xb.data<uint16_t>(), n);
+    return d;
+  }
   void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
     if (amp) return cpu::linear_fwd_bf16(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
     cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);
   }
   // dW += dy^T x (acc_dW) or dW = dy^T x.
-  void linear_bwd(const float* dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
+  void linear_bwd(const Operand& dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
                   float* db, int64_t n, int64_t in, int64_t out) {
     const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
     if (amp)
-      return cpu::linear_bwd_bf16(ctx, dy, x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx, acc, dW, acc_dW, db, n,
-                                  in, out, add, x.xp.get());
-    cpu::linear_bwd(ctx, dy, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
+      return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
+                                  acc, dW, acc_dW, db, n, in, out, add, x.xp.get());
+    cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
     cpu::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);
@@ -121,11 +160,14 @@ struct CpuOps {
                      const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
     cpu::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
-  void swiglu_fwd(const float* g, const float* u, float* a, int64_t n) { cpu::swiglu_fwd(ctx, g, u, a, n); }
-  void swiglu_bwd(const float* da, const float* g, const float* u, float* dg, float* du, int64_t n) {
-    cpu::swiglu_bwd(ctx, da, g, u, dg, du, n);
-  }
   void add(const float* a, const float* b, float* y, int64_t n) { cpu::add(ctx, a, b, y, n); }
+
+ private:
+  Operand owned(Tensor t) {  // an fp32 result as an operand (amp: with its bf16 copy)
+    Operand o = operand(t.f32(), t.numel());
+    o.xf = std::move(t);
+    return o;
+  }
 };
 
 }  // namespace ar::cpu

@@ -2,25 +2,44 @@
 // rstd in fp32 from a double sum of squares; dw reduced from per-thread partial sums in fixed order,
 // so results do not depend on scheduling. Reference: kernels/ref/rmsnorm_ref.h.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
 
 namespace ar::cpu {
 
-void rmsnorm_fwd(Context& ctx, const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
-                 double eps) {
+namespace {
+// Out = float writes y in place; Out = uint16_t computes a row in fp32 and rounds it to bf16.
+template <class Out>
+void rmsnorm_fwd_t(Context& ctx, const float* x, const float* w, Out* y, float* rstd, int64_t rows, int64_t dim,
+                   double eps) {
+  constexpr bool f32 = std::is_same_v<Out, float>;
+  const bool simd = cpu_isa().avx512;
   ctx.pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(f32 ? 0 : size_t(dim));
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       double ss = 0;
       for (int64_t c = 0; c < dim; ++c) ss += double(xr[c]) * xr[c];
       float rs = float(1.0 / std::sqrt(ss / double(dim) + eps));
       if (rstd) rstd[r] = rs;
-      float* yr = y + r * dim;
+      float* yr = f32 ? reinterpret_cast<float*>(y) + r * dim : row.data();
       for (int64_t c = 0; c < dim; ++c) yr[c] = w[c] * (xr[c] * rs);
+      if constexpr (!f32) fp32_to_bf16_serial(row.data(), y + r * dim, dim, simd);
     }
   }, ThreadPool::grain(dim));
+}
+}  // namespace
+
+void rmsnorm_fwd(Context& ctx, const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
+                 double eps) {
+  rmsnorm_fwd_t(ctx, x, w, y, rstd, rows, dim, eps);
+}
+void rmsnorm_fwd_bf16(Context& ctx, const float* x, const float* w, uint16_t* y, float* rstd, int64_t rows,
+                      int64_t dim, double eps) {
+  rmsnorm_fwd_t(ctx, x, w, y, rstd, rows, dim, eps);
 }
 
 void rmsnorm_bwd(Context& ctx, const float* dy, const float* x, const float* w, const float* rstd, float* dx,

@@ -3,6 +3,7 @@
 // finite-difference checks. cpu/cpu_ops.h (and later cuda/) provide the same member functions.
 #pragma once
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernels/ref/attention_ref.h"
@@ -22,19 +23,36 @@ struct RefOps {
   static T* ptr(Buf& b) { return b.data(); }
   void copy(const T* src, T* dst, int64_t n) { std::copy(src, src + n, dst); }
 
-  // A GEMM input activation, prepared once for every Linear that reads it (forward and backward).
+  // A GEMM operand (an activation or an output gradient), prepared once for every Linear that reads it;
+  // the *_operand producers keep its storage in `own`.
   struct Operand {
     const T* x = nullptr;
+    Buf own;
   };
-  Operand operand(const T* x, int64_t) { return {x}; }
+  Operand operand(const T* x, int64_t) { return {x, {}}; }
+  Operand rmsnorm_operand(const T* x, const T* w, T* rstd, int64_t rows, int64_t dim, double eps) {
+    Buf y = alloc(rows * dim);
+    ref::rmsnorm_fwd(x, w, y.data(), rstd, rows, dim, eps);
+    return owned(std::move(y));
+  }
+  Operand swiglu_operand(const T* g, const T* u, int64_t n) {
+    Buf a = alloc(n);
+    ref::swiglu_fwd(g, u, a.data(), n);
+    return owned(std::move(a));
+  }
+  std::pair<Operand, Operand> swiglu_bwd_operands(const T* da, const T* g, const T* u, int64_t n) {
+    Buf dg = alloc(n), du = alloc(n);
+    ref::swiglu_bwd(da, g, u, dg.data(), du.data(), n);
+    return {owned(std::move(dg)), owned(std::move(du))};
+  }
   void linear_fwd(const Operand& x, const T* W, const T* b, T* y, int64_t n, int64_t in, int64_t out) {
     ref::linear_fwd(x.x, W, b, y, n, in, out);
   }
   // dW += dy^T x (acc_dW) or dW = dy^T x.
-  void linear_bwd(const T* dy, const Operand& x, const T* W, T* dx, bool acc, T* dW, bool acc_dW, T* db, int64_t n,
-                  int64_t in, int64_t out) {
+  void linear_bwd(const Operand& dy, const Operand& x, const T* W, T* dx, bool acc, T* dW, bool acc_dW, T* db,
+                  int64_t n, int64_t in, int64_t out) {
     if (dW && !acc_dW) std::fill(dW, dW + out * in, T(0));
-    ref::linear_bwd(dy, x.x, W, dx, acc, dW, db, n, in, out);
+    ref::linear_bwd(dy.x, x.x, W, dx, acc, dW, db, n, in, out);
   }
   void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int64_t rows, int64_t dim, double eps) {
     ref::rmsnorm_fwd(x, w, y, rstd, rows, dim, eps);
@@ -56,9 +74,15 @@ struct RefOps {
                      const T* lse, const T* dout, T* dq, T* dk, T* dv) {
     ref::attention_bwd(sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
-  void swiglu_fwd(const T* g, const T* u, T* a, int64_t n) { ref::swiglu_fwd(g, u, a, n); }
-  void swiglu_bwd(const T* da, const T* g, const T* u, T* dg, T* du, int64_t n) { ref::swiglu_bwd(da, g, u, dg, du, n); }
   void add(const T* a, const T* b, T* y, int64_t n) { ref::add(a, b, y, n); }
+
+ private:
+  static Operand owned(Buf b) {
+    Operand o;
+    o.own = std::move(b);
+    o.x = o.own.data();
+    return o;
+  }
 };
 
 }  // namespace ar::ref
