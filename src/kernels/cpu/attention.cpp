@@ -9,6 +9,7 @@
 //   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK += scale dS^T Q.
 // Tiles, GEMM shapes and the order of the dK/dV sums depend on the shape only, never on the thread count.
 // Reference: kernels/ref/attention_ref.h.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -71,7 +72,37 @@ void for_kv_groups(Context& ctx, const AttnShape& s, const uint8_t* key_mask, co
   }, 1);
 }
 
-bool visible(const Group& g, int64_t last, int64_t j) { return j <= last && (!g.mask || g.mask[j]); }
+// The score rows work in kLanes interleaved lanes (lane l takes j = l mod kLanes), which the compiler
+// maps onto SIMD registers; the order of every reduction is fixed by the row length alone.
+constexpr int64_t kLanes = 16;
+
+// row[0, last] with the masked keys set to -inf (exp gives 0 for them), row(last, n) zero-filled later.
+void mask_row(const Group& g, int64_t last, float* row) {
+  if (!g.mask) return;
+  for (int64_t j = 0; j <= last; ++j) row[j] = g.mask[j] ? row[j] : kNegInf;
+}
+
+float row_max(const float* row, int64_t n) {
+  float m[kLanes];
+  std::fill(m, m + kLanes, kNegInf);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
+  for (int64_t l = 0; j < n; ++j, ++l) m[l] = row[j] > m[l] ? row[j] : m[l];
+  return *std::max_element(m, m + kLanes);
+}
+
+// The sum of row[0, n) in double, lane by lane, then the lanes in order.
+double row_sum(const float* row, int64_t n) {
+  double a[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) a[l] += double(row[j + l]);
+  for (int64_t l = 0; j < n; ++j, ++l) a[l] += double(row[j]);
+  double sum = 0;
+  for (double v : a) sum += v;
+  return sum;
+}
 
 // Softmax of a tile's score rows in place (row r: query i0 + r / grp), lse per (head, query).
 void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse) {
@@ -79,21 +110,17 @@ void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse) {
     const int64_t i = tl.i0 + r / g.grp, last = last_key(g.s, i);
     float* row = S + r * tl.kend;
     float* L = lse + (g.b * g.s.H + g.head(r)) * g.s.Tq + i;
-    float mx = kNegInf;
-    for (int64_t j = 0; j <= last; ++j)
-      if (visible(g, last, j)) mx = std::max(mx, row[j]);
+    std::fill(row + last + 1, row + tl.kend, 0.f);
+    mask_row(g, last, row);
+    const float mx = row_max(row, last + 1);
     if (mx == kNegInf) {  // no visible key: a zero row
-      std::memset(row, 0, size_t(tl.kend) * 4);
+      std::fill(row, row + last + 1, 0.f);
       *L = kNegInf;
       continue;
     }
     for (int64_t j = 0; j <= last; ++j) row[j] -= mx;
     exp_inplace(row, last + 1);
-    double sum = 0;
-    for (int64_t j = 0; j < tl.kend; ++j) {
-      if (!visible(g, last, j)) row[j] = 0.f;
-      sum += row[j];
-    }
+    const double sum = row_sum(row, last + 1);
     const float inv = float(1.0 / sum);
     for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
     *L = mx + float(std::log(sum));
@@ -107,10 +134,10 @@ void probs_tile(const Group& g, const Tile& tl, float* S, const float* lse) {
     const float L = lse[(g.b * g.s.H + g.head(r)) * g.s.Tq + i];
     const int64_t last = L == kNegInf ? -1 : last_key(g.s, i);
     float* row = S + r * tl.kend;
+    std::fill(row + last + 1, row + tl.kend, 0.f);
+    mask_row(g, last, row);
     for (int64_t j = 0; j <= last; ++j) row[j] -= L;
     exp_inplace(row, last + 1);
-    for (int64_t j = 0; j < tl.kend; ++j)
-      if (!visible(g, last, j)) row[j] = 0.f;
   }
 }
 

@@ -35,23 +35,25 @@ float exp_one(float x) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC PR 105593 in the AVX-512 headers
 #endif
+// 16 lanes of exp_one (NaN lanes pass through).
+__attribute__((target("avx512f"))) inline __m512 exp16(__m512 v) {
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi));
+  const __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-kLn2Hi), c);
+  r = _mm512_fmadd_ps(k, _mm512_set1_ps(-kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kC[7]);
+  for (int j = 6; j >= 0; --j) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[j]));
+  return _mm512_mask_mov_ps(_mm512_scalef_ps(p, k), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+}
+
 __attribute__((target("avx512f"))) void exp_avx512(float* x, int64_t n) {
-  const __m512 lo = _mm512_set1_ps(kLo), hi = _mm512_set1_ps(kHi), l2e = _mm512_set1_ps(kLog2e);
-  const __m512 ln2hi = _mm512_set1_ps(-kLn2Hi), ln2lo = _mm512_set1_ps(-kLn2Lo);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 c = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(c, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(k, ln2hi, c);
-    r = _mm512_fmadd_ps(k, ln2lo, r);
-    __m512 p = _mm512_set1_ps(kC[7]);
-    for (int j = 6; j >= 0; --j) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[j]));
-    const __m512 e = _mm512_scalef_ps(p, k);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    _mm512_storeu_ps(x + i, _mm512_mask_mov_ps(e, nan, v));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, exp16(_mm512_loadu_ps(x + i)));
+  if (i < n) {  // the tail under a lane mask
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(x + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
   }
-  for (; i < n; ++i) x[i] = exp_one(x[i]);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
