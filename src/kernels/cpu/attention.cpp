@@ -5,8 +5,8 @@
 // (oneDNN's brgemm, not strided sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop
 // at its last query's last visible key, so the causal upper triangle is mostly never computed.
 // Per tile: S = scale Q K^T, masked softmax rows, O = P V.
-// Backward recomputes P from lse (nothing of size T^2 is kept between passes):
-//   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK += scale dS^T Q.
+// Backward recomputes P from lse (nothing of size T^2 is kept between passes), a tile's keys in blocks
+// of kKeyBlock: dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ += scale dS K, dK += scale dS^T Q.
 // Tiles, GEMM shapes and the order of the dK/dV sums depend on the shape only, never on the thread count.
 // Reference: kernels/ref/attention_ref.h.
 #include <algorithm>
@@ -22,7 +22,8 @@ namespace ar::cpu {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kTile = 128;  // query positions per tile
+constexpr int64_t kTile = 128;      // query positions per tile
+constexpr int64_t kKeyBlock = 256;  // keys per block of the backward: a tile's P and dP blocks stay in L2
 
 // Visible keys for query i are j in [0, last] with key_mask set (last < 0: none).
 inline int64_t last_key(const AttnShape& s, int64_t i) { return std::min(s.Tk - 1, i + (s.Tk - s.Tq)); }
@@ -127,17 +128,19 @@ void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse) {
   }
 }
 
-// P = exp(S - lse) of a tile's rows in place, zero where not visible.
-void probs_tile(const Group& g, const Tile& tl, float* S, const float* lse) {
+// P = exp(S - lse) of a tile's rows in place for keys [k0, k0 + kb), zero where not visible.
+void probs_block(const Group& g, const Tile& tl, int64_t k0, int64_t kb, float* S, const float* lse) {
   for (int64_t r = 0; r < tl.rows; ++r) {
     const int64_t i = tl.i0 + r / g.grp;
     const float L = lse[(g.b * g.s.H + g.head(r)) * g.s.Tq + i];
     const int64_t last = L == kNegInf ? -1 : last_key(g.s, i);
-    float* row = S + r * tl.kend;
-    std::fill(row + last + 1, row + tl.kend, 0.f);
-    mask_row(g, last, row);
-    for (int64_t j = 0; j <= last; ++j) row[j] -= L;
-    exp_inplace(row, last + 1);
+    const int64_t n = std::clamp<int64_t>(last - k0 + 1, 0, kb);  // keys of the block up to the causal limit
+    float* row = S + r * kb;
+    std::fill(row + n, row + kb, 0.f);
+    if (g.mask)
+      for (int64_t j = 0; j < n; ++j) row[j] = g.mask[k0 + j] ? row[j] : kNegInf;
+    for (int64_t j = 0; j < n; ++j) row[j] -= L;
+    exp_inplace(row, n);
   }
 }
 
@@ -178,7 +181,8 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
                    float* dv) {
   const float scale = 1.f / std::sqrt(float(s.D));
   for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
-    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D, sn = std::min(s.Tq, kTile) * g.grp * s.Tk;
+    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
+    const int64_t sn = std::min(s.Tq, kTile) * g.grp * std::min(s.Tk, kKeyBlock);
     Tensor Qt = scratch(ctx, qn), dOt = scratch(ctx, qn), dQt = scratch(ctx, qn), Dt = scratch(ctx, s.Tq * g.grp);
     Tensor Kt = scratch(ctx, kn), Vt = scratch(ctx, kn), dKt = scratch(ctx, kn), dVt = scratch(ctx, kn);
     Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn);
@@ -202,22 +206,24 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
       const Tile tl = tile_at(g, i0);
       const int64_t r0 = i0 * g.grp;
       const float *Qi = Q + r0 * s.D, *dOi = dO + r0 * s.D;
-      if (tl.kend == 0) {
-        std::memset(dQ + r0 * s.D, 0, size_t(tl.rows * s.D) * 4);
-        continue;
+      float* dQi = dQ + r0 * s.D;
+      if (tl.kend == 0) std::memset(dQi, 0, size_t(tl.rows * s.D) * 4);
+      for (int64_t k0 = 0; k0 < tl.kend; k0 += kKeyBlock) {  // P, dP: [rows, kb]
+        const int64_t kb = std::min(kKeyBlock, tl.kend - k0);
+        const float *Kb = K + k0 * s.D, *Vb = V + k0 * s.D;
+        gemm_serial(ctx, false, true, tl.rows, kb, s.D, scale, Qi, s.D, Kb, s.D, 0.f, P, kb);
+        probs_block(g, tl, k0, kb, P, lse);
+        gemm_serial(ctx, true, false, kb, s.D, tl.rows, 1.f, P, kb, dOi, s.D, 1.f, dV + k0 * s.D, s.D);
+        gemm_serial(ctx, false, true, tl.rows, kb, s.D, 1.f, dOi, s.D, Vb, s.D, 0.f, dP, kb);
+        for (int64_t r = 0; r < tl.rows; ++r) {
+          const float* pr = P + r * kb;
+          float* dr = dP + r * kb;
+          const float di = Di[r0 + r];
+          for (int64_t j = 0; j < kb; ++j) dr[j] = pr[j] * (dr[j] - di);
+        }
+        gemm_serial(ctx, false, false, tl.rows, s.D, kb, scale, dP, kb, Kb, s.D, k0 ? 1.f : 0.f, dQi, s.D);
+        gemm_serial(ctx, true, false, kb, s.D, tl.rows, scale, dP, kb, Qi, s.D, 1.f, dK + k0 * s.D, s.D);
       }
-      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, P, tl.kend);
-      probs_tile(g, tl, P, lse);
-      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, 1.f, P, tl.kend, dOi, s.D, 1.f, dV, s.D);
-      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, 1.f, dOi, s.D, V, s.D, 0.f, dP, tl.kend);
-      for (int64_t r = 0; r < tl.rows; ++r) {
-        const float* pr = P + r * tl.kend;
-        float* dr = dP + r * tl.kend;
-        const float di = Di[r0 + r];
-        for (int64_t j = 0; j < tl.kend; ++j) dr[j] = pr[j] * (dr[j] - di);
-      }
-      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, scale, dP, tl.kend, K, s.D, 0.f, dQ + r0 * s.D, s.D);
-      gemm_serial(ctx, true, false, tl.kend, s.D, tl.rows, scale, dP, tl.kend, Qi, s.D, 1.f, dK, s.D);
     }
     g.unpack_q(dQ, dq);
     g.unpack_k(dK, dk);
