@@ -23,20 +23,19 @@ void with_exp_neg(const float* g, int64_t i0, int64_t i1, Fn fn) {
     fn(b, len, e);
   }
 }
-}  // namespace
 
-namespace {
 // Out = float writes the results in place; Out = uint16_t computes a block in fp32 on the stack and
 // rounds it to bf16 (fp32_to_bf16's bits).
 template <class Out>
 void swiglu_fwd_t(Context& ctx, const float* g, const float* u, Out* a, int64_t n) {
+  constexpr bool f32 = std::is_same_v<Out, float>;
   const bool simd = cpu_isa().avx512;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float buf[kBlock];
     with_exp_neg(g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
-      float* y = std::is_same_v<Out, float> ? reinterpret_cast<float*>(a) + b : buf;
+      float* y = f32 ? reinterpret_cast<float*>(a) + b : buf;
       for (int64_t k = 0; k < len; ++k) y[k] = g[b + k] / (1.f + e[k]) * u[b + k];
-      if constexpr (!std::is_same_v<Out, float>) fp32_to_bf16_serial(buf, a + b, len, simd);
+      if constexpr (!f32) fp32_to_bf16_serial(buf, a + b, len, simd);
     });
   }, ThreadPool::grain(8));
 }
