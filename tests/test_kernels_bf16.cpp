@@ -414,3 +414,34 @@ TEST(Bf16Gemm, RefusalWhenIsaLimited) {
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;
 }
+
+// The producers that write GEMM operands in bf16 only give the fp32 kernel's values rounded by
+// fp32_to_bf16, bit for bit (odd lengths: the blocks' and vectors' tails), on 1 and 2 threads.
+TEST(Bf16Producers, EqualFp32KernelThenRounding) {
+  const int64_t rows = 37, dim = 203, n = rows * dim;
+  const auto x = cast<float>(randn<double>(size_t(n), 31, 2.0)), g = cast<float>(randn<double>(size_t(n), 32, 3.0)),
+             u = cast<float>(randn<double>(size_t(n), 33)), da = cast<float>(randn<double>(size_t(n), 34));
+  const auto w = cast<float>(randn<double>(size_t(dim), 35));
+  for (int threads : {1, 2}) {
+    Context ctx(Device{}, threads);
+    auto rounded = [&](const std::vector<float>& f) {
+      std::vector<uint16_t> b(f.size());
+      cpu::fp32_to_bf16(ctx, f.data(), b.data(), int64_t(f.size()));
+      return b;
+    };
+    const size_t N = static_cast<size_t>(n), R = static_cast<size_t>(rows);
+    std::vector<float> y(N), rstd(R), rstd_b(R), a(N), dg(N), du(N);
+    std::vector<uint16_t> yb(N), ab(N), dgb(N), dub(N);
+    cpu::rmsnorm_fwd(ctx, x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-6);
+    cpu::rmsnorm_fwd_bf16(ctx, x.data(), w.data(), yb.data(), rstd_b.data(), rows, dim, 1e-6);
+    EXPECT_EQ(yb, rounded(y)) << threads;
+    EXPECT_EQ(rstd_b, rstd) << threads;
+    cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n);
+    cpu::swiglu_fwd_bf16(ctx, g.data(), u.data(), ab.data(), n);
+    EXPECT_EQ(ab, rounded(a)) << threads;
+    cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n);
+    cpu::swiglu_bwd_bf16(ctx, da.data(), g.data(), u.data(), dgb.data(), dub.data(), n);
+    EXPECT_EQ(dgb, rounded(dg)) << threads;
+    EXPECT_EQ(dub, rounded(du)) << threads;
+  }
+}
