@@ -5,11 +5,10 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "core/context.h"
 #include "export/shard_writer.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -17,10 +16,7 @@ using namespace ar;
 namespace fs = std::filesystem;
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+std::string slurp(const std::string& path) { return read_text_file(path); }  // any bytes
 
 // Tensors of assorted dtypes and sizes (some not a multiple of 8 bytes), deterministic contents.
 std::vector<std::pair<std::string, Tensor>> sample_tensors(Context& ctx) {
