@@ -9,8 +9,12 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_JOBS ?= 1
 FUZZ_SMOKE ?= 1
+# The x86-64-v2 build (docs/ARCHITECTURE.md, "ISA levels"): proves every wider path sits in a
+# dispatched function; its tests run with the dispatch capped at scalar.
+V2_BUILD ?= build-v2
+V2_TESTS ?= test_isa test_exp test_qdq test_kernels_cpu test_ops_ref_fd test_signround
 
-.PHONY: setup build test demo bench clean fuzz-build fuzz fuzz-smoke
+.PHONY: setup build test test-isa test-v2 demo bench clean fuzz-build fuzz fuzz-smoke
 setup:
 	./scripts/setup.sh
 
@@ -18,11 +22,26 @@ build: setup
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DAR_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The suite at the CPU's own ISA level, then capped at avx2 (all of it) and scalar (kernels, quant),
+# with a table of levels x labels; then the x86-64-v2 build and the fuzz smoke run.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	./scripts/test_isa_levels.sh $(BUILD) $(JOBS)
+	$(MAKE) test-v2
 ifneq ($(FUZZ_SMOKE),0)
 	$(MAKE) fuzz-smoke
 endif
+
+test-isa: build
+	./scripts/test_isa_levels.sh $(BUILD) $(JOBS)
+
+# The CLI and the kernel, QDQ and tuning tests built for x86-64-v2 with warnings as errors: no
+# instruction above SSE4.2 outside the dispatched functions (objdump), and the tests pass capped at
+# scalar, where nothing above the baseline runs at all.
+test-v2: setup
+	cmake -S . -B $(V2_BUILD) -DCMAKE_BUILD_TYPE=Release -DAR_WERROR=ON -DAR_BASELINE=x86-64-v2 $(CMAKE_FLAGS)
+	cmake --build $(V2_BUILD) -j $(JOBS) --target autoround $(V2_TESTS)
+	./scripts/check_isa_baseline.sh x86-64-v2 $(V2_BUILD)/src/cli/autoround $(V2_BUILD)/src/*/libar_*.a
+	for t in $(V2_TESTS); do AR_CPU_ISA=scalar OPENBLAS_CORETYPE=Nehalem $(V2_BUILD)/tests/$$t --gtest_brief=1 || exit 1; done
 
 # libFuzzer targets (clang, ASan+UBSan) in $(FUZZ_BUILD).
 fuzz-build: setup
@@ -46,4 +65,4 @@ bench: build
 	$(BUILD)/bench/block_bench
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(V2_BUILD)

@@ -82,6 +82,7 @@ void dnnl_omp_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, flo
   using dt = memory::data_type;
   const int prev = omp_get_max_threads();
   omp_set_num_threads(threads);
+  cpu::dnnl_isa_cap();
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   const memory::desc a({s.M, s.K}, dt::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
   const memory::desc b({s.K, s.N}, dt::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
@@ -100,6 +101,7 @@ std::string dnnl_omp_impl(const GemmShape& s, int threads) {
   using dt = memory::data_type;
   const int prev = omp_get_max_threads();
   omp_set_num_threads(threads);
+  cpu::dnnl_isa_cap();
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   const memory::desc a({s.M, s.K}, dt::bf16, s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
   const memory::desc b({s.K, s.N}, dt::bf16, s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});

@@ -110,11 +110,13 @@ TEST(Bf16Isa, MatchesProcCpuinfo) {
     if (line.rfind("flags", 0) == 0) break;
   if (line.empty()) GTEST_SKIP() << "/proc/cpuinfo has no flags line";
   auto has = [&](const std::string& flag) { return (line + " ").find(" " + flag + " ") != std::string::npos; };
-  const cpu::CpuIsa isa = cpu::cpu_isa();
-  EXPECT_EQ(isa.avx512, has("avx512f") && has("avx512bw") && has("avx512vl"));
-  EXPECT_EQ(isa.avx512_bf16, has("avx512_bf16"));
+  const cpu::CpuIsa isa = cpu::cpu_features();
+  const bool v3 = has("avx2") && has("fma") && has("bmi1") && has("bmi2") && has("f16c") && has("movbe") && has("abm");
+  EXPECT_EQ(isa.avx2, v3);
+  EXPECT_EQ(isa.avx512, v3 && has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq"));
+  EXPECT_EQ(isa.avx512_bf16, isa.avx512 && has("avx512_bf16"));
   EXPECT_EQ(isa.amx_bf16, has("amx_bf16") && has("amx_tile"));
-  if (!isa.avx512_bf16 && !isa.amx_bf16) {
+  if (!cpu::cpu_isa().avx512_bf16 && !cpu::cpu_isa().amx_bf16) {
     EXPECT_FALSE(cpu::bf16_gemm_supported());
   }
 }

@@ -2,6 +2,7 @@
 // plain implementation, the straight-through backward against finite differences of the same
 // function with its rounding offsets and clamp decisions frozen at the evaluation point, and the
 // threaded fp32 path against the reference.
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -195,7 +196,8 @@ TEST(Qdq, ThreadedFp32EqualsSerialAndTracksDouble) {
   EXPECT_LE(diff, qd.size() / 1000);
 }
 
-// The fp32 backward's fast path (16 columns at a time on AVX-512) gives the reference template's bits:
+// The fp32 backward's paths (16 columns at a time on AVX-512 or AVX2, and scalar) give the reference
+// template's bits on every ISA level:
 // every group size (tails of 1..15 columns, a ragged last group, one group per row), sym and asym,
 // clamped codes (large V), and the optional inputs and outputs left out.
 TEST(Qdq, Fp32BackwardRowsEqualReferenceBits) {
@@ -205,6 +207,7 @@ TEST(Qdq, Fp32BackwardRowsEqualReferenceBits) {
     bool sym, with_v, with_ab, with_dv;
   };
   const Case cases[] = {{16, 256, 128, 4, false, true, true, true}, {9, 100, 32, 3, true, true, true, true},
+                        {6, 120, 24, 4, false, true, true, true},    {4, 64, 9, 4, true, true, true, true},
                         {5, 37, -1, 2, false, true, false, true},    {7, 70, 16, 8, true, false, true, false},
                         {3, 1, 1, 4, false, true, true, true},       {11, 131, 33, 4, false, true, true, true}};
   uint32_t seed = 40;
@@ -227,13 +230,17 @@ TEST(Qdq, Fp32BackwardRowsEqualReferenceBits) {
     const float *pa = k.with_ab ? a.data() : nullptr, *pb = k.with_ab ? b.data() : nullptr;
     qdq_bwd<float>(sh, W.data(), v, pa, pb, lo.data(), hi.data(), dW.data(), k.with_dv ? dV1.data() : nullptr,
                    da1.data(), db1.data(), 0, sh.out);
-    qdq_bwd_rows(sh, W.data(), v, pa, pb, lo.data(), hi.data(), dW.data(), k.with_dv ? dV2.data() : nullptr,
-                 da2.data(), db2.data(), 0, sh.out);
-    const std::string at = "out " + std::to_string(k.out) + " in " + std::to_string(k.in) + " g " +
-                           std::to_string(k.group);
-    EXPECT_EQ(std::memcmp(dV1.data(), dV2.data(), dV1.size() * 4), 0) << at;
-    EXPECT_EQ(std::memcmp(da1.data(), da2.data(), da1.size() * 4), 0) << at;
-    EXPECT_EQ(std::memcmp(db1.data(), db2.data(), db1.size() * 4), 0) << at;
+    for (cpu::Isa level : cpu::kIsaLevels) {  // every path this process may run (the machine, or the cap)
+      if (level > cpu::kernel_isa()) break;
+      std::fill(dV2.begin(), dV2.end(), 5.f);
+      qdq_bwd_rows(sh, W.data(), v, pa, pb, lo.data(), hi.data(), dW.data(), k.with_dv ? dV2.data() : nullptr,
+                   da2.data(), db2.data(), 0, sh.out, level);
+      const std::string at = std::string(cpu::isa_name(level)) + " out " + std::to_string(k.out) + " in " +
+                             std::to_string(k.in) + " g " + std::to_string(k.group);
+      EXPECT_EQ(std::memcmp(dV1.data(), dV2.data(), dV1.size() * 4), 0) << at;
+      EXPECT_EQ(std::memcmp(da1.data(), da2.data(), da1.size() * 4), 0) << at;
+      EXPECT_EQ(std::memcmp(db1.data(), db2.data(), db1.size() * 4), 0) << at;
+    }
   }
 }
 

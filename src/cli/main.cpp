@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 #include <malloc.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,22 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "kernels/cpu/isa.h"
+
+namespace {
+// AR_CPU_ISA (kernels/cpu/isa.h) caps our kernels and oneDNN in-process; OpenBLAS chose its kernel when
+// it was loaded, from OPENBLAS_CORETYPE: where the cap is below the CPU and that variable is unset, the
+// process starts again with it set (once: the variable is set the second time). Returns normally when
+// nothing is to be done or the re-exec failed (then OpenBLAS runs uncapped, and says so in the log).
+void cap_openblas(char** argv) {
+  const std::optional<ar::cpu::Isa> cap = ar::cpu::isa_cap();
+  if (!cap || *cap >= ar::cpu::cpu_features().level() || std::getenv("OPENBLAS_CORETYPE")) return;
+  const char* core = ar::cpu::openblas_core_for(*cap);
+  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "[warn] AR_CPU_ISA: could not restart with OPENBLAS_CORETYPE=%s; OpenBLAS is not capped\n", core);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   // Large buffers (per-block activations, packing scratch) come and go once per block; glibc's
@@ -19,6 +38,12 @@ int main(int argc, char** argv) {
   // so peak RSS would creep up with depth (measured: +30 MiB per 1B-shaped block). A fixed threshold
   // keeps every large buffer in its own mapping, returned to the system when freed.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  try {
+    cap_openblas(argv);
+  } catch (const ar::Error& e) {  // an unknown AR_CPU_ISA
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   // Before any thread starts: SIGINT/SIGTERM/SIGHUP remove temporary outputs and exit 128 + signal.
   ar::install_interrupt_cleanup();
   CLI::App app{"autoround: SignRound (AutoRound) weight quantization for Hugging Face LLMs", "autoround"};

@@ -154,6 +154,7 @@ void QuantizeRun::summary_head() {
     log_info("quantizing to gguf:" + gguf_scheme_->preset + " (llama.cpp's per-tensor types) with " +
              (opt_.tune.iters > 0 ? "SignRound through the GGUF types, " + std::to_string(opt_.tune.iters) + " iterations"
                                   : std::string("AutoRound's imatrix-weighted scale search")));
+  log_info(cpu::isa_summary());
   log_info(amp_.line);
   if (job_)
     log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +

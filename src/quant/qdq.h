@@ -2,6 +2,7 @@
 // ranges on the context's thread pool (rows are independent, so results equal the serial order).
 #pragma once
 #include "core/context.h"
+#include "kernels/cpu/isa.h"
 #include "quant/qdq_ref.h"
 
 namespace ar::quant {
@@ -17,10 +18,14 @@ void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, c
              const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero);
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta);
-// qdq_bwd<float> of qdq_ref.h over rows [r0, r1) on the calling thread, 16 columns at a time where the
-// CPU has AVX-512 (qdq_bwd_avx512.cpp): the same bits on either path.
+// qdq_bwd<float> of qdq_ref.h over rows [r0, r1) on the calling thread, 16 columns at a time on
+// AVX-512 or AVX2 (two halves of 8), else scalar (qdq_bwd_simd.cpp): the same bits on every path. The
+// first form runs cpu::kernel_isa()'s path, the second the given level's (tests).
 void qdq_bwd_rows(const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
                   const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta,
                   int64_t r0, int64_t r1);
+void qdq_bwd_rows(const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+                  const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta,
+                  int64_t r0, int64_t r1, cpu::Isa isa);
 
 }  // namespace ar::quant

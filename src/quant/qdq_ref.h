@@ -128,7 +128,7 @@ void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T
 }
 
 // The sums of a group's backward pass in one fixed order that the scalar and the 16-lane paths
-// (qdq_bwd_avx512.cpp) share: element c of a group (counted from the group's start) adds, by fma, into
+// (qdq_bwd_simd.cpp) share: element c of a group (counted from the group's start) adds, by fma, into
 // partial c mod 16; the 16 partials then combine pairwise (0+1, 2+3, ..., then pairs of pairs).
 constexpr int kQdqLanes = 16;
 

@@ -10,26 +10,21 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"  // Addends
 
 namespace ar::cpu {
-
-// isa.cpp — cpuid + xgetbv (the OS must save the ZMM / tile state), read on every call (cheap).
-struct CpuIsa {
-  bool avx512 = false;       // AVX512F + BW + VL usable
-  bool avx512_bf16 = false;  // VDPBF16PS / VCVTNEPS2BF16 usable
-  bool amx_bf16 = false;     // AMX-BF16 + AMX-TILE present and tile state enabled in XCR0
-};
-CpuIsa cpu_isa();
 
 // bf16_convert.cpp — elementwise, spread over the context's pool (bits independent of threads).
 // fp32 -> bf16 rounds to nearest even as PyTorch does (subnormals kept, overflow to +-inf, NaN stays a
 // quiet NaN with its sign and top payload bits); equals ar::f32_to_bf16 element by element.
 void fp32_to_bf16(Context& ctx, const float* src, uint16_t* dst, int64_t n);
-// The same on the calling thread (a block inside another kernel); avx512: cpu_isa().avx512, read once.
-void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n, bool avx512);
+// The same on the calling thread (a block inside another kernel) on the given level's path (the
+// caller's kernel_isa()); every level gives the same bits.
+void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n, Isa isa);
 // bf16 -> fp32 is exact.
 void bf16_to_fp32(Context& ctx, const uint16_t* src, float* dst, int64_t n);
+void bf16_to_fp32_serial(const uint16_t* src, float* dst, int64_t n, Isa isa);
 
 // Producers of GEMM operands that write them in bf16 only (no fp32 array in memory): the same bits as
 // the fp32 kernel (ops.h) followed by fp32_to_bf16. rmsnorm.cpp, swiglu.cpp.
@@ -42,6 +37,9 @@ void swiglu_bwd_bf16(Context& ctx, const float* da, const float* g, const float*
 void transpose_bf16(Context& ctx, const uint16_t* src, uint16_t* dst, int64_t rows, int64_t cols);
 
 // matmul_dnnl.cpp — oneDNN matmuls.
+// Applies AR_CPU_ISA to oneDNN (dnnl::set_max_cpu_isa) once, before its first primitive: every entry
+// point below calls it; code that makes its own oneDNN engine (benchmarks, tests) calls it first.
+void dnnl_isa_cap();
 // True where the CPU has bf16 dot products (AVX512_BF16 or AMX-BF16) and oneDNN will use them (its
 // effective ISA, which ONEDNN_MAX_CPU_ISA may lower, includes bf16). gemm_bf16 requires it;
 // callers fall back to the fp32 path (cpu::gemm) where it is false.

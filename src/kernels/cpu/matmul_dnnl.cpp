@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -102,8 +103,19 @@ void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, 
     lda = m1 - m0;
   }
   OneThread one;
-  const auto pd = unit_pd(eng, g.type, g.ta, g.tb, m1 - m0, n1 - n0, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta,
-                          g.add.size(), g.packed_b);
+  const int64_t rows = m1 - m0, cols = n1 - n0;
+  auto pd = unit_pd(eng, g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(),
+                    g.packed_b);
+  // The accumulation contract (cpu::gemm): C = beta C + P, then each addend, one rounding each. oneDNN's
+  // brgemm kernels apply the sum and binary post-ops to the finished product; its other kernels (the
+  // fp32 gemm:jit that runs without AVX-512) fold beta C into the first K block, so a product is
+  // computed whole into a scratch buffer and added here instead, as the OpenBLAS path does.
+  Tensor product;
+  if ((g.beta != 0.f || !g.add.empty()) && !std::string_view(pd.impl_info_str()).starts_with("brg")) {
+    pd = unit_pd(eng, g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, cols, g.alpha, 0.f, 0, g.packed_b);
+    product = Tensor::empty({rows * cols}, DType::F32, ctx);
+  }
+  float* out = product.defined() ? product.f32() : c;
   dnnl::stream s(eng);
   // oneDNN's own scratchpad (B packing) would be a fresh allocation per call: take it from the
   // context's cached allocator instead.
@@ -111,14 +123,27 @@ void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, 
   Tensor scratch = Tensor::empty({int64_t(std::max<size_t>(scratch_bytes, 1))}, DType::U8, ctx);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, memory(pd.src_desc(), eng, a)},
                                          {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, b)},
-                                         {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)},
+                                         {DNNL_ARG_DST, memory(pd.dst_desc(), eng, out)},
                                          {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, scratch.raw())}};
   const int first = g.beta != 0.f ? 1 : 0;  // post-op index of the first addend (after the sum)
-  for (size_t i = 0; i < g.add.size(); ++i)
+  for (size_t i = 0; i < g.add.size() && !product.defined(); ++i)
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(first + int(i)) | DNNL_ARG_SRC_1,
                  memory(pd.dst_desc(), eng, const_cast<float*>(g.add[i]) + (c - g.C)));
   dnnl::matmul(pd).execute(s, args);
   s.wait();
+  if (!product.defined()) return;
+  const float* P = product.f32();
+  for (int64_t i = 0; i < rows; ++i) {
+    float* ci = c + i * g.ldc;
+    const float* pi = P + i * cols;
+    if (g.beta == 0.f) std::memcpy(ci, pi, size_t(cols) * sizeof(float));
+    else
+      for (int64_t j = 0; j < cols; ++j) ci[j] = g.beta * ci[j] + pi[j];
+    for (const float* m : g.add) {
+      const float* mi = m + (c - g.C) + i * g.ldc;
+      for (int64_t j = 0; j < cols; ++j) ci[j] += mi[j];
+    }
+  }
 }
 
 constexpr int64_t kMinWork = int64_t(1) << 24;  // multiply-adds per unit
@@ -146,6 +171,12 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   if (row_units >= 2) return {true, rows, row_units};
   if (col_units >= 2) return {false, cols, col_units};
   return {true, M, 1};
+}
+
+// The CPU engine, with AR_CPU_ISA applied to oneDNN first (dnnl_isa_cap).
+dnnl::engine cpu_engine() {
+  dnnl_isa_cap();
+  return dnnl::engine(dnnl::engine::kind::cpu, 0);
 }
 
 // oneDNN creates its primitive cache and JIT state lazily on first use, inside the library, where a
@@ -211,7 +242,7 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& plain) {
       }
     return;
   }
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const dnnl::engine eng = cpu_engine();
   init_dnnl_once(eng);
   const Plan p = plan(g.M, g.N, g.K);
   if (p.units == 1) return run_unit(ctx, eng, g, 0, g.M, 0, g.N);
@@ -231,16 +262,32 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& plain) {
 }
 }  // namespace
 
+void dnnl_isa_cap() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::optional<Isa> cap = isa_cap();
+    if (!cap || *cap == Isa::amx) return;  // amx is oneDNN's highest level: nothing to cap
+    const auto want = static_cast<dnnl::cpu_isa>(dnnl_isa_for(*cap));
+    if (dnnl::set_max_cpu_isa(want) != dnnl::status::success && dnnl::get_effective_cpu_isa() != want)
+      fail(ErrorKind::Internal, std::string("AR_CPU_ISA=") + isa_name(*cap) +
+                                    ": oneDNN's ISA was fixed before the cap could be applied (effective 0x" +
+                                    std::to_string(int(dnnl::get_effective_cpu_isa())) + ")");
+  });
+}
+
 bool bf16_gemm_supported() {
   const CpuIsa isa = cpu_isa();
   if (!isa.avx512_bf16 && !isa.amx_bf16) return false;
+  dnnl_isa_cap();
   const auto eff = dnnl::get_effective_cpu_isa();
   return eff == dnnl::cpu_isa::avx512_core_bf16 || eff == dnnl::cpu_isa::avx512_core_amx;
 }
 
 std::string bf16_support_summary() {
   const CpuIsa isa = cpu_isa();
-  if (!isa.avx512_bf16 && !isa.amx_bf16) return "no bf16 dot products on this CPU (AVX512_BF16 or AMX-BF16)";
+  if (!isa.avx512_bf16 && !isa.amx_bf16)
+    return cpu_features().avx512_bf16 ? std::string("bf16 dot products capped off (AR_CPU_ISA=") + isa_name(*isa_cap()) + ")"
+                                      : "no bf16 dot products on this CPU (AVX512_BF16 or AMX-BF16)";
   std::string s = isa.amx_bf16 ? "amx_bf16" : "avx512_bf16";
   if (!bf16_gemm_supported()) return s + " present but oneDNN's ISA is limited below it (ONEDNN_MAX_CPU_ISA)";
   return s;
@@ -257,7 +304,7 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
   K_ = transposed ? in : out, N_ = transposed ? out : in;
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const dnnl::engine eng = cpu_engine();
   init_dnnl_once(eng);
   memory::desc d, plain({K_, N_}, dt::bf16, memory::dims{N_, 1});
   {
@@ -309,7 +356,7 @@ bool gemm_bf16(Context& ctx, bool ta, int64_t M, float alpha, const uint16_t* A,
                float beta, float* C, int64_t ldc, Addends add) {
   const auto* layout = static_cast<const memory::desc*>(B.layout_.get());
   if (!layout || M <= 0) return false;
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const dnnl::engine eng = cpu_engine();
   Gemm g{dt::bf16, ta, false, M, B.N_, B.K_, alpha, A, lda, B.buf_.raw(), B.N_, beta, C, ldc, add, layout};
   if (!takes_layout(eng, g, *layout)) return false;
   gemm_dnnl(ctx, false, g);
@@ -328,7 +375,7 @@ void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64
 }
 
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const dnnl::engine eng = cpu_engine();
   const Plan p = plan(M, N, K);
   const int64_t m = p.by_rows ? p.extent : M, n = p.by_rows ? N : p.extent;
   OneThread one;

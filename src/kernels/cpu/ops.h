@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/context.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
 
 namespace ar::cpu {
@@ -57,8 +58,10 @@ void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t 
 void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
 
 // exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp, the same bits on every
-// path (AVX-512 lanes or scalar), so results do not depend on how a loop was chunked.
+// path (AVX-512 or AVX2 lanes, or scalar), so results do not depend on how a loop was chunked or on
+// the machine. The first form runs kernel_isa()'s path, the second the given level's (tests).
 void exp_inplace(float* x, int64_t n);
+void exp_inplace(float* x, int64_t n, Isa isa);
 
 // elementwise.cpp
 void add(Context& ctx, const float* a, const float* b, float* y, int64_t n);

@@ -16,7 +16,7 @@ template <class Out>
 void rmsnorm_fwd_t(Context& ctx, const float* x, const float* w, Out* y, float* rstd, int64_t rows, int64_t dim,
                    double eps) {
   constexpr bool f32 = std::is_same_v<Out, float>;
-  const bool simd = cpu_isa().avx512;
+  const Isa isa = kernel_isa();
   ctx.pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(f32 ? 0 : size_t(dim));
     for (int64_t r = r0; r < r1; ++r) {
@@ -27,7 +27,7 @@ void rmsnorm_fwd_t(Context& ctx, const float* x, const float* w, Out* y, float* 
       if (rstd) rstd[r] = rs;
       float* yr = f32 ? reinterpret_cast<float*>(y) + r * dim : row.data();
       for (int64_t c = 0; c < dim; ++c) yr[c] = w[c] * (xr[c] * rs);
-      if constexpr (!f32) fp32_to_bf16_serial(row.data(), y + r * dim, dim, simd);
+      if constexpr (!f32) fp32_to_bf16_serial(row.data(), y + r * dim, dim, isa);
     }
   }, ThreadPool::grain(dim));
 }

@@ -29,13 +29,13 @@ void with_exp_neg(const float* g, int64_t i0, int64_t i1, Fn fn) {
 template <class Out>
 void swiglu_fwd_t(Context& ctx, const float* g, const float* u, Out* a, int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
-  const bool simd = cpu_isa().avx512;
+  const Isa isa = kernel_isa();
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float buf[kBlock];
     with_exp_neg(g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
       float* y = f32 ? reinterpret_cast<float*>(a) + b : buf;
       for (int64_t k = 0; k < len; ++k) y[k] = g[b + k] / (1.f + e[k]) * u[b + k];
-      if constexpr (!f32) fp32_to_bf16_serial(buf, a + b, len, simd);
+      if constexpr (!f32) fp32_to_bf16_serial(buf, a + b, len, isa);
     });
   }, ThreadPool::grain(8));
 }
@@ -43,7 +43,7 @@ void swiglu_fwd_t(Context& ctx, const float* g, const float* u, Out* a, int64_t 
 template <class Out>
 void swiglu_bwd_t(Context& ctx, const float* da, const float* g, const float* u, Out* dg, Out* du, int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
-  const bool simd = cpu_isa().avx512;
+  const Isa isa = kernel_isa();
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float bg[kBlock], bu[kBlock];
     with_exp_neg(g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
@@ -56,8 +56,8 @@ void swiglu_bwd_t(Context& ctx, const float* da, const float* g, const float* u,
         yg[k] = da[i] * u[i] * sg * (1.f + g[i] * (1.f - sg));
       }
       if constexpr (!f32) {
-        fp32_to_bf16_serial(bg, dg + b, len, simd);
-        fp32_to_bf16_serial(bu, du + b, len, simd);
+        fp32_to_bf16_serial(bg, dg + b, len, isa);
+        fp32_to_bf16_serial(bu, du + b, len, isa);
       }
     });
   }, ThreadPool::grain(8));
