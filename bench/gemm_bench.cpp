@@ -39,7 +39,6 @@ void omp_set_num_threads(int n);
 
 using namespace ar;
 using bench::dpbf16_loop;
-using bench::fma_loop;
 using bench::kAcc;
 using bench::loop_peak;
 
@@ -133,6 +132,7 @@ int main(int argc, char** argv) {
   std::string path_filter;  // --paths a,b: only these paths
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--paths") == 0) path_filter = std::string(",") + argv[i + 1] + ",";
+  cpu::dnnl_isa_cap();  // before anything asks oneDNN for its ISA
   const cpu::CpuIsa isa = cpu::cpu_isa();
   const bool bf16 = cpu::bf16_gemm_supported();
   const dnnl_version_t* v = dnnl_version();
@@ -141,10 +141,11 @@ int main(int argc, char** argv) {
   std::printf("OpenBLAS kernel: %s | %s\n", openblas_get_corename(), openblas_get_config());
   std::printf("oneDNN %d.%d.%d, effective ISA %d; bf16: %s\n", v->major, v->minor, v->patch,
               int(dnnl::get_effective_cpu_isa()), cpu::bf16_support_summary().c_str());
-  if (!isa.avx512) {
-    std::printf("no AVX-512 on this CPU: the peak loops need it\n");
+  if (!isa.avx2) {
+    std::printf("gemm_bench: the peak loops need AVX2 or AVX-512 (AR_CPU_ISA=%s)\n", cpu::isa_name(cpu::kernel_isa()));
     return 1;
   }
+  std::printf("%s; FMA peak loop: %s\n", cpu::isa_summary().c_str(), bench::fp32_peak_isa());
 
   std::vector<GemmShape> shapes;
   for (auto [in, out] : {std::pair{H, H}, std::pair{H, I}, std::pair{I, H}}) {
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
 
   for (int t : thread_counts) {
     Context ctx(Device{}, t);
-    const double fp32_peak = loop_peak(ctx, fma_loop, kAcc * 16 * 2, peak_iters);
+    const double fp32_peak = bench::fp32_peak_gflops(ctx, peak_iters);
     const double dp_peak = isa.avx512_bf16 ? loop_peak(ctx, dpbf16_loop, kAcc * 16 * 4, peak_iters) : 0.0;
     const double bf16_limit = 2 * fp32_peak;
     std::printf("{\"bench\":\"gemm_peak\",\"threads\":%d,\"fp32_fma_peak_gflops\":%.1f,\"bf16_limit_gflops\":%.1f,"
@@ -255,7 +256,7 @@ int main(int argc, char** argv) {
       }
     }
     // The peaks again after the GEMMs: on a shared machine the larger reading is the machine's.
-    const double fp32_after = loop_peak(ctx, fma_loop, kAcc * 16 * 2, peak_iters);
+    const double fp32_after = bench::fp32_peak_gflops(ctx, peak_iters);
     const double dp_after = isa.avx512_bf16 ? loop_peak(ctx, dpbf16_loop, kAcc * 16 * 4, peak_iters) : 0.0;
     std::printf("{\"bench\":\"gemm_peak_after\",\"threads\":%d,\"fp32_fma_peak_gflops\":%.1f,"
                 "\"dpbf16_loop_gflops\":%.1f}\n",

@@ -1,6 +1,7 @@
 // SignRound tuning throughput for one decoder block: per-iteration time split into phases (QDQ of
 // all Linears, block forward, block backward, the step: QDQ backward + sign-SGD) and achieved GFLOP/s
-// against the machine's limits measured in the same run: the AVX-512 fp32 FMA peak, the bf16 limit
+// against the machine's limits measured in the same run: the fp32 FMA peak at the process's ISA level
+// (AVX-512, or AVX2 under AR_CPU_ISA=avx2 / on a CPU without AVX-512), the bf16 limit
 // (twice that), and the best fp32 and bf16 GEMM rates (2048^3) of the kernels the tuning uses.
 // Default shape: a Llama-3.2-1B block (hidden 2048, intermediate 8192, 32 heads, 8 KV heads, head_dim
 // 64), batch 8 x seqlen 512, W4G128 sym, deterministic (per-sample leaves, the CLI's default).
@@ -112,9 +113,10 @@ int main(int argc, char** argv) {
   std::printf("tune_bench: hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s\n",
               (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D, (long long)blk.n,
               (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves");
-  std::printf("limits: fp32 FMA peak %.1f GFLOP/s, bf16 limit %.1f (VDPBF16PS loop %.1f); GEMM 2048^3: fp32 %.1f (%s), "
+  std::printf("%s\n", cpu::isa_summary().c_str());
+  std::printf("limits: fp32 FMA peak (%s) %.1f GFLOP/s, bf16 limit %.1f (VDPBF16PS loop %.1f); GEMM 2048^3: fp32 %.1f (%s), "
               "bf16 %.1f (%s)\n",
-              fp32_peak, bf16_limit, dp_loop, sgemm, cpu::dnnl_matmul_impl(false, false, true, 2048, 2048, 2048).c_str(),
+              bench::fp32_peak_isa(), fp32_peak, bf16_limit, dp_loop, sgemm, cpu::dnnl_matmul_impl(false, false, true, 2048, 2048, 2048).c_str(),
               bgemm, cpu::bf16_gemm_supported() ? cpu::dnnl_matmul_impl(true, false, true, 2048, 2048, 2048).c_str() : "-");
   const double flops = blk.flops();
   double fp32_iter = 0;
