@@ -261,7 +261,7 @@ def check_output(d, tool):
 
 
 def run_ours(a, model_dir, jsonl, out, log):
-    cmd = [a.autoround, "quantize", "--model", str(model_dir), "--bits", "4", "--group_size", "128",
+    cmd = [a.autoround, "quantize", "--model", str(model_dir), "--bits", "4", "--group_size", str(a.group_size),
            "--iters", str(a.iters), "--nsamples", str(a.nsamples), "--seqlen", str(a.seqlen),
            "--batch_size", str(a.batch_size), "--dataset", str(jsonl), "--output_dir", str(out),
            "--overwrite"] + shlex.split(a.ours_args)
@@ -276,7 +276,7 @@ def run_autoround(a, model_dir, ids_file, out, log, cache):
     cmd = [a.python, str(Path(__file__).resolve()), "--_worker", "--model_dir", str(model_dir),
            "--ids_file", str(ids_file), "--out", str(out), "--iters", str(a.iters),
            "--nsamples", str(a.nsamples), "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size),
-           "--ar_kwargs", a.ar_kwargs]
+           "--group_size", str(a.group_size), "--ar_kwargs", a.ar_kwargs]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TORCHINDUCTOR_CACHE_DIR=str(cache))
     wall, rss, text = timed(cmd, log, env)
@@ -286,7 +286,7 @@ def run_autoround(a, model_dir, ids_file, out, log, cache):
     w = json.loads(res[-1][len(WORKER_TAG):])
     if re.search(r"insufficient number of samples|force the batch size", text):
         sys.exit(f"auto-round used fewer than {a.nsamples} samples (log {log})")
-    # auto-round saves into OUT/<model name>-w4g128/; quantize_and_save returns that folder
+    # auto-round saves into OUT/<model name>-w4g<group>/; quantize_and_save returns that folder
     return {"wall_s": wall, "peak_rss_kib": rss, "worker": w,
             "output": check_output(Path(w["output_dirs"][0]), "autoround")}
 
@@ -300,7 +300,7 @@ def worker(a):
 
     samples = json.loads(Path(a.ids_file).read_text())["samples"]
     dataset = [torch.tensor([s], dtype=torch.long) for s in samples]  # [1, seqlen] each
-    kwargs = dict(bits=4, group_size=128, sym=True, iters=a.iters, nsamples=a.nsamples,
+    kwargs = dict(bits=4, group_size=a.group_size, sym=True, iters=a.iters, nsamples=a.nsamples,
                   seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu")
     kwargs.update(json.loads(a.ar_kwargs))
     t1 = time.perf_counter()
@@ -366,6 +366,7 @@ def main():
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=512)
     ap.add_argument("--batch_size", type=int, default=8)
+    ap.add_argument("--group_size", type=int, default=128, help="for both tools")
     ap.add_argument("--reps", type=int, default=2, help="rounds of [ours, autoround]")
     ap.add_argument("--ours_args", default="", help="extra autoround.cpp flags, e.g. '--amp false'")
     ap.add_argument("--ar_kwargs", default="{}", help="extra AutoRound(...) kwargs as JSON")

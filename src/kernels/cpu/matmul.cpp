@@ -25,9 +25,13 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {}) {
   if (M == 0 || N == 0) return;
   // oneDNN's brgemm for large products on dense operands; strided sub-matrices (attention's heads) would
-  // get its gemm:jit kernels, which allocate packing buffers on every call: OpenBLAS takes those.
+  // get its gemm:jit kernels, which allocate packing buffers on every call: OpenBLAS takes those, and
+  // every product where oneDNN's fp32 matmul is not brgemm (below AVX-512: gemm:jit's per-call buffers
+  // are fresh mappings under the CLI's mmap threshold; the 256-token units of the tuning ran at half
+  // speed on two threads, page faults and the mmap lock, bench/gemm_bench under AR_CPU_ISA=avx2).
+  static const bool brgemm = dnnl_matmul_impl(false, false, false, 1024, 1024, 1024).rfind("brg", 0) == 0;
   const bool dense = (ta ? lda == M : lda == K) && (tb ? ldb == K : ldb == N);
-  if (dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
+  if (brgemm && dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
     return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   // One call: C = alpha op(A) op(B) + beta C for rows m0.. and columns n0.. (a, b already offset).
@@ -64,22 +68,30 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
   auto extent = [&](int64_t other) {
     return std::max<int64_t>(kMinExtent, (kMinWork / std::max<int64_t>(1, other * K) + 16) / 16 * 16);
   };
-  const int64_t rows = extent(N), row_units = M / rows;
+  // Units are equal shares with boundaries on multiples of 16, in even counts (multiples of 4 from 8
+  // on), as the oneDNN path's plan (matmul_dnnl.cpp): a remainder left to the last unit, or an odd count,
+  // idles the other threads meanwhile. A single unit's worth of work of at least 2^24 multiply-adds
+  // (a K or V projection of one 256-token sample) is cut in two columns.
+  auto even = [](int64_t units) { return units >= 8 ? units / 4 * 4 : units / 2 * 2; };
+  auto bound = [](int64_t len, int64_t units, int64_t u) { return u >= units ? len : len * u / units / 16 * 16; };
+  const int64_t row_units = even(M / extent(N));
   auto for_units = [&](int64_t units, const std::function<void(int64_t, int64_t)>& fn) {
     if (serial) fn(0, units);
     else ctx.pool().parallel_for(units, fn, 1);
   };
   if (row_units >= 2) {
     for_units(row_units, [&](int64_t u0, int64_t u1) {
-      for (int64_t u = u0; u < u1; ++u) run(u * rows, u + 1 == row_units ? M : (u + 1) * rows);
+      for (int64_t u = u0; u < u1; ++u) run(bound(M, row_units, u), bound(M, row_units, u + 1));
     });
     return;
   }
-  const int64_t cols = extent(M), col_units = N / cols;
+  int64_t col_units = even(N / extent(M));
+  if (col_units < 2 && double(M) * double(N) * double(K) >= double(int64_t(1) << 24) && N >= 128)
+    col_units = 2;
   if (col_units < 2) return run(0, M);
   for_units(col_units, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t n0 = u * cols, n1 = u + 1 == col_units ? N : (u + 1) * cols;
+      const int64_t n0 = bound(N, col_units, u), n1 = bound(N, col_units, u + 1);
       const float* b = tb ? B + n0 * ldb : B + n0;  // column n of op(B): row n of B when transposed
       call(M, n1 - n0, A, b, C + n0);
     }

@@ -6,7 +6,7 @@
 // output is cut into fixed units, each its own matmul call, chosen from the shape only (never from the
 // thread count): threads only decide who runs which units, so the bits do not depend on the thread
 // count (same scheme as cpu::gemm, kernels/cpu/matmul.cpp). Units are row blocks of C (column blocks for
-// short M or transposed A), multiples of 64 rows or columns of at least kMinWork multiply-adds (plan()).
+// short M), equal shares of at least kMinWork multiply-adds with boundaries on multiples of 16 (plan()).
 // Reference: ref::gemm in double on the bf16-rounded operands (tests/test_kernels_bf16.cpp).
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -156,9 +156,15 @@ int64_t unit_extent(int64_t per) {
   return std::max<int64_t>(kAlign, (e + kAlign - 1) / kAlign * kAlign);
 }
 
+constexpr int64_t kSplitAlign = 16;  // unit boundaries: multiples of one AVX-512 vector of fp32
+
 struct Plan {
-  bool by_rows;          // units are row blocks of C (else column blocks)
-  int64_t extent, units;  // rows (or columns) per unit, the last one takes the remainder
+  bool by_rows;        // units are row blocks of C (else column blocks)
+  int64_t len, units;  // the dimension cut (M or N) into `units` equal shares
+  // Unit u covers [begin(u), begin(u + 1)): boundaries on multiples of kSplitAlign, so shares differ by
+  // at most that much (a remainder left to the last unit would idle every other thread meanwhile).
+  int64_t begin(int64_t u) const { return u >= units ? len : len * u / units / kSplitAlign * kSplitAlign; }
+  int64_t size(int64_t u) const { return begin(u + 1) - begin(u); }
 };
 
 Plan plan(int64_t M, int64_t N, int64_t K) {
@@ -166,10 +172,17 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   // dense operands get oneDNN's brgemm kernels, strided sub-matrices its slower gemm:jit kernels.
   // oneDNN re-packs B in every unit: at least kMinRows rows amortize that (64-row units ran the forward
   // x W^T 15-25% slower, bench/gemm_bench). Column blocks only for short M.
-  const int64_t rows = std::max(unit_extent(N * K), kMinRows), row_units = M / rows;
-  const int64_t cols = unit_extent(M * K), col_units = N / cols;
-  if (row_units >= 2) return {true, rows, row_units};
-  if (col_units >= 2) return {false, cols, col_units};
+  // Unit counts are even (multiples of 4 from 8 on): the pool hands out contiguous runs of units, and
+  // an odd count on an even number of threads idles all but one of them for a unit's time (9 units on
+  // 2 threads ran as 5 + 4). Rounding down only makes units larger.
+  auto even = [](int64_t units) { return units >= 8 ? units / 4 * 4 : units / 2 * 2; };
+  const int64_t rows = std::max(unit_extent(N * K), kMinRows), row_units = even(M / rows);
+  const int64_t cols = unit_extent(M * K), col_units = even(N / cols);
+  if (row_units >= 2) return {true, M, row_units};
+  if (col_units >= 2) return {false, N, col_units};
+  // A unit's work or more that the extents leave whole (a K or V projection of one 256-token sample,
+  // 256 x 192 x 576): two column units, so that two threads share it.
+  if (double(M) * double(N) * double(K) >= double(kMinWork) && N >= 2 * kAlign) return {false, N, 2};
   return {true, M, 1};
 }
 
@@ -218,7 +231,8 @@ bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memo
   if (!p.by_rows || p.units < kPrepackUnits || g.tb || g.packed_b) return false;
   OneThread one;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
-  desc = unit_pd(eng, g.type, g.ta, false, p.extent, g.N, g.K, g.ta ? p.extent : g.K, g.ldb, g.ldc, g.alpha, g.beta,
+  const int64_t m = p.size(0);
+  desc = unit_pd(eng, g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.K, g.ldb, g.ldc, g.alpha, g.beta,
                  g.add.size(), &any)
              .weights_desc();
   const memory::desc plain({g.K, g.N}, g.type, memory::dims{g.ldb, 1});
@@ -249,10 +263,9 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& plain) {
   memory::desc packed;
   Tensor packed_buf;
   prepack(ctx, eng, g, p, packed, packed_buf);
-  const int64_t len = p.by_rows ? g.M : g.N;
   auto units = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u * p.extent, e = u + 1 == p.units ? len : b + p.extent;
+      const int64_t b = p.begin(u), e = p.begin(u + 1);
       if (p.by_rows) run_unit(ctx, eng, g, b, e, 0, g.N);
       else run_unit(ctx, eng, g, 0, g.M, b, e);
     }
@@ -342,8 +355,7 @@ bool takes_layout(const dnnl::engine& eng, const Gemm& g, const memory::desc& la
   if (!p.by_rows) return false;
   OneThread one;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
-  const int64_t last = g.M - (p.units - 1) * p.extent;
-  for (int64_t m : {p.units > 1 ? p.extent : last, last})
+  for (int64_t m : {p.size(0), p.size(p.units - 1)})  // the shares' two sizes (they differ by < kSplitAlign)
     if (!(unit_pd(eng, g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.lda, g.N, g.ldc, g.alpha, g.beta, g.add.size(),
                   &any)
               .weights_desc() == layout))
@@ -377,7 +389,7 @@ void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   const dnnl::engine eng = cpu_engine();
   const Plan p = plan(M, N, K);
-  const int64_t m = p.by_rows ? p.extent : M, n = p.by_rows ? N : p.extent;
+  const int64_t m = p.by_rows ? p.size(0) : M, n = p.by_rows ? N : p.size(0);
   OneThread one;
   return unit_pd(eng, bf16 ? dt::bf16 : dt::f32, ta, tb, m, n, K, ta ? m : K, tb ? K : N, N, 1.f, 0.f)
       .impl_info_str();
