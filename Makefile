@@ -14,7 +14,7 @@ FUZZ_SMOKE ?= 1
 V2_BUILD ?= build-v2
 V2_TESTS ?= test_isa test_exp test_qdq test_kernels_cpu test_ops_ref_fd test_signround
 
-.PHONY: setup build test test-isa test-v2 demo bench clean fuzz-build fuzz fuzz-smoke
+.PHONY: setup build test test-isa test-v2 test-emulated demo bench clean fuzz-build fuzz fuzz-smoke
 setup:
 	./scripts/setup.sh
 
@@ -23,10 +23,12 @@ build: setup
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The suite at the CPU's own ISA level, then capped at avx2 (all of it) and scalar (kernels, quant),
-# with a table of levels x labels; then the x86-64-v2 build and the fuzz smoke run.
+# with a table of levels x labels; then the x86-64-v2 build, the kernels on emulated CPUs without
+# AVX-512 (Zen 3) and without AVX (Nehalem), and the fuzz smoke run.
 test: build
 	./scripts/test_isa_levels.sh $(BUILD) $(JOBS)
 	$(MAKE) test-v2
+	./scripts/test_emulated.sh $(BUILD) $(V2_BUILD)
 ifneq ($(FUZZ_SMOKE),0)
 	$(MAKE) fuzz-smoke
 endif
@@ -60,6 +62,10 @@ fuzz-smoke: fuzz-build
 # Main job on the built-in default: convert the stories260K fixture, generate, evaluate.
 demo: build
 	./scripts/demo.sh $(BUILD)
+
+# The kernels under QEMU as a Zen 3 (v3 build) and a Nehalem (v2 build): scripts/test_emulated.sh.
+test-emulated: build test-v2
+	./scripts/test_emulated.sh $(BUILD) $(V2_BUILD)
 
 bench: build
 	$(BUILD)/bench/block_bench

@@ -3,7 +3,8 @@
 # Idempotent; run as root (or with sudo available). Used by the README and by .ci/run.
 set -euo pipefail
 PKGS=(build-essential cmake libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-      libbenchmark-dev libdnnl-dev libgloo-dev iproute2 openmpi-bin libpcre2-dev libutf8proc-dev pkg-config time clang libclang-rt-14-dev)
+      libbenchmark-dev libdnnl-dev libgloo-dev iproute2 openmpi-bin libpcre2-dev libutf8proc-dev pkg-config time clang libclang-rt-14-dev
+      qemu-user)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -435,7 +435,7 @@ def main():
     ratio = s["autoround"]["wall_median_s"] / s["ours"]["wall_median_s"]
     aw = runs["autoround"][-1]["worker"]
     print(f"\nload average at end {env['loadavg_end']}\n")
-    print(f"W4G128 sym, {a.iters} iters, {a.nsamples} x {a.seqlen} tokens, batch {a.batch_size}; "
+    print(f"W4G{a.group_size} sym, {a.iters} iters, {a.nsamples} x {a.seqlen} tokens, batch {a.batch_size}; "
           f"model h{a.hidden} i{a.intermediate} L{a.layers} heads {a.heads}/{a.kv_heads}; "
           f"{a.reps} reps, nproc {env['nproc']}\n")
     print("| run | wall (median, min-max) | peak RSS |")

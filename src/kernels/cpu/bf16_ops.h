@@ -44,6 +44,9 @@ void dnnl_isa_cap();
 // effective ISA, which ONEDNN_MAX_CPU_ISA may lower, includes bf16). gemm_bf16 requires it;
 // callers fall back to the fp32 path (cpu::gemm) where it is false.
 bool bf16_gemm_supported();
+// True where oneDNN's fp32 matmul runs its brgemm kernels (AVX-512 and up; read once): only then do
+// large dense fp32 products go to oneDNN (cpu::gemm), elsewhere all of them to OpenBLAS.
+bool dnnl_f32_is_brgemm();
 // One line for logs: "avx512_bf16", "amx_bf16", or why bf16 GEMMs are unavailable.
 std::string bf16_support_summary();
 

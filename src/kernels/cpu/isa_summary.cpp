@@ -13,8 +13,12 @@ std::string isa_summary() {
   const std::optional<Isa> cap = isa_cap();
   std::string s = std::string("isa: ") + isa_name(level);
   if (cap && *cap < hw) s += std::string(" (capped by AR_CPU_ISA; the CPU has ") + isa_name(hw) + ")";
-  s += std::string("; fp32 GEMM: oneDNN ") + dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) +
-       ", OpenBLAS " + openblas_get_corename() + " (small and strided products)";
+  if (dnnl_f32_is_brgemm())
+    s += std::string("; fp32 GEMM: oneDNN ") + dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) +
+         ", OpenBLAS " + openblas_get_corename() + " (small and strided products)";
+  else
+    s += std::string("; fp32 GEMM: OpenBLAS ") + openblas_get_corename() + " (oneDNN's fp32 matmul here is " +
+         dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) + ": not used)";
   s += std::string("; bf16 GEMM: ") +
        (bf16_gemm_supported() ? "oneDNN " + dnnl_matmul_impl(true, false, false, 2048, 2048, 2048) : "none");
   const char* simd = level >= Isa::avx512 ? "avx512" : level >= Isa::avx2 ? "avx2" : "scalar";

@@ -29,9 +29,8 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
   // every product where oneDNN's fp32 matmul is not brgemm (below AVX-512: gemm:jit's per-call buffers
   // are fresh mappings under the CLI's mmap threshold; the 256-token units of the tuning ran at half
   // speed on two threads, page faults and the mmap lock, bench/gemm_bench under AR_CPU_ISA=avx2).
-  static const bool brgemm = dnnl_matmul_impl(false, false, false, 1024, 1024, 1024).rfind("brg", 0) == 0;
   const bool dense = (ta ? lda == M : lda == K) && (tb ? ldb == K : ldb == N);
-  if (brgemm && dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
+  if (dnnl_f32_is_brgemm() && dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
     return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   // One call: C = alpha op(A) op(B) + beta C for rows m0.. and columns n0.. (a, b already offset).

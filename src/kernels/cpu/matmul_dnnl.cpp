@@ -386,6 +386,11 @@ void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64
   gemm_dnnl(ctx, serial, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
 
+bool dnnl_f32_is_brgemm() {
+  static const bool brgemm = dnnl_matmul_impl(false, false, false, 1024, 1024, 1024).rfind("brg", 0) == 0;
+  return brgemm;
+}
+
 std::string dnnl_matmul_impl(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   const dnnl::engine eng = cpu_engine();
   const Plan p = plan(M, N, K);
