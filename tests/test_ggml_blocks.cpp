@@ -32,11 +32,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using test::bits;
 
 uint64_t fnv1a64(const float* y, int64_t n) {
   uint64_t h = 0xCBF29CE484222325ull;

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
+#include "test_util.h"
 
 using namespace ar;
 using cpu::Isa;
@@ -29,16 +30,8 @@ std::vector<Isa> runnable_levels() {
   return v;
 }
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using test::from_bits;
+constexpr auto bits_of = test::bits;
 
 // Bit patterns over the whole float space (a stride prime to 2^32) plus the values that matter.
 std::vector<float> every_class() {

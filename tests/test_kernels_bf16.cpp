@@ -36,17 +36,6 @@ namespace {
   if (!cpu::bf16_gemm_supported())                                                                   \
   GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary()
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);

@@ -3,13 +3,27 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace ar::test {
+
+// A float's bit pattern and back (bit-exact comparisons, every class of value).
+inline uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 template <class T>
 std::vector<T> randn(size_t n, uint32_t seed, double scale = 1.0) {
