@@ -52,6 +52,7 @@ std::vector<RankRun> start_ranks(const std::vector<RankSpec>& specs, int port, c
                            "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world),
                            "MASTER_ADDR=" + s.master_addr, "MASTER_PORT=" + std::to_string(port)})
       env.push_back(kv);  // a single process gets none: a plain run
+    env.insert(env.end(), s.env.begin(), s.env.end());
     std::vector<std::string> argv = s.prefix;
     argv.push_back(s.binary.empty() ? cli_path : s.binary);
     argv.insert(argv.end(), s.args.begin(), s.args.end());

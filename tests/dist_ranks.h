@@ -14,6 +14,7 @@ struct RankSpec {
   std::vector<std::string> prefix;  // run under this command (e.g. ip netns exec ns0)
   std::string master_addr = "127.0.0.1";
   bool skip = false;  // not started (a rank that never shows up)
+  std::vector<std::string> env;  // extra VAR=value entries (after the inherited ones)
 };
 struct RankRun {
   pid_t pid = -1;

@@ -10,8 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "dist_ranks.h"
@@ -96,6 +98,11 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
       expect_all_ok(ends, what);
       EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ref) << what << " differs from serial";
       EXPECT_NE(ends[0].log.find("handshake: " + std::to_string(s.procs) + " processes agree"), std::string::npos)
+          << ends[0].log;
+      // No job token: rank 0 says its store is unauthenticated and listens on MASTER_ADDR only.
+      EXPECT_NE(ends[0].log.find("rendezvous: unauthenticated (no AR_JOB_TOKEN or --job_token_file): the store "
+                                 "listens on 127.0.0.1 only"),
+                std::string::npos)
           << ends[0].log;
       for (size_t r = 1; r < ends.size(); ++r) EXPECT_EQ(ends[r].log.find("block 1/2"), std::string::npos) << "rank " << r << " logs";
       fs::remove_all(f.dir + "/job");
@@ -259,6 +266,106 @@ TEST(DistJob, LaunchCommandRunsTheJob) {
   const auto e = ar::test::wait_ranks(r, kJobTimeout);
   EXPECT_EQ(e[0].code, 0) << e[0].log;
   EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
+  // No AR_JOB_TOKEN in the environment: the launcher made one for its ranks.
+  EXPECT_NE(e[0].log.find("a fresh job token authenticates this node's ranks"), std::string::npos) << e[0].log;
+  EXPECT_NE(e[0].log.find("authenticated by the job token"), std::string::npos) << e[0].log;
+}
+
+namespace {
+const std::string kJobToken = "dist-job-test-token-0123456789abcdef";
+
+std::string le32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[size_t(i)] = char((v >> (8 * i)) & 0xff);
+  return s;
+}
+std::string frame(uint8_t op, const std::string& fields) { return le32(uint32_t(1 + fields.size())) + char(op) + fields; }
+
+// One stranger's connection to 127.0.0.1:port: sends `bytes`, keeps the socket `hold` long, closes.
+// False while nothing listens there yet.
+bool probe(int port, const std::string& bytes, std::chrono::milliseconds hold) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  const bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (up) {
+    (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(hold);
+  }
+  close(fd);
+  return up;
+}
+}  // namespace
+
+// Strangers on the rendezvous port of a 2-rank job with a job token, from before rank 0 listens until
+// the job ends: an unauthenticated FAIL frame, a forged HELLO of rank 1, a 64 MiB length prefix and a
+// slow half frame (two bytes, then silence), over and over. The job finishes and writes the serial
+// run's bytes; rank 0's log names the dropped connections. (On an unauthenticated store, the forged
+// HELLO alone took rank 1's place and the FAIL frame stopped the job.)
+TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
+  Fixture f("dj_hostile", 2, 43);
+  auto args = quant_args(f.model, f.dir + "/serial", 4);
+  run_serial(args, f.dir);
+  args[3] = f.dir + "/job";
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) {
+    s.args = args;
+    s.env = {"AR_JOB_TOKEN=" + kJobToken};
+  }
+  const int port = ar::test::free_port();
+  const std::string fields_hello = le32(1) + le32(8) + "stranger";
+  const std::vector<std::pair<std::string, std::chrono::milliseconds>> probes = {
+      {frame(4, fields_hello), std::chrono::milliseconds(50)},                      // HELLO rank 1
+      {frame(6, le32(12) + "stop the job"), std::chrono::milliseconds(50)},            // FAIL
+      {le32(64u << 20) + std::string(1, '\x01'), std::chrono::milliseconds(50)},      // a 64 MiB SET
+      {std::string("\x10\x00", 2), std::chrono::milliseconds(1500)}};                  // a half length prefix
+  std::atomic<bool> done{false};
+  std::atomic<int> delivered{0};
+  std::thread stranger([&] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(int(kJobTimeout));
+    for (size_t i = 0; !done && std::chrono::steady_clock::now() < end; ++i) {
+      if (probe(port, probes[i % probes.size()].first, probes[i % probes.size()].second)) ++delivered;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  auto ranks = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);
+  const auto ends = ar::test::wait_ranks(ranks, kJobTimeout);
+  done = true;
+  stranger.join();
+  expect_all_ok(ends, "a job with strangers on its port");
+  EXPECT_GE(delivered.load(), int(probes.size())) << "every kind of probe reached the port";
+  EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
+  EXPECT_NE(ends[0].log.find("authenticated by the job token"), std::string::npos) << ends[0].log;
+  EXPECT_NE(ends[0].log.find("authentication failed"), std::string::npos) << ends[0].log;
+}
+
+// Ranks started with different tokens: rank 1 stops at once naming the token (exit 1); rank 0 logs the
+// refused connection with the rank it claimed and stops after the timeout; no output.
+TEST(DistJob, RanksWithDifferentTokensFailNamingTheRank) {
+  Fixture f("dj_token", 2, 45);
+  auto args = quant_args(f.model, f.dir + "/out", 2);
+  args[args.size() - 1] = "3";  // --timeout 3
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) s.args = args;
+  specs[0].env = {"AR_JOB_TOKEN=" + kJobToken};
+  specs[1].env = {"AR_JOB_TOKEN=" + kJobToken + "-other"};
+  auto ranks = ar::test::start_ranks(specs, ar::test::free_port(), f.dir, AR_CLI_PATH);
+  const auto ends = ar::test::wait_ranks(ranks, 60);
+  EXPECT_EQ(ends[1].code, 1) << ends[1].log;
+  EXPECT_NE(ends[1].log.find("(rank 1) refused this rank's job token"), std::string::npos) << ends[1].log;
+  EXPECT_NE(ends[0].code, 0) << ends[0].log;
+  EXPECT_NE(ends[0].log.find("(it claims rank 1): authentication failed: wrong job token"), std::string::npos)
+      << ends[0].log;
+  EXPECT_FALSE(fs::exists(f.dir + "/out"));
+  // A token too short to be a secret is refused before anything starts.
+  specs[0].env = specs[1].env = {"AR_JOB_TOKEN=short"};
+  auto shorts = ar::test::start_ranks(specs, ar::test::free_port(), f.dir, AR_CLI_PATH);
+  for (const auto& e : ar::test::wait_ranks(shorts, 60)) {
+    EXPECT_EQ(e.code, 1) << e.log;
+    EXPECT_NE(e.log.find("AR_JOB_TOKEN: a job token of 5 bytes is too short"), std::string::npos) << e.log;
+  }
 }
 
 namespace {

@@ -334,6 +334,9 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--advertise_addr", o->job.advertise_addr,
                   "multi-process job: this host's address for the other ranks (default: GLOO_SOCKET_IFNAME's, or the "
                   "route to the rendezvous)");
+  sub->add_option("--job_token_file", o->job.job_token_file,
+                  "multi-process job: a file holding the job's secret, the same on every rank (default: AR_JOB_TOKEN; "
+                  "none: an unauthenticated rendezvous on MASTER_ADDR only)");
   register_compat_flags(sub, o->compat);
   sub->parse_complete_callback([o, sub] {
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };

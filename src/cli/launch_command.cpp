@@ -3,12 +3,15 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <memory>
 
 #include "cli/option_checks.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "dist/auth.h"
 #include "dist/launcher.h"
 
 namespace ar::cli {
@@ -22,6 +25,26 @@ std::string self_exe() {
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) fail(ErrorKind::Io, "launch: cannot read /proc/self/exe to find the autoround binary");
   return std::string(buf, size_t(n));
+}
+
+// The ranks' job token (docs/distributed.md, "Threat model"): AR_JOB_TOKEN or a --job_token_file in the
+// ranks' arguments reach them as they are; otherwise one node makes a fresh token for its own ranks.
+// Several nodes must share one, which no node can invent for the others: without it they run
+// unauthenticated, and the log says how to fix that.
+void choose_job_token(dist::LaunchOptions& o) {
+  const char* env = std::getenv("AR_JOB_TOKEN");
+  const bool file = std::any_of(o.args.begin(), o.args.end(), [](const std::string& a) {
+    return a == "--job_token_file" || a.rfind("--job_token_file=", 0) == 0;
+  });
+  if ((env && *env) || file) return;
+  if (o.nnodes == 1) {
+    o.job_token = dist::make_job_token();
+    log_info("launch: a fresh job token authenticates this node's ranks (AR_JOB_TOKEN)");
+    return;
+  }
+  log_warn("launch: no AR_JOB_TOKEN: the rendezvous of this " + std::to_string(o.nnodes) +
+           "-node job is unauthenticated; export the same secret as AR_JOB_TOKEN on every node (e.g. `openssl rand "
+           "-hex 32`)");
 }
 
 // The rendezvous flags left out: MASTER_ADDR / MASTER_PORT from the environment (as a rank would read
@@ -68,6 +91,7 @@ void add_launch_command(CLI::App& app, const ExitCodeRunnerSink& add_runner) {
   });
   add_runner(sub, [o] {
     o->self_exe = self_exe();
+    choose_job_token(*o);
     return dist::run_launcher(*o);
   });
 }

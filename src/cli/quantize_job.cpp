@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/auth.h"
 #include "dist/job.h"
 
 namespace ar::cli {
@@ -35,6 +36,7 @@ void run_quantize(const QuantizeOptions& qo, const JobFlags& flags) {
   jo.heartbeat = std::min(jo.heartbeat, jo.timeout / 4);
   jo.advertise_addr = flags.advertise_addr;
   if (const char* a = std::getenv("AR_ADVERTISE_ADDR"); jo.advertise_addr.empty() && a) jo.advertise_addr = a;
+  jo.token = dist::job_token(flags.job_token_file, dist::process_env());
   std::unique_ptr<dist::Job> job = dist::Job::start(env, jo);
   QuantizeReport r;
   try {

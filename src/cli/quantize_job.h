@@ -13,6 +13,7 @@ struct JobFlags {
   int master_port = 0;      // --master_port (0 = MASTER_PORT or 29500)
   double timeout_s = 60;    // --timeout: rendezvous and lost-rank detection
   std::string advertise_addr;  // --advertise_addr ("" = AR_ADVERTISE_ADDR, GLOO_SOCKET_IFNAME or the route)
+  std::string job_token_file;  // --job_token_file ("" = AR_JOB_TOKEN, else an unauthenticated job)
 };
 
 void run_quantize(const QuantizeOptions& qo, const JobFlags& flags);

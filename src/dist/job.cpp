@@ -54,6 +54,21 @@ std::string hostname() {
   return h;
 }
 std::string secs(milliseconds t) { return std::to_string(t.count() / 1000) + " s"; }
+
+// Rank 0's store. With a job token it listens on every interface (MASTER_ADDR may name a service or a
+// NAT address that is not this host's own); without one, on MASTER_ADDR's address only, and says so.
+std::unique_ptr<StoreServer> serve_rendezvous(const LaunchEnv& env, const JobOptions& opt) {
+  if (!opt.token.empty()) return std::make_unique<StoreServer>("", env.master_port, env.world, opt.timeout, opt.token);
+  log_warn("rendezvous: unauthenticated (no AR_JOB_TOKEN or --job_token_file): the store listens on " +
+           env.master_addr + " only, and any process that can reach it there can join or stop this job "
+           "(docs/distributed.md, \"Threat model\")");
+  try {
+    return std::make_unique<StoreServer>(env.master_addr, env.master_port, env.world, opt.timeout, opt.token);
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string(e.what()) + "; without a job token the store listens on MASTER_ADDR only: "
+                                                  "set the same AR_JOB_TOKEN on every rank to listen on every interface");
+  }
+}
 }  // namespace
 
 struct Job::Impl {
@@ -113,14 +128,14 @@ std::unique_ptr<Job> Job::start(const LaunchEnv& env, const JobOptions& opt) {
   im->env = env;
   im->opt = opt;
   im->host = hostname();
-  if (env.rank == 0) im->server = std::make_unique<StoreServer>("", env.master_port, env.world, opt.timeout);
+  if (env.rank == 0) im->server = serve_rendezvous(env, opt);
   log_info("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + " on " + im->host +
            ": rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " (timeout " +
-           secs(opt.timeout) + ")");
-  im->store = std::make_unique<StoreClient>(env.master_addr, env.master_port, opt.timeout);
+           secs(opt.timeout) + (opt.token.empty() ? ", unauthenticated)" : ", authenticated by the job token)"));
+  im->store = std::make_unique<StoreClient>(env.master_addr, env.master_port, opt.timeout, opt.token);
   Impl* raw = im.get();
   im->live = std::make_unique<Liveness>(env.master_addr, env.master_port, env.rank, im->host, opt.heartbeat, opt.timeout,
-                                        [raw](const std::string& v) { raw->on_verdict(v); });
+                                        [raw](const std::string& v) { raw->on_verdict(v); }, opt.token);
   im->connect_mesh();
   return std::unique_ptr<Job>(new Job(std::move(im)));
 }
@@ -147,6 +162,7 @@ void Job::handshake(const nlohmann::ordered_json& identity) {
       const std::vector<char> b = impl_->store->get("hello/" + std::to_string(r));
       ids[size_t(r)] = parse_identity(std::string(b.begin(), b.end()), r, me);
     }
+    release_store();
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Io) throw;
     ar::fail(ErrorKind::Io, impl_->explain("handshake", e.what()));
@@ -155,6 +171,17 @@ void Job::handshake(const nlohmann::ordered_json& identity) {
     impl_->failing = true;  // every rank fails alike: no verdict needed
     ar::fail(ErrorKind::InvalidInput, bad);
   }
+}
+
+// Every rank has read the mesh addresses and the identities: once each says so, rank 0 frees the
+// store's keys (nothing stays readable, and its memory is the job's for the rest of the run).
+void Job::release_store() {
+  impl_->store->set("read/" + std::to_string(rank()), {'1'});
+  if (!impl_->server) return;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back("read/" + std::to_string(r));
+  impl_->store->wait(keys);
+  impl_->server->release_keys();
 }
 
 void Job::finish() {

@@ -1,8 +1,10 @@
 // A multi-process job from one rank's side (docs/distributed.md):
 //   start      rank 0 binds the rendezvous store at MASTER_ADDR:MASTER_PORT (an address in use is an
-//              error at once); every rank connects to it (retrying until --timeout), links its liveness
+//              error at once; every interface with a job token, MASTER_ADDR's only without one); every
+//              rank connects to it (retrying until --timeout), authenticates, links its liveness
 //              (heartbeats) and builds the Gloo mesh through it.
-//   handshake  identities compared before any work (dist/handshake.h).
+//   handshake  identities compared before any work (dist/handshake.h); then every rank has read what
+//              it needs from the store, and rank 0 frees its keys.
 //   liveness   a rank lost (killed, out of memory, cut off) or failed becomes every rank's verdict
 //              within --timeout; each rank then ends at once with the verdict as its error, removing
 //              its temporary outputs (a resumable run's state is kept), exit code 3.
@@ -24,6 +26,9 @@ struct JobOptions {
   std::chrono::milliseconds collective_timeout{30 * 60000};  // a live peer that stops answering
   std::chrono::milliseconds heartbeat{1000};
   std::string advertise_addr;  // this rank's address for the mesh ("" = GLOO_SOCKET_IFNAME or the route)
+  // The job's secret (dist/auth.h): every rendezvous connection proves it holds it. "": an
+  // unauthenticated job, whose store listens on MASTER_ADDR's interface only.
+  std::string token;
 };
 
 class Job {
@@ -46,6 +51,7 @@ class Job {
  private:
   struct Impl;
   explicit Job(std::unique_ptr<Impl> impl);
+  void release_store();
   std::unique_ptr<Impl> impl_;
 };
 

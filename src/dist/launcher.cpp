@@ -113,6 +113,7 @@ Spawn build_spawn(const LaunchOptions& opt, int local_rank) {
       "GROUP_RANK=" + std::to_string(opt.node_rank), "MASTER_ADDR=" + opt.master_addr,
       "MASTER_PORT=" + std::to_string(opt.master_port)};
   if (!opt.advertise_addr.empty()) ours.push_back("AR_ADVERTISE_ADDR=" + opt.advertise_addr);
+  if (!opt.job_token.empty()) ours.push_back("AR_JOB_TOKEN=" + opt.job_token);
   for (char** e = environ; *e; ++e)
     if (!sets_variable(*e, ours)) s.env_s.emplace_back(*e);
   s.env_s.insert(s.env_s.end(), ours.begin(), ours.end());

@@ -21,6 +21,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string advertise_addr;
+  std::string job_token;  // passed as AR_JOB_TOKEN when not empty
   double grace_s = 10;
   std::string self_exe;           // the autoround binary (/proc/self/exe)
   std::vector<std::string> args;  // after "--": passed to every rank unchanged

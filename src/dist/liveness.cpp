@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/auth.h"
 #include "dist/store.h"
 #include "dist/store_frame.h"
 
@@ -139,7 +140,7 @@ void Liveness::Impl::say_bye() {
 }
 
 Liveness::Liveness(const std::string& host, int port, int rank, const std::string& my_host, Millis interval,
-                   Millis timeout, std::function<void(const std::string&)> on_verdict)
+                   Millis timeout, std::function<void(const std::string&)> on_verdict, const std::string& token)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.host = host;
@@ -150,6 +151,8 @@ Liveness::Liveness(const std::string& host, int port, int rank, const std::strin
   s.on_verdict = std::move(on_verdict);
   s.fd = connect_with_retries(host, port, timeout);
   try {
+    auth::client(s.fd, token, uint32_t(std::max(rank, 0)),
+                 "rendezvous at " + host_port(host, port) + " (rank " + std::to_string(rank) + ")", deadline_after(timeout));
     s.hello(my_host);
   } catch (...) {
     ::close(s.fd);

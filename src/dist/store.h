@@ -1,6 +1,9 @@
 // The job's rendezvous and liveness service, served by global rank 0 at MASTER_ADDR:MASTER_PORT over
 // plain TCP (Gloo ships no TCP key-value store; PyTorch's TCPStore is not a library we can use).
 //
+// Every connection first proves that it holds the job token (dist/auth.h); until then its bytes reach
+// nothing but the authentication, and a connection that fails it is dropped with a log line.
+//
 // Protocol (little-endian, one request -> one reply per frame): u32 length + payload; payload = u8 op
 // + fields, strings as u32 length + bytes. Ops: SET key value; GET key (the reply waits until the key
 // exists or the request's timeout passes); WAIT keys...; HELLO rank host (liveness registration);
@@ -27,11 +30,21 @@ namespace ar::dist {
 
 using Millis = std::chrono::milliseconds;
 
+struct StoreLimits {
+  size_t pending = 64;          // connections not yet authenticated, in all
+  size_t pending_per_peer = 8;  // the same from one address
+  size_t connections = 0;       // authenticated connections in all; 0 = 4 x world + 16
+  Millis auth_deadline{10000};  // to finish authenticating (or `timeout` if shorter)
+  size_t store_bytes = 256u << 20;  // keys and values held at once
+};
+
 class StoreServer {
  public:
   // Listens on bind_addr:port (bind_addr "" = every interface). `world` ranks are expected to say
-  // HELLO. Errors (ar::Error, InvalidInput/Io): the port in use or not bindable, naming addr:port.
-  StoreServer(const std::string& bind_addr, int port, int world, Millis timeout);
+  // HELLO. `token`: the job's secret ("" = unauthenticated). Errors (ar::Error, InvalidInput/Io): the
+  // port in use or not bindable, naming addr:port.
+  StoreServer(const std::string& bind_addr, int port, int world, Millis timeout, const std::string& token,
+              const StoreLimits& limits = {});
   ~StoreServer();  // stops serving, closes every connection
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -39,6 +52,9 @@ class StoreServer {
   // Waits until every rank said BYE, a verdict exists or `timeout` passes; true when all said BYE.
   bool wait_all_bye(Millis timeout);
   std::string verdict() const;  // "" while the job is healthy
+  // The rendezvous is over (every rank read what it needed): frees every key. Later SETs are stored again.
+  void release_keys();
+  size_t stored_bytes() const;  // keys + values held now
 
  private:
   struct Impl;
@@ -46,11 +62,12 @@ class StoreServer {
 };
 
 // A rank's connection to the store, usable as Gloo's rendezvous store. Connecting retries until
-// `timeout` and then fails with "cannot reach the rendezvous at host:port within N s: <reason>".
+// `timeout` and then fails with "cannot reach the rendezvous at host:port within N s: <reason>"; then
+// it authenticates with `token` (a different token than the server's is an InvalidInput error).
 // get() and wait() fail with an error naming the missing keys after their timeout.
 class StoreClient : public gloo::rendezvous::Store {
  public:
-  StoreClient(const std::string& host, int port, Millis timeout);
+  StoreClient(const std::string& host, int port, Millis timeout, const std::string& token);
   ~StoreClient() override;
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -70,7 +87,7 @@ class StoreClient : public gloo::rendezvous::Store {
 class Liveness {
  public:
   Liveness(const std::string& host, int port, int rank, const std::string& my_host, Millis interval, Millis timeout,
-           std::function<void(const std::string&)> on_verdict);
+           std::function<void(const std::string&)> on_verdict, const std::string& token);
   ~Liveness();  // finish() if not done
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;

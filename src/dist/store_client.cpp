@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "dist/auth.h"
 #include "dist/store.h"
 #include "dist/store_frame.h"
 
@@ -58,11 +59,18 @@ Message StoreClient::Impl::request(const Message& req, Millis server_wait, std::
   return reply;
 }
 
-StoreClient::StoreClient(const std::string& host, int port, Millis timeout) : impl_(std::make_unique<Impl>()) {
+StoreClient::StoreClient(const std::string& host, int port, Millis timeout, const std::string& token)
+    : impl_(std::make_unique<Impl>()) {
   impl_->host = host;
   impl_->port = port;
   impl_->timeout = timeout;
   impl_->fd = connect_with_retries(host, port, timeout);
+  try {
+    auth::client(impl_->fd, token, kPlainClient, impl_->where(), deadline_after(timeout));
+  } catch (...) {
+    ::close(impl_->fd);
+    throw;
+  }
 }
 
 StoreClient::~StoreClient() {
@@ -74,7 +82,8 @@ void StoreClient::set(const std::string& key, const std::vector<char>& data) {
   req.op = Op::Set;
   req.key = key;
   req.value.assign(data.begin(), data.end());
-  impl_->request(req, Millis(0), {Op::Ok});
+  const Message reply = impl_->request(req, Millis(0), {Op::Ok, Op::Refused});
+  if (reply.op == Op::Refused) fail(ErrorKind::Io, impl_->where() + ": SET '" + key + "' refused: " + reply.text);
 }
 
 std::vector<char> StoreClient::get(const std::string& key) {

@@ -50,6 +50,11 @@ struct Reader {
     rest.remove_prefix(n);
     return true;
   }
+  bool fixed(std::string& s, const char* field, uint32_t n) {
+    if (!str(s, field, n)) return false;
+    if (s.size() != n) return fail(std::string(field) + " of " + std::to_string(s.size()) + " bytes (must be " + std::to_string(n) + ")");
+    return true;
+  }
   bool strings(std::vector<std::string>& out, const char* field) {
     uint32_t count = 0;
     if (!u32(count, field)) return false;
@@ -79,15 +84,20 @@ struct Writer {
 
 void read_fields(Reader& r, Message& m) {
   switch (m.op) {
-    case Op::Set: (void)(r.str(m.key, "key", kMaxKey) && r.str(m.value, "value", kMaxFrame)); break;
+    case Op::Set: (void)(r.str(m.key, "key", kMaxKey) && r.str(m.value, "value", kMaxValue)); break;
     case Op::Get: (void)(r.u32(m.number, "timeout") && r.str(m.key, "key", kMaxKey)); break;
     case Op::Wait: (void)(r.u32(m.number, "timeout") && r.strings(m.keys, "key count")); break;
     case Op::Missing: (void)(r.strings(m.keys, "key count")); break;
     case Op::Hello: (void)(r.u32(m.number, "rank") && r.str(m.text, "host", kMaxKey)); break;
     case Op::Fail:
     case Op::Verdict:
-    case Op::Refused: (void)(r.str(m.text, "text", kMaxFrame)); break;
-    case Op::Value: (void)(r.str(m.value, "value", kMaxFrame)); break;
+    case Op::Refused: (void)(r.str(m.text, "text", kMaxText)); break;
+    case Op::Value: (void)(r.str(m.value, "value", kMaxValue)); break;
+    case Op::Auth:
+      (void)(r.u32(m.number, "rank") && r.fixed(m.key, "nonce", kAuthBytes) && r.fixed(m.value, "mac", kAuthBytes));
+      break;
+    case Op::Challenge: (void)(r.fixed(m.value, "nonce", kAuthBytes)); break;
+    case Op::Proof: (void)(r.fixed(m.value, "mac", kAuthBytes)); break;
     case Op::Beat:
     case Op::Bye:
     case Op::Ok: break;
@@ -114,8 +124,33 @@ const char* op_name(Op op) {
     case Op::Missing: return "MISSING";
     case Op::Verdict: return "VERDICT";
     case Op::Refused: return "REFUSED";
+    case Op::Auth: return "AUTH";
+    case Op::Challenge: return "CHALLENGE";
+    case Op::Proof: return "PROOF";
   }
   return "?";
+}
+
+uint32_t max_payload(Op op) {
+  constexpr uint32_t str = 4;  // a string's length field
+  switch (op) {
+    case Op::Set: return kMaxFrame;
+    case Op::Get: return 1 + 4 + str + kMaxKey;
+    case Op::Hello: return 1 + 4 + str + kMaxKey;
+    case Op::Wait:
+    case Op::Missing: return kMaxList;
+    case Op::Fail:
+    case Op::Verdict:
+    case Op::Refused: return 1 + str + kMaxText;
+    case Op::Value: return 1 + str + kMaxValue;
+    case Op::Auth: return 1 + 4 + 2 * (str + kAuthBytes);
+    case Op::Challenge:
+    case Op::Proof: return 1 + str + kAuthBytes;
+    case Op::Beat:
+    case Op::Bye:
+    case Op::Ok: return 1;
+  }
+  return 0;
 }
 
 Decoded decode(std::string_view payload) {
@@ -133,6 +168,11 @@ Decoded decode(std::string_view payload) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "unknown op 0x%02x", unsigned(uint8_t(payload[0])));
     d.error = buf;
+    d.msg = {};
+    return d;
+  }
+  if (std::string why = check_frame(uint8_t(payload[0]), uint32_t(payload.size())); !why.empty()) {
+    d.error = why;
     d.msg = {};
     return d;
   }
@@ -156,16 +196,17 @@ std::string encode(const Message& m) {
     case Op::Get: w.u32(m.number), w.str(m.key); break;
     case Op::Wait: w.u32(m.number); [[fallthrough]];
     case Op::Missing:
-      w.u32(uint32_t(m.keys.size()));
-      if (m.keys.size() > kMaxKeys)
-    return std::to_string(m.keys.size()) + " keys exceed the limit of " + std::to_string(kMaxKeys) + " per request";
-  for (const auto& k : m.keys) w.str(k);
+      w.u32(uint32_t(m.keys.size()));  // within kMaxKeys: check_request (clients) / a decoded WAIT (server)
+      for (const auto& k : m.keys) w.str(k);
       break;
     case Op::Hello: w.u32(m.number), w.str(m.text); break;
     case Op::Fail:
     case Op::Verdict:
     case Op::Refused: w.str(m.text); break;
     case Op::Value: w.str(m.value); break;
+    case Op::Auth: w.u32(m.number), w.str(m.key), w.str(m.value); break;
+    case Op::Challenge:
+    case Op::Proof: w.str(m.value); break;
     case Op::Beat:
     case Op::Bye:
     case Op::Ok: break;
@@ -185,12 +226,25 @@ std::string check_request(const Message& m) {
   if (m.op == Op::Hello && m.text.size() > kMaxKey)
     return "host name of " + std::to_string(m.text.size()) + " bytes exceeds " + std::to_string(kMaxKey);
   const size_t payload = encode(m).size() - 4;
-  return check_frame_length(uint32_t(std::min<size_t>(payload, UINT32_MAX)));
+  return check_frame(uint8_t(m.op), uint32_t(std::min<size_t>(payload, UINT32_MAX)));
 }
 
 std::string check_frame_length(uint32_t length) {
   if (length <= kMaxFrame) return "";
-  return "frame of " + std::to_string(length) + " bytes exceeds the 64 MiB limit";
+  return "frame of " + std::to_string(length) + " bytes exceeds the limit of " + std::to_string(kMaxFrame);
+}
+
+std::string check_frame(uint8_t op, uint32_t length) {
+  if (length == 0) return "empty frame (no op)";
+  const uint32_t limit = max_payload(Op(op));
+  if (limit == 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "unknown op 0x%02x", unsigned(op));
+    return buf;
+  }
+  if (length <= limit) return "";
+  return std::string(op_name(Op(op))) + " frame of " + std::to_string(length) + " bytes exceeds its limit of " +
+         std::to_string(limit);
 }
 
 // ---- sockets ----
@@ -297,17 +351,38 @@ IoResult recv_exact(int fd, char* buf, size_t n, Deadline dl, int stop_fd) {
   return {};
 }
 
-IoResult recv_message(int fd, Message& out, Deadline dl, int stop_fd) {
-  unsigned char len[4];
-  if (IoResult r = recv_exact(fd, reinterpret_cast<char*>(len), 4, dl, stop_fd); !r.ok()) return r;
-  const uint32_t n = uint32_t(len[0]) | uint32_t(len[1]) << 8 | uint32_t(len[2]) << 16 | uint32_t(len[3]) << 24;
-  if (std::string why = check_frame_length(n); !why.empty()) return {IoStatus::Malformed, why};
-  std::string payload(n, '\0');
-  if (IoResult r = recv_exact(fd, payload.data(), n, dl, stop_fd); !r.ok()) return r;
+IoResult recv_message(int fd, Message& out, const RecvLimits& lim, int stop_fd) {
+  unsigned char head[5];  // the length prefix and the op byte
+  if (IoResult r = recv_exact(fd, reinterpret_cast<char*>(head), 1, std::min(lim.start, lim.whole), stop_fd); !r.ok())
+    return r;
+  const Deadline dl = lim.frame.count() > 0 ? std::min(lim.whole, deadline_after(lim.frame)) : lim.whole;
+  if (IoResult r = recv_exact(fd, reinterpret_cast<char*>(head) + 1, 3, dl, stop_fd); !r.ok()) return r;
+  const uint32_t n = uint32_t(head[0]) | uint32_t(head[1]) << 8 | uint32_t(head[2]) << 16 | uint32_t(head[3]) << 24;
+  if (n == 0) return {IoStatus::Malformed, "empty frame (no op)"};
+  if (IoResult r = recv_exact(fd, reinterpret_cast<char*>(head) + 4, 1, dl, stop_fd); !r.ok()) return r;
+  if (lim.auth_only && Op(head[4]) != Op::Auth) {
+    char op[16];
+    std::snprintf(op, sizeof op, "0x%02x", unsigned(head[4]));
+    return {IoStatus::Malformed, std::string("a frame of op ") + op + " (" + op_name(Op(head[4])) + ") before authentication"};
+  }
+  if (std::string why = check_frame(head[4], n); !why.empty()) return {IoStatus::Malformed, why};
+  // Grown as the bytes arrive (1 MiB at a time): memory follows what the peer sent, not what it announced.
+  std::string payload(1, char(head[4]));
+  while (payload.size() < n) {
+    const size_t have = payload.size(), step = std::min<size_t>(n - have, 1u << 20);
+    payload.resize(have + step);
+    if (IoResult r = recv_exact(fd, payload.data() + have, step, dl, stop_fd); !r.ok()) return r;
+  }
   Decoded d = decode(payload);
   if (!d.ok()) return {IoStatus::Malformed, d.error};
   out = std::move(d.msg);
   return {};
+}
+
+IoResult recv_message(int fd, Message& out, Deadline dl, int stop_fd) {
+  RecvLimits lim;
+  lim.start = lim.whole = dl;
+  return recv_message(fd, out, lim, stop_fd);
 }
 
 IoResult exchange(int fd, const Message& request, Message& reply, Deadline dl, int stop_fd) {

@@ -15,6 +15,14 @@
 //   BYE                               OK
 //   (keys = u32 count + count strings)
 //
+// Before any of these, every connection authenticates (dist/auth.h): the server sends CHALLENGE
+// nonce, the client AUTH u32 rank, nonce, mac, the server PROOF mac (or REFUSED). Nonces and macs
+// are exactly 32 bytes.
+//
+// Each op has its own payload limit (max_payload), checked on the op byte before the rest of the frame
+// is read; the payload is then read as it arrives, so a peer that announces a large frame and sends
+// little costs what it sent, not what it announced.
+//
 // The socket helpers never block without a deadline: every send/recv goes through poll(), with an
 // optional stop fd (a StopLatch) that cuts the wait short when the owner shuts down.
 #pragma once
@@ -26,15 +34,23 @@
 
 namespace ar::dist::frame {
 
-inline constexpr uint32_t kMaxFrame = 64u << 20;  // payload bytes; a larger length prefix is refused unread
 inline constexpr uint32_t kMaxKey = 4096;         // keys and host names
 inline constexpr uint32_t kMaxKeys = 1u << 16;    // keys in one WAIT / MISSING (bounds the decoder's allocation)
+inline constexpr uint32_t kMaxValue = 16u << 20;  // one stored value (the job's largest is an identity of a few KiB)
+inline constexpr uint32_t kMaxText = 64u << 10;   // FAIL, VERDICT, REFUSED text
+inline constexpr uint32_t kMaxList = 1u << 20;    // a WAIT / MISSING payload
+inline constexpr uint32_t kAuthBytes = 32;        // a nonce or a mac
+// The largest payload of any op (a SET of the largest key and value); a larger length prefix is refused unread.
+inline constexpr uint32_t kMaxFrame = 1 + 4 + kMaxKey + 4 + kMaxValue;
 
 enum class Op : uint8_t {
-  Set = 1, Get = 2, Wait = 3, Hello = 4, Beat = 5, Fail = 6, Bye = 7,  // requests
+  Set = 1, Get = 2, Wait = 3, Hello = 4, Beat = 5, Fail = 6, Bye = 7, Auth = 8,  // requests
   Ok = 0x80, Value = 0x81, Missing = 0x82, Verdict = 0x83, Refused = 0x84,  // replies
+  Challenge = 0x85, Proof = 0x86,
 };
 const char* op_name(Op op);  // "SET", ..., "?" for a value outside the enum
+// The largest payload (op byte included) a frame of this op may have; 0 for a value outside the enum.
+uint32_t max_payload(Op op);
 
 // One request or reply; each op uses the fields named in the table above, the others stay empty.
 struct Message {
@@ -43,7 +59,8 @@ struct Message {
   std::string value;              // SET, VALUE
   std::vector<std::string> keys;  // WAIT, MISSING
   std::string text;               // HELLO host, FAIL message, VERDICT, REFUSED reason
-  uint32_t number = 0;            // GET/WAIT timeout in ms, HELLO rank
+  uint32_t number = 0;            // GET/WAIT timeout in ms, HELLO rank, AUTH claimed rank
+  // AUTH: key = client nonce, value = mac; CHALLENGE: value = server nonce; PROOF: value = mac.
   bool operator==(const Message&) const = default;
 };
 
@@ -63,6 +80,8 @@ std::string encode(const Message& m);
 std::string check_request(const Message& m);
 // "" if a received length prefix is acceptable, else the reason.
 std::string check_frame_length(uint32_t length);
+// "" if a frame of `length` payload bytes starting with op byte `op` is acceptable, else the reason.
+std::string check_frame(uint8_t op, uint32_t length);
 
 // ---- blocking socket helpers ----
 
@@ -98,8 +117,19 @@ class StopLatch {
 IoResult send_all(int fd, std::string_view bytes, Deadline dl, int stop_fd = -1);
 // Receives exactly n bytes; Closed if the peer closes first (even mid-way).
 IoResult recv_exact(int fd, char* buf, size_t n, Deadline dl, int stop_fd = -1);
-// One frame: the length prefix (checked before anything is allocated), the payload, decoded.
-IoResult recv_message(int fd, Message& out, Deadline dl, int stop_fd = -1);
+// How long a receiver waits, and for what.
+struct RecvLimits {
+  Deadline start = kNoDeadline;  // for the frame's first byte (an idle connection between requests)
+  Deadline whole = kNoDeadline;  // for the whole frame, however it started
+  // > 0: once the first byte arrived, the rest of the frame must within this (a slow or stalled peer
+  // cannot hold a half frame open).
+  std::chrono::milliseconds frame{0};
+  bool auth_only = false;  // before authentication: anything but an AUTH frame is refused unread
+};
+// One frame: the length prefix and op byte (checked against max_payload before anything is allocated),
+// the payload as it arrives, decoded.
+IoResult recv_message(int fd, Message& out, const RecvLimits& lim, int stop_fd = -1);
+IoResult recv_message(int fd, Message& out, Deadline dl, int stop_fd = -1);  // start = whole = dl
 // send + receive of one request on a client connection.
 IoResult exchange(int fd, const Message& request, Message& reply, Deadline dl, int stop_fd = -1);
 

@@ -1,6 +1,9 @@
 // StoreServer: one accept thread (which also checks heartbeats on every poll tick) and one thread per
 // connection. A job has about two connections per rank (its store client and its liveness link), so
 // a thread each is simpler than a multiplexed loop and lets GET/WAIT block on a condition variable.
+// A connection's thread first runs the authentication (dist/auth.h) within StoreLimits::auth_deadline;
+// only then does it read requests. The accept thread bounds how many connections may be waiting for
+// that (in all and per peer address), so strangers cannot exhaust threads or descriptors.
 // Shutdown: `stopping` wakes the condition waits, the StopLatch wakes every poll(); fds are closed only
 // after their threads are joined, so no thread ever uses a closed (or reused) descriptor.
 #include <arpa/inet.h>
@@ -22,6 +25,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/auth.h"
 #include "dist/store.h"
 #include "dist/store_frame.h"
 
@@ -31,13 +35,15 @@ using namespace frame;
 
 namespace {
 
-constexpr size_t kMaxConnections = 1024;
+// How often a GET/WAIT held by the server checks that its client is still there.
+constexpr Millis kWaitPoll{200};
 
 struct Conn {
   int fd = -1;
-  std::string peer;  // "10.0.0.2:41234", for log lines
+  std::string peer;     // "10.0.0.2:41234", for log lines
+  std::string address;  // "10.0.0.2": the per-peer bound
   std::thread thread;
-  std::atomic<bool> done{false};
+  std::atomic<bool> authenticated{false}, done{false};
 };
 
 // What this connection said about itself (HELLO / BYE); only its own thread touches it.
@@ -52,13 +58,24 @@ struct RankState {
   bool connected = true, bye = false;
 };
 
-std::string peer_name(const sockaddr_storage& a, socklen_t len) {
+// The peer's numeric address and "address:port".
+std::pair<std::string, std::string> peer_name(const sockaddr_storage& a, socklen_t len) {
   char host[NI_MAXHOST], serv[NI_MAXSERV];
   if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-    return "?";
-  return host_port(host, std::atoi(serv));
+    return {"?", "?"};
+  return {host, host_port(host, std::atoi(serv))};
 }
+
+// True when the peer closed its side (or the socket failed): a held GET/WAIT need not wait on.
+bool peer_gone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+// Logs the first few of a kind of event, then only at powers of two: a flood of strangers must not
+// flood the job's log.
+bool worth_logging(size_t count) { return count <= 8 || (count & (count - 1)) == 0; }
 
 std::string bind_reason(int e) {
   switch (e) {
@@ -119,13 +136,18 @@ void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lk, D
 struct StoreServer::Impl {
   int world;
   Millis timeout;
+  std::string token;
+  StoreLimits limits;
   int listen_fd = -1, port = 0;
   StopLatch stop;
+  size_t refused_conns = 0;        // the accept thread's
+  std::atomic<size_t> dropped{0};  // connections that failed authentication
 
   mutable std::mutex m;  // guards everything below
   std::condition_variable cv;  // a key set, a BYE, the verdict, stopping
   bool stopping = false;
   std::unordered_map<std::string, std::string> kv;
+  size_t kv_bytes = 0;  // keys + values in kv
   std::map<int, RankState> ranks;
   int byes = 0;
   std::string verdict;
@@ -135,11 +157,14 @@ struct StoreServer::Impl {
 
   void accept_loop();
   void accept_one();
+  std::string admission(const std::string& address) const;
+  bool authenticate(Conn& c);
+  void set(const Message& req, Message& reply);
   void reap();
   void check_heartbeats();
   void serve(Conn& c);
   bool handle(const Conn& c, ConnRole& role, const Message& req, Message& reply);
-  bool wait_keys(const std::vector<std::string>& keys, Millis within, std::vector<std::string>& missing);
+  bool wait_keys(int fd, const std::vector<std::string>& keys, Millis within, std::vector<std::string>& missing);
   void hello(const Conn& c, ConnRole& role, const Message& req, Message& reply);
   void set_verdict_locked(const std::string& v);
   std::string who_locked(const ConnRole& role, const Conn& c) const;
@@ -179,10 +204,11 @@ void StoreServer::Impl::accept_one() {
     if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(Millis(50));
     return;
   }
-  const std::string peer = peer_name(addr, len);
-  if (conns.size() >= kMaxConnections) {
-    log_warn("rendezvous: refusing the connection from " + peer + ": " + std::to_string(kMaxConnections) +
-             " connections open");
+  const auto [address, peer] = peer_name(addr, len);
+  if (const std::string full = admission(address); !full.empty()) {
+    if (worth_logging(++refused_conns))
+      log_warn("rendezvous: refused the connection from " + peer + ": " + full + " (" + std::to_string(refused_conns) +
+               " refused so far)");
     ::close(fd);
     return;
   }
@@ -191,9 +217,32 @@ void StoreServer::Impl::accept_one() {
   auto c = std::make_unique<Conn>();
   c->fd = fd;
   c->peer = peer;
+  c->address = address;
   Conn& ref = *c;
   conns.push_back(std::move(c));
   ref.thread = std::thread([this, &ref] { serve(ref); });
+}
+
+// "" when a new connection from `address` may wait for authentication, else why not.
+std::string StoreServer::Impl::admission(const std::string& address) const {
+  size_t pending = 0, from_peer = 0, live = 0;
+  for (const auto& c : conns) {
+    if (c->done.load()) continue;
+    if (c->authenticated.load()) {
+      ++live;
+      continue;
+    }
+    ++pending;
+    from_peer += c->address == address;
+  }
+  const size_t cap = limits.connections ? limits.connections : 4 * size_t(world) + 16;
+  if (live >= cap) return std::to_string(live) + " authenticated connections open (limit " + std::to_string(cap) + ")";
+  if (pending >= limits.pending)
+    return std::to_string(pending) + " connections awaiting authentication (limit " + std::to_string(limits.pending) + ")";
+  if (from_peer >= limits.pending_per_peer)
+    return std::to_string(from_peer) + " connections from this address awaiting authentication (limit " +
+           std::to_string(limits.pending_per_peer) + ")";
+  return "";
 }
 
 void StoreServer::Impl::reap() {
@@ -221,12 +270,29 @@ void StoreServer::Impl::check_heartbeats() {
   }
 }
 
+bool StoreServer::Impl::authenticate(Conn& c) {
+  const auth::Outcome a = auth::server(c.fd, token, deadline_after(std::min(timeout, limits.auth_deadline)), stop.fd());
+  if (a.ok) {
+    c.authenticated.store(true);
+    return true;
+  }
+  if (const size_t n = ++dropped; worth_logging(n) && !stop.fired()) {
+    const std::string claim =
+        a.claimed_rank == kPlainClient ? "" : " (it claims rank " + std::to_string(a.claimed_rank) + ")";
+    log_warn("rendezvous: dropped the connection from " + c.peer + claim + ": authentication failed: " + a.why + " (" +
+             std::to_string(n) + " dropped so far)");
+  }
+  return false;
+}
+
 void StoreServer::Impl::serve(Conn& c) {
   ConnRole role;
-  for (;;) {
+  RecvLimits lim;
+  lim.frame = timeout;  // a request, once begun, arrives whole within the liveness timeout
+  for (bool ok = authenticate(c); ok;) {
     Message req, reply;
-    const IoResult r = recv_message(c.fd, req, kNoDeadline, stop.fd());
-    if (r.status == IoStatus::Malformed || r.status == IoStatus::Failed)
+    const IoResult r = recv_message(c.fd, req, lim, stop.fd());
+    if (r.status == IoStatus::Malformed || r.status == IoStatus::Failed || r.status == IoStatus::TimedOut)
       log_warn("rendezvous: closing the connection from " + c.peer + ": " + r.describe());
     if (!r.ok() || !handle(c, role, req, reply)) break;
     // A client that stops reading its replies is dropped after the liveness timeout.
@@ -243,13 +309,19 @@ void StoreServer::Impl::serve(Conn& c) {
   c.done.store(true);
 }
 
-bool StoreServer::Impl::wait_keys(const std::vector<std::string>& keys, Millis within,
+bool StoreServer::Impl::wait_keys(int fd, const std::vector<std::string>& keys, Millis within,
                                   std::vector<std::string>& missing) {
   std::unique_lock lk(m);
   auto all_there = [&] {
     return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return kv.count(k) > 0; });
   };
-  wait_until(cv, lk, deadline_after(within), [&] { return stopping || all_there(); });
+  // In slices, so a client that went away does not hold its thread for the rest of its timeout.
+  const Deadline dl = deadline_after(within);
+  for (;;) {
+    wait_until(cv, lk, std::min(dl, deadline_after(kWaitPoll)), [&] { return stopping || all_there(); });
+    if (stopping || all_there() || Clock::now() >= dl) break;
+    if (peer_gone(fd)) return false;
+  }
   if (stopping) return false;
   for (const auto& k : keys)
     if (!kv.count(k)) missing.push_back(k);
@@ -259,23 +331,23 @@ bool StoreServer::Impl::wait_keys(const std::vector<std::string>& keys, Millis w
 // Returns false when the connection should close without a reply (shutting down, or a protocol error).
 bool StoreServer::Impl::handle(const Conn& c, ConnRole& role, const Message& req, Message& reply) {
   switch (req.op) {
-    case Op::Set: {
-      std::lock_guard lk(m);
-      kv[req.key] = req.value;
-      cv.notify_all();
-      reply.op = Op::Ok;
-      return true;
-    }
+    case Op::Set: set(req, reply); return true;
     case Op::Get:
     case Op::Wait: {
       const std::vector<std::string> keys = req.op == Op::Get ? std::vector<std::string>{req.key} : req.keys;
       std::vector<std::string> missing;
-      if (!wait_keys(keys, Millis(req.number), missing)) return false;
+      if (!wait_keys(c.fd, keys, Millis(req.number), missing)) return false;
       reply.op = missing.empty() ? (req.op == Op::Get ? Op::Value : Op::Ok) : Op::Missing;
       reply.keys = std::move(missing);
       if (reply.op == Op::Value) {
         std::lock_guard lk(m);
-        reply.value = kv.at(req.key);  // keys are never erased
+        const auto it = kv.find(req.key);  // release_keys() may have run since the wait
+        if (it != kv.end()) {
+          reply.value = it->second;
+        } else {
+          reply.op = Op::Missing;
+          reply.keys = {req.key};
+        }
       }
       return true;
     }
@@ -307,6 +379,23 @@ bool StoreServer::Impl::handle(const Conn& c, ConnRole& role, const Message& req
   }
 }
 
+void StoreServer::Impl::set(const Message& req, Message& reply) {
+  std::lock_guard lk(m);
+  const auto it = kv.find(req.key);
+  const size_t freed = it == kv.end() ? 0 : it->first.size() + it->second.size();
+  const size_t after = kv_bytes - freed + req.key.size() + req.value.size();
+  if (after > limits.store_bytes) {
+    reply.op = Op::Refused;
+    reply.text = "the store is full: " + std::to_string(kv_bytes) + " bytes held, this SET would make " +
+                 std::to_string(after) + " (limit " + std::to_string(limits.store_bytes) + ")";
+    return;
+  }
+  kv[req.key] = req.value;
+  kv_bytes = after;
+  cv.notify_all();
+  reply.op = Op::Ok;
+}
+
 void StoreServer::Impl::hello(const Conn& c, ConnRole& role, const Message& req, Message& reply) {
   std::lock_guard lk(m);
   const int64_t rank = req.number;
@@ -327,11 +416,14 @@ void StoreServer::Impl::hello(const Conn& c, ConnRole& role, const Message& req,
   log_warn("rendezvous: refused HELLO from " + c.peer + ": " + reply.text);
 }
 
-StoreServer::StoreServer(const std::string& bind_addr, int port, int world, Millis timeout)
+StoreServer::StoreServer(const std::string& bind_addr, int port, int world, Millis timeout, const std::string& token,
+                         const StoreLimits& limits)
     : impl_(std::make_unique<Impl>()) {
   if (world < 1) fail(ErrorKind::InvalidInput, "rendezvous: world size " + std::to_string(world) + " (must be >= 1)");
   impl_->world = world;
   impl_->timeout = timeout;
+  impl_->token = token;
+  impl_->limits = limits;
   impl_->listen_fd = listen_on(bind_addr, port);
   sockaddr_storage a{};
   socklen_t len = sizeof a;
@@ -369,6 +461,17 @@ bool StoreServer::wait_all_bye(Millis timeout) {
 std::string StoreServer::verdict() const {
   std::lock_guard lk(impl_->m);
   return impl_->verdict;
+}
+
+void StoreServer::release_keys() {
+  std::lock_guard lk(impl_->m);
+  impl_->kv.clear();
+  impl_->kv_bytes = 0;
+}
+
+size_t StoreServer::stored_bytes() const {
+  std::lock_guard lk(impl_->m);
+  return impl_->kv_bytes;
 }
 
 }  // namespace ar::dist
