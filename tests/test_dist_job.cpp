@@ -306,7 +306,7 @@ bool probe(int port, const std::string& bytes, std::chrono::milliseconds hold) {
 // HELLO alone took rank 1's place and the FAIL frame stopped the job.)
 TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
   Fixture f("dj_hostile", 2, 43);
-  auto args = quant_args(f.model, f.dir + "/serial", 4);
+  auto args = quant_args(f.model, f.dir + "/serial", 30);
   run_serial(args, f.dir);
   args[3] = f.dir + "/job";
   std::vector<RankSpec> specs(2);
@@ -317,10 +317,10 @@ TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
   const int port = ar::test::free_port();
   const std::string fields_hello = le32(1) + le32(8) + "stranger";
   const std::vector<std::pair<std::string, std::chrono::milliseconds>> probes = {
-      {frame(4, fields_hello), std::chrono::milliseconds(50)},                      // HELLO rank 1
-      {frame(6, le32(12) + "stop the job"), std::chrono::milliseconds(50)},            // FAIL
-      {le32(64u << 20) + std::string(1, '\x01'), std::chrono::milliseconds(50)},      // a 64 MiB SET
-      {std::string("\x10\x00", 2), std::chrono::milliseconds(1500)}};                  // a half length prefix
+      {frame(4, fields_hello), std::chrono::milliseconds(20)},                  // HELLO rank 1
+      {frame(6, le32(12) + "stop the job"), std::chrono::milliseconds(20)},     // FAIL
+      {le32(64u << 20) + std::string(1, '\x01'), std::chrono::milliseconds(20)},  // a 64 MiB SET
+      {std::string("\x10\x00", 2), std::chrono::milliseconds(300)}};            // a half length prefix
   std::atomic<bool> done{false};
   std::atomic<int> delivered{0};
   std::thread stranger([&] {

@@ -132,7 +132,7 @@ std::unique_ptr<Job> Job::start(const LaunchEnv& env, const JobOptions& opt) {
   log_info("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + " on " + im->host +
            ": rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " (timeout " +
            secs(opt.timeout) + (opt.token.empty() ? ", unauthenticated)" : ", authenticated by the job token)"));
-  im->store = std::make_unique<StoreClient>(env.master_addr, env.master_port, opt.timeout, opt.token);
+  im->store = std::make_unique<StoreClient>(env.master_addr, env.master_port, opt.timeout, opt.token, env.rank);
   Impl* raw = im.get();
   im->live = std::make_unique<Liveness>(env.master_addr, env.master_port, env.rank, im->host, opt.heartbeat, opt.timeout,
                                         [raw](const std::string& v) { raw->on_verdict(v); }, opt.token);

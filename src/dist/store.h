@@ -67,7 +67,8 @@ class StoreServer {
 // get() and wait() fail with an error naming the missing keys after their timeout.
 class StoreClient : public gloo::rendezvous::Store {
  public:
-  StoreClient(const std::string& host, int port, Millis timeout, const std::string& token);
+  // `rank`: this process's rank, named in errors and claimed in the authentication (-1: a plain client).
+  StoreClient(const std::string& host, int port, Millis timeout, const std::string& token, int rank = -1);
   ~StoreClient() override;
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;

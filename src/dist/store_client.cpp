@@ -59,14 +59,15 @@ Message StoreClient::Impl::request(const Message& req, Millis server_wait, std::
   return reply;
 }
 
-StoreClient::StoreClient(const std::string& host, int port, Millis timeout, const std::string& token)
+StoreClient::StoreClient(const std::string& host, int port, Millis timeout, const std::string& token, int rank)
     : impl_(std::make_unique<Impl>()) {
   impl_->host = host;
   impl_->port = port;
   impl_->timeout = timeout;
   impl_->fd = connect_with_retries(host, port, timeout);
   try {
-    auth::client(impl_->fd, token, kPlainClient, impl_->where(), deadline_after(timeout));
+    const std::string who = rank < 0 ? "" : " (rank " + std::to_string(rank) + ")";
+    auth::client(impl_->fd, token, rank < 0 ? kPlainClient : uint32_t(rank), impl_->where() + who, deadline_after(timeout));
   } catch (...) {
     ::close(impl_->fd);
     throw;

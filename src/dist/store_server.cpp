@@ -292,7 +292,10 @@ void StoreServer::Impl::serve(Conn& c) {
   for (bool ok = authenticate(c); ok;) {
     Message req, reply;
     const IoResult r = recv_message(c.fd, req, lim, stop.fd());
-    if (r.status == IoStatus::Malformed || r.status == IoStatus::Failed || r.status == IoStatus::TimedOut)
+    if (r.status == IoStatus::TimedOut)
+      log_warn("rendezvous: closing the connection from " + c.peer + ": a request begun but not finished within " +
+               seconds_text(timeout));
+    if (r.status == IoStatus::Malformed || r.status == IoStatus::Failed)
       log_warn("rendezvous: closing the connection from " + c.peer + ": " + r.describe());
     if (!r.ok() || !handle(c, role, req, reply)) break;
     // A client that stops reading its replies is dropped after the liveness timeout.
