@@ -2,7 +2,7 @@
 # Installs every build and test dependency of autoround.cpp from Debian's packages.
 # Idempotent; run as root (or with sudo available). Used by the README and by .ci/run.
 set -euo pipefail
-PKGS=(build-essential cmake libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+PKGS=(build-essential cmake libssl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
       libbenchmark-dev libdnnl-dev libgloo-dev iproute2 openmpi-bin libpcre2-dev libutf8proc-dev pkg-config time clang libclang-rt-14-dev
       qemu-user)
 missing=()
