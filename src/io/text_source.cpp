@@ -69,7 +69,7 @@ std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std:
     s->files_.push_back(path);
     return s;
   }
-  // symlink_status/status only stat: nothing is opened here, so a FIFO cannot block.
+  // status() only stats: nothing is opened here, so a FIFO cannot block.
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (fs::is_directory(st)) {
@@ -102,6 +102,7 @@ bool TextSource::open_next_file() {
   jsonl_ = p != kStdin && is_jsonl(p);
   at_eof_ = false;
   pending_.clear();
+  pending_at_ = 0;
   offset_ = line_ = 0;
   carry_.clear();
   file_had_data_ = false;
@@ -120,20 +121,22 @@ size_t TextSource::read_bytes(char* p, size_t n) {
 }
 
 bool TextSource::read_line(std::string* line) {
-  size_t scanned = 0;
+  size_t scanned = pending_at_;
   for (;;) {
     if (size_t nl = pending_.find('\n', scanned); nl != std::string::npos) {
-      line->assign(pending_, 0, nl);
-      pending_.erase(0, nl + 1);
+      line->assign(pending_, pending_at_, nl - pending_at_);
+      pending_at_ = nl + 1;
       return true;
     }
-    scanned = pending_.size();
     if (at_eof_) {
-      if (pending_.empty()) return false;
-      *line = std::move(pending_);  // a last line without '\n'
-      pending_.clear();
+      if (pending_at_ == pending_.size()) return false;
+      line->assign(pending_, pending_at_, std::string::npos);  // a last line without '\n'
+      pending_at_ = pending_.size();
       return true;
     }
+    pending_.erase(0, pending_at_);  // the lines returned already go only when more is read (no O(n^2))
+    pending_at_ = 0;
+    scanned = pending_.size();
     char buf[1 << 16];
     pending_.append(buf, read_bytes(buf, sizeof buf));
   }

@@ -55,7 +55,8 @@ class TextSource {
   int fd_ = -1;
   bool at_eof_ = false;
   uint64_t bytes_read_ = 0;  // over the whole source
-  std::string pending_;      // JSONL: bytes read past the last line end
+  std::string pending_;      // JSONL: bytes read, from pending_at_ on not yet returned as lines
+  size_t pending_at_ = 0;
   bool jsonl_ = false;
   uint64_t offset_ = 0, line_ = 0;
   std::string carry_;  // plain text: bytes read past the last cut
