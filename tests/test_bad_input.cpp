@@ -8,6 +8,7 @@
 // mutate the base tree (bad_input_tree.h): the model in "m", text in "t.txt", an unrelated file
 // "notes/keep.txt" and an empty directory "empty_dir". Args are relative to the tree.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -53,6 +54,9 @@ std::function<void(const Tree&)> dtype(const std::string& tensor, const std::str
 }
 std::function<void(const Tree&)> set(const char* field, nlohmann::json v) {
   return config([field, v](nlohmann::json& c) { c[field] = v; });
+}
+void fifo(const Tree& t, const std::string& rel) {
+  if (mkfifo(t.p(rel).c_str(), 0644) != 0) throw std::runtime_error("mkfifo " + rel);
 }
 const float kNan = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
 
@@ -144,6 +148,9 @@ const std::vector<Case> kCases = {
     {"UnknownScheme", nullptr, kQ + "--scheme W5A16", 2, "--scheme 'W5A16' is not supported"},
     {"UnknownRecipe", nullptr, kQ + "--recipe fastest", 2, "--recipe 'fastest' is not supported"},
     {"UnknownFormat", nullptr, kQ + "--format gguf", 2, "--format 'gguf' is not supported"},
+    {"FormatEmptyEntry", nullptr, kQ + "--format auto_round,,", 2,
+     "error: --format 'auto_round,,' has an empty entry (formats are separated by single commas)"},
+    {"FormatTrailingComma", nullptr, kQ + "--format fake,", 2, "--format 'fake,' has an empty entry"},
     {"AwqNeedsFourBits", nullptr, kQ + "--format auto_awq --bits 2", 2, "--format auto_awq needs --bits 4"},
     {"ConvertUnknownDtype", nullptr, "convert --llama2c x.bin --tokenizer y.bin --out c --dtype int8", 2,
      "--dtype 'int8' is not supported (fp32, bf16, fp16)"},
@@ -157,6 +164,31 @@ const std::vector<Case> kCases = {
     {"DatasetUnknownKey", nullptr, kQ + "--dataset t.txt:shuffle=1", 2, "sub-option 'shuffle' is unknown"},
     {"DatasetKeyTwice", nullptr, kQ + "--dataset t.txt:num=2:num=3", 2, ":num= is given twice"},
     {"DatasetNoPath", nullptr, kQ + "--dataset :num=2", 2, "no PATH before the sub-options"},
+    // ---- Text sources: regular files only (a FIFO, device or socket is refused before it is opened),
+    // standard input only as eval's `--text -`; each of these hung before the check (bounded by run_cli's timeout)
+    {"TextIsFifo", [](const Tree& t) { fifo(t, "pipe.txt"); }, "eval --model m --text pipe.txt", 1,
+     "error: --text pipe.txt: a FIFO (named pipe), not a regular file"},
+    {"DatasetIsFifo", [](const Tree& t) { fifo(t, "pipe.txt"); }, kQ + "--dataset pipe.txt", 1,
+     "--dataset pipe.txt: a FIFO (named pipe), not a regular file"},
+    {"TextIsDevZero", nullptr, "eval --model m --text /dev/zero", 1,
+     "error: --text /dev/zero: a character device, not a regular file"},
+    {"DatasetIsDevZero", nullptr, kQ + "--dataset /dev/zero", 1,
+     "--dataset /dev/zero: a character device, not a regular file"},
+    {"ConfigIsFifo", [](const Tree& t) { fs::remove(t.p("m/config.json")); fifo(t, "m/config.json"); }, kEval, 1,
+     "m/config.json: a FIFO (named pipe), not a regular file"},
+    {"TextDirectoryHoldsOnlyAFifo", [](const Tree& t) { fifo(t, "empty_dir/pipe.txt"); }, "eval --model m --text empty_dir", 1,
+     "empty_dir: directory holds no .txt/.jsonl/.json files"},
+    {"TextStdinEmpty", nullptr, "eval --model m --text - < /dev/null", 1, "error: standard input: file is empty"},
+    {"DatasetStdinRefused", nullptr, kQ + "--dataset -", 2,
+     "--dataset '-': standard input ('-') is not accepted: name a file or directory"},
+    // ---- Input bytes in messages are escaped: no terminal control sequence, no second line, no cut at NUL
+    {"ArchitectureWithEscapeSequence", set("architectures", {"\x1b[2J\nerror: fake"}), kEval, 1,
+     "m/config.json: unknown architecture '\\x1b[2J\\x0aerror: fake' (supported:"},
+    {"ArchitectureWithNul", set("architectures", {std::string("Llama\0Evil", 10)}), kGen, 1,
+     "unknown architecture 'Llama\\x00Evil' (supported:"},
+    {"TensorNameWithEscapeSequence",
+     header([](auto& h) { h["\x1b]0;owned\x07\r\xc2\x9b"] = {{"dtype", "Q9"}, {"shape", {1}}, {"data_offsets", {0, 4}}}; }),
+     kEval, 1, "tensor '\\x1b]0;owned\\x07\\x0d\\xc2\\x9b' has unsupported dtype Q9"},
     // ---- Device lists consistent with --parallel_quantization
     {"DevicesWithoutParallel", nullptr, kQ + "--devices cpu:0,cpu:1", 2,
      "--devices cpu:0,cpu:1 is only used with --parallel_quantization"},
@@ -231,6 +263,7 @@ TEST_P(BadInput, OneErrorLineExitCodeAndNothingChanged) {
   while (err.rfind("[info] ", 0) == 0 && err.find('\n') != std::string::npos) err = err.substr(err.find('\n') + 1);
   EXPECT_EQ(err.rfind("error: ", 0), 0u) << r.out;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "a raw ESC byte reached the terminal";
   EXPECT_EQ(t.snapshot(), before) << "the command changed or added files";
   fs::remove_all(t.root);
 }

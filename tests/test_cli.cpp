@@ -64,7 +64,11 @@ TEST(Cli, BadInputsGiveOneErrorLineAndNonZeroExit) {
 TEST(Cli, EvalRefusesEmptyAndTooShortText) {
   std::string d = tmpdir("short");
   ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
-  CliResult r = run("eval --model " + d + " --text /dev/null");
+  CliResult r = run("eval --model " + d + " --text /dev/null");  // a device, even an empty one: refused
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--text /dev/null: a character device, not a regular file"), std::string::npos) << r.out;
+  { std::ofstream(d + "/empty.txt"); }
+  r = run("eval --model " + d + " --text " + d + "/empty.txt");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("file is empty"), std::string::npos) << r.out;
   { std::ofstream(d + "/t.txt") << "a short text"; }
@@ -321,5 +325,20 @@ TEST(Cli, ResumeWorksFromAnotherCurrentDirectory) {
   EXPECT_NE(r.out.find("resuming " + d + "/out after block 1/4"), std::string::npos) << r.out;
   EXPECT_EQ(ar::read_text_file(d + "/out/model.safetensors"), ar::read_text_file(d + "/ref/model.safetensors"));
   EXPECT_FALSE(fs::exists(d + "/out.partial"));
+  fs::remove_all(d);
+}
+
+TEST(Cli, AnOutputDirectoryNameOf255BytesWorks) {
+  // NAME_MAX is 255: the temporaries' suffixes (.autoround-tmp.XXXXXX, .partial) must not make the
+  // run fail on a legal name (io/sibling_name.h).
+  std::string d = fs::absolute(tmpdir("n255")).string();
+  ar::write_synthetic_model(d + "/m", ar::tiny_llama_config(1), 5);
+  const std::string out = d + "/" + std::string(255, 'o');
+  for (const std::string extra : {"", " --resume --overwrite"}) {
+    CliResult r = run("quantize --model " + d + "/m --iters 0 --nsamples 2 --seqlen 16 --output_dir " + out + extra);
+    ASSERT_EQ(r.code, 0) << extra << "\n" << r.out;
+    EXPECT_TRUE(fs::exists(out + "/model.safetensors")) << extra;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 2);  // m and the output
   fs::remove_all(d);
 }

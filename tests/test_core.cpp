@@ -5,6 +5,7 @@
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/printable.h"
 #include "core/tensor.h"
 #include "test_util.h"
 
@@ -107,4 +108,48 @@ TEST(Device, Parses) {
   EXPECT_EQ(Device::parse("cuda:1").index, 1);
   EXPECT_THROW(Device::parse("tpu:0"), Error);
   EXPECT_THROW(Context(Device::parse("cuda:0")), Error);
+}
+
+// ---- printable(): what input bytes look like in a message (core/printable.h)
+TEST(Printable, ControlBytesAreEscaped) {
+  EXPECT_EQ(printable("\x1b[2J"), "\\x1b[2J");
+  EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(printable("line\nerror: fake\r"), "line\\x0aerror: fake\\x0d");
+  EXPECT_EQ(printable("tab\there\x7f"), "tab\\x09here\\x7f");
+}
+
+TEST(Printable, InvalidUtf8IsEscapedByteByByte) {
+  EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
+  EXPECT_EQ(printable("\x80x"), "\\x80x");             // stray continuation byte
+  EXPECT_EQ(printable("\xe2\x82"), "\\xe2\\x82");      // truncated 3-byte sequence
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");      // overlong '/'
+  EXPECT_EQ(printable("\xe0\x80\xaf"), "\\xe0\\x80\\xaf");  // overlong '/' in three bytes
+  EXPECT_EQ(printable("\xc1\x9b"), "\\xc1\\x9b");      // overlong ESC: no way around the escaping
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // surrogate U+D800
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  EXPECT_EQ(printable("\xe2\x82z"), "\\xe2\\x82z");    // the byte after a bad sequence is read again
+}
+
+TEST(Printable, PrintableUtf8PassesAndC1AndBidiControlsDoNot) {
+  const std::string ok = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad path\\name 'q' \"x\"";
+  EXPECT_EQ(printable(ok), ok);
+  EXPECT_EQ(printable("\xc2\x9b"), "\\xc2\\x9b");          // U+009B, the one-character CSI
+  EXPECT_EQ(printable("\xe2\x80\xae"), "\\xe2\\x80\\xae");  // U+202E right-to-left override
+  EXPECT_EQ(printable("\xe2\x80\xa8"), "\\xe2\\x80\\xa8");  // U+2028 line separator
+  EXPECT_EQ(printable("\xc2\xa0"), "\xc2\xa0");             // U+00A0 is printable
+}
+
+TEST(Printable, IsIdempotent) {
+  static const char kBad[] = "\x1b]0;t\x07\n\0\xff\xc2\x9b";
+  const std::string bad(kBad, sizeof kBad - 1);
+  EXPECT_EQ(printable(printable(bad)), printable(bad));
+}
+
+TEST(Printable, EveryErrorMessageIsEscapedAndKeepsBytesAfterANul) {
+  try {
+    fail(ErrorKind::InvalidInput, std::string("config.json: unknown architecture '\x1b[2J\nerror: x") + '\0' + "tail'");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "config.json: unknown architecture '\\x1b[2J\\x0aerror: x\\x00tail'");
+  }
 }

@@ -3,6 +3,7 @@
 // store, and the liveness verdicts (a SIGKILLed rank in a child process, FAIL, silence, rank 0 gone).
 // Every server listens on port 0 (the kernel's choice), so tests never collide.
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -230,6 +231,19 @@ TEST(Store, ConnectToAClosedPortFailsWithinTheTimeout) {
   EXPECT_GE(ms, 450);
   EXPECT_LT(ms, 1000);
   std::printf("[ timing ] connect to a closed port with a 0.5 s timeout failed after %.0f ms\n", ms);
+}
+
+TEST(Store, AnUnresolvableAddressFailsAtOnce) {
+  // .invalid never resolves (RFC 6761); a resolver that cannot answer at all (EAI_AGAIN) is retried.
+  addrinfo* res = nullptr;
+  const int g = ::getaddrinfo("no-such-host.invalid", "80", nullptr, &res);
+  if (res) ::freeaddrinfo(res);
+  if (g == EAI_AGAIN) GTEST_SKIP() << "the resolver cannot answer here";
+  const auto t0 = Clock::now();
+  const std::string e = error_of([&] { StoreClient c("no-such-host.invalid", 29500, 30s); });
+  const double ms = ms_since(t0);
+  EXPECT_EQ(e.rfind("cannot resolve the rendezvous address 'no-such-host.invalid' (MASTER_ADDR): ", 0), 0u) << e;
+  EXPECT_LT(ms, 5000) << "retried a name that does not exist";
 }
 
 TEST(Store, ConnectRetriesUntilTheServerStarts) {

@@ -1,5 +1,9 @@
 // safetensors: round trip, every malformed-header case with its message, and a bounded seeded
 // mutation fuzz of the parser (only ar::Error may escape). Atomic outputs leave nothing on failure.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -10,6 +14,7 @@
 #include "io/mapped_file.h"
 #include "io/gptq_pack.h"
 #include "io/safetensors.h"
+#include "io/sibling_name.h"
 #include "io/text_source.h"
 #include "test_util.h"
 
@@ -382,4 +387,132 @@ TEST(AwqPack, NibbleOrderAndRoundTrip) {
   for (int64_t r = 0; r < 2; ++r)
     for (int64_t o = 0; o < 16; ++o) EXPECT_EQ(awq_get(p.data(), 16, r, o), v[size_t(r * 16 + o)]);
   EXPECT_THROW(awq_pack_rows(v, 4, 8 + 1), Error);
+}
+
+// ---- Text sources cannot hang: a byte cap per source, standard input only when asked for
+namespace {
+// Runs f with standard input replaced by `path` (restored after, also when f throws).
+std::string with_stdin(const std::string& path, const std::function<void()>& f) {
+  const int saved = ::dup(STDIN_FILENO), fd = ::open(path.c_str(), O_RDONLY);
+  ::dup2(fd, STDIN_FILENO);
+  ::close(fd);
+  std::string err;
+  try {
+    f();
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  return err;
+}
+}  // namespace
+
+TEST(TextSource, EndlessStandardInputStopsAtTheByteCap) {
+  TextSourceOptions opt;
+  opt.option = "--text";
+  opt.allow_stdin = true;
+  opt.max_bytes = 8 << 20;
+  const std::string err = with_stdin("/dev/zero", [&] { read_all_text("-", "text", opt); });
+  EXPECT_NE(err.find("--text -: more than 8388608 bytes, the limit for one text source"), std::string::npos) << err;
+  EXPECT_EQ(kMaxTextSourceBytes, uint64_t(1) << 32);
+}
+
+TEST(TextSource, StandardInputOnlyWhenAllowed) {
+  std::string d = tmpdir("stdin"), f = d + "/in.txt";
+  std::ofstream(f) << "piped text\n";
+  TextSourceOptions opt;
+  opt.allow_stdin = true;
+  std::string got;
+  EXPECT_EQ(with_stdin(f, [&] { got = read_all_text("-", "text", opt); }), "");
+  EXPECT_EQ(got, "piped text\n");
+  EXPECT_NE(with_stdin(f, [&] { TextSource::open("-"); }).find("standard input is not accepted here"), std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST(TextSource, ByteCapCountsTheWholeSource) {
+  std::string d = tmpdir("cap");
+  std::ofstream(d + "/a.txt") << std::string(3000, 'a');
+  std::ofstream(d + "/b.txt") << std::string(3000, 'b');
+  TextSourceOptions opt;
+  opt.max_bytes = 6000;  // exactly the source: accepted
+  EXPECT_EQ(read_all_text(d, "text", opt).size(), 6002u);  // the two files and the blank line between
+  opt.max_bytes = 5999;
+  opt.chunk_bytes = 64;
+  EXPECT_THROW(read_all_text(d, "text", opt), Error);
+  std::ofstream(d + "/c.jsonl") << "{\"text\": \"" << std::string(5000, 'c') << "\"}\n";
+  opt.max_bytes = 4096;
+  try {
+    read_all_text(d + "/c.jsonl", "text", opt);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("c.jsonl: more than 4096 bytes"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
+TEST(TextSource, DevicesAndFifosAreRefusedWithoutOpeningThem) {
+  std::string d = tmpdir("fifo");
+  ASSERT_EQ(::mkfifo((d + "/p.txt").c_str(), 0644), 0);
+  TextSourceOptions opt;
+  opt.option = "--dataset";
+  auto msg = [&](const std::string& p) {
+    try {
+      TextSource::open(p, "text", opt);  // on the code before the check this returned, and next() blocked
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(msg(d + "/p.txt"), "--dataset " + d + "/p.txt: a FIFO (named pipe), not a regular file");
+  EXPECT_EQ(msg("/dev/zero"), "--dataset /dev/zero: a character device, not a regular file");
+  try {
+    read_text_file(d + "/p.txt");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a FIFO (named pipe), not a regular file"), std::string::npos);
+  }
+  fs::remove_all(d);
+}
+
+// ---- Temporaries of a 255-byte output name (NAME_MAX) still fit, and are found again
+TEST(SiblingName, ShortNamesKeepTheSuffixAndLongOnesAreShortenedStably) {
+  EXPECT_EQ(sibling_name("/a/out", ".partial"), "/a/out.partial");
+  const std::string n255(255, 'o'), other = std::string(254, 'o') + "p";
+  const std::string p = sibling_name("/a/" + n255, ".partial");
+  EXPECT_EQ(fs::path(p).filename().string().size(), 255u);
+  EXPECT_EQ(p.rfind("/a/ooo", 0), 0u);                          // still starts like the output
+  EXPECT_EQ(p.substr(p.size() - 8), ".partial");
+  EXPECT_EQ(p, sibling_name("/a/" + n255, ".partial"));          // the same every time (resume)
+  EXPECT_NE(p, sibling_name("/a/" + other, ".partial"));         // and different per output
+  const std::string u = std::string(250, 'x') + "\xc3\xa9\xc3\xa9";  // 254 bytes, cut inside no character
+  const std::string q = fs::path(sibling_name(u, ".autoround-tmp.XXXXXX")).filename().string();
+  EXPECT_LE(q.size(), 255u);
+  EXPECT_EQ(q.substr(q.size() - 6), "XXXXXX");
+}
+
+TEST(AtomicDir, AnOutputNameOf255BytesWorksPlainAndResumable) {
+  std::string d = tmpdir("ad255");
+  const std::string out = d + "/" + std::string(255, 'n');
+  {
+    AtomicDir a(spec_for(out, false));  // mkdtemp failed with ENAMETOOLONG before
+    std::ofstream(a.file("x")) << "1";
+    a.commit();
+  }
+  EXPECT_TRUE(fs::exists(out + "/x"));
+  write_file_atomic(out + "/" + std::string(255, 'f'), "file");  // AtomicFile's .tmp.XXXXXX too
+  EXPECT_TRUE(fs::exists(out + "/" + std::string(255, 'f')));
+  OutputSpec s = spec_for(out, true);
+  s.resumable = true;
+  {
+    AtomicDir a(s);
+    a.keep();
+  }
+  {
+    AtomicDir a(s);
+    EXPECT_TRUE(a.resumed());  // found its shortened .partial again
+    a.commit();
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 1);  // no temporary left
+  fs::remove_all(d);
 }

@@ -187,7 +187,7 @@ void register_eval(CLI::App& app) {
   struct Opt { std::string model, text, ref, field = "text"; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
   auto o = std::make_shared<Opt>();
   sub->add_option("--model", o->model, "model directory or GGUF file")->required();
-  sub->add_option("--text", o->text, "text: plain file, JSONL, or a directory of them")->required();
+  sub->add_option("--text", o->text, "text: plain file, JSONL, a directory of them, or - (standard input)")->required();
   sub->add_option("--text-field", o->field, "JSONL field holding the text (default: text)");
   sub->add_option("--ref-model", o->ref, "reference (unquantized) model, directory or GGUF file: adds KL divergence, top-1 agreement, delta ppl");
   sub->add_option("--ctx", o->ctx, "window length in tokens (default min(512, max_position_embeddings))");
@@ -206,7 +206,10 @@ void register_eval(CLI::App& app) {
     if (!o->ref.empty()) o->ref = resolve_model_dir(o->ref, "--ref-model");
     auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
-    std::string text = read_all_text(o->text, o->field);
+    TextSourceOptions src;
+    src.option = "--text";
+    src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
+    std::string text = read_all_text(o->text, o->field, src);
     auto ids = tok->encode(text);
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);

@@ -15,9 +15,15 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/printable.h"
 #include "kernels/cpu/isa.h"
 
 namespace {
+// The one place an error reaches the terminal: exactly one line. The message is escaped again
+// (core/printable.h) because not every exception is ours: nlohmann's parse errors and CLI11's quote
+// input bytes as they are.
+void print_error(const std::string& msg) { std::fprintf(stderr, "error: %s\n", ar::printable(msg).c_str()); }
+
 // AR_CPU_ISA (kernels/cpu/isa.h) caps our kernels and oneDNN in-process; OpenBLAS chose its kernel when
 // it was loaded, from OPENBLAS_CORETYPE: where the cap is below the CPU and that variable is unset, the
 // process starts again with it set (once: the variable is set the second time). Returns normally when
@@ -41,7 +47,7 @@ int main(int argc, char** argv) {
   try {
     cap_openblas(argv);
   } catch (const ar::Error& e) {  // an unknown AR_CPU_ISA
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 2;
   }
   // Before any thread starts: SIGINT/SIGTERM/SIGHUP remove temporary outputs and exit 128 + signal.
@@ -50,7 +56,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Usage errors (unknown or missing options, values out of range: cli/option_checks.h) print one line,
   // like every other error, and exit 2.
-  app.failure_message([](const CLI::App*, const CLI::Error& e) { return "error: " + std::string(e.what()) + "\n"; });
+  app.failure_message([](const CLI::App*, const CLI::Error& e) { return "error: " + ar::printable(e.what()) + "\n"; });
   ar::cli::register_convert(app);
   ar::cli::register_generate(app);
   ar::cli::register_eval(app);
@@ -65,7 +71,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(reversed);
   } catch (const CLI::ExtrasError& e) {
-    std::fprintf(stderr, "error: %s\n", ar::cli::explain_extras(app, args, e.what()).c_str());
+    print_error(ar::cli::explain_extras(app, args, e.what()));
     return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
@@ -73,7 +79,7 @@ int main(int argc, char** argv) {
   try {
     return ar::cli::run_selected(app);  // non-zero only from `launch`: a failed rank's code
   } catch (const ar::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     switch (e.kind()) {
       case ar::ErrorKind::InvalidInput: return 1;
       case ar::ErrorKind::Unsupported: return 1;
@@ -81,7 +87,7 @@ int main(int argc, char** argv) {
       case ar::ErrorKind::Internal: return 4;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 4;
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/autoround_compat.h"
+#include "core/printable.h"
 
 #ifndef AR_VERSION
 #define AR_VERSION "unknown"
@@ -43,7 +44,7 @@ int handle_top_level(CLI::App& app, const std::vector<std::string>& args) {
   const std::string near = nearest_word(args[0], names);
   std::fprintf(stderr, "error: unknown subcommand '%s'%s (subcommands: quantize, convert, eval, generate, logits, launch; "
                "`autoround --model DIR ...` quantizes)\n",
-               args[0].c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+               ar::printable(args[0]).c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
   return 2;
 }
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "core/printable.h"
+
 namespace ar {
 
 namespace {
@@ -54,7 +56,7 @@ void remove_now(const std::string& path) {
 [[noreturn]] void clean_up_and_exit(const std::string& header, int code) {
   Registry& r = registry();
   r.m.lock();  // never unlocked: the process ends below, and no commit may start meanwhile
-  std::fprintf(stderr, "%s\n", header.c_str());
+  std::fprintf(stderr, "%s\n", printable(header).c_str());  // may quote a peer's words
   for (const auto& [id, e] : r.entries) {
     if (e.keep) {
       std::fprintf(stderr, "resume state kept in %s (rerun the same command with --resume to continue)\n", e.path.c_str());

@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include "core/printable.h"
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -23,8 +25,11 @@ void set_log_tag(const std::string& tag) {
 void log(LogLevel l, const std::string& msg) {
   if (int(l) < g_level.load()) return;
   static const char* kTag[] = {"debug", "info", "warn", "error"};
+  // One message is one line: a newline or control byte inside it (input bytes in a note) is escaped,
+  // so it cannot start a line of its own, and a NUL no longer ends it.
+  const std::string text = printable(msg);
   std::lock_guard<std::mutex> lk(g_mu);
-  if (g_tag.empty()) std::fprintf(stderr, "[%s] %s\n", kTag[int(l)], msg.c_str());
-  else std::fprintf(stderr, "[%s] [%s] %s\n", kTag[int(l)], g_tag.c_str(), msg.c_str());
+  if (g_tag.empty()) std::fprintf(stderr, "[%s] %s\n", kTag[int(l)], text.c_str());
+  else std::fprintf(stderr, "[%s] [%s] %s\n", kTag[int(l)], g_tag.c_str(), text.c_str());
 }
 }  // namespace ar

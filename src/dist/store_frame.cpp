@@ -440,6 +440,16 @@ int try_connect(const std::string& host, int port, Deadline dl, std::string& why
 int connect_with_retries(const std::string& host, int port, std::chrono::milliseconds timeout) {
   const Deadline dl = deadline_after(timeout);
   std::string why;
+  // A name that does not exist stays so: fail now instead of retrying for the whole --timeout. Only
+  // EAI_AGAIN (the resolver could not answer now) is worth waiting for; it and success go on below.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int g = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  if (g != 0 && g != EAI_AGAIN && g != EAI_SYSTEM && g != EAI_MEMORY)
+    fail(ErrorKind::InvalidInput, "cannot resolve the rendezvous address '" + host + "' (MASTER_ADDR): " +
+                                      ::gai_strerror(g));
   for (;;) {
     const int fd = try_connect(host, port, dl, why);
     if (fd >= 0) return fd;

@@ -12,14 +12,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/sibling_name.h"
 
 namespace fs = std::filesystem;
 
 namespace ar {
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  std::vector<char> name(path.begin(), path.end());
-  for (char c : std::string(".tmp.XXXXXX")) name.push_back(c);
+  const std::string pattern = sibling_name(path, ".tmp.XXXXXX");
+  std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   int fd = -1;
   without_interrupt_cleanup([&] {  // created and registered as one step: a signal sees both or neither
@@ -67,7 +68,8 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 namespace {
-const char* kTempInfix = ".autoround-tmp.";
+// "<out>.autoround-tmp.XXXXXX" for mkdtemp (shortened when the output's name is already long).
+std::string temp_pattern(const std::string& out) { return sibling_name(out, ".autoround-tmp.XXXXXX"); }
 
 // Opens `dir`'s marker and takes its exclusive lock; -1 when another process holds it.
 int lock_marker(const std::string& dir) {
@@ -95,7 +97,7 @@ void move_into_place(const std::string& src, const std::string& dst, bool exchan
   if (renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), flags) == 0) return;
   if (errno != EINVAL && errno != ENOSYS) fail(ErrorKind::Io, dst + ": rename failed: " + std::strerror(errno));
   if (exchange) {
-    const std::string aside = src + ".old";
+    const std::string aside = sibling_name(src, ".old");
     if (std::rename(dst.c_str(), aside.c_str()) != 0 || std::rename(src.c_str(), dst.c_str()) != 0 ||
         std::rename(aside.c_str(), src.c_str()) != 0)
       fail(ErrorKind::Io, dst + ": rename failed: " + std::strerror(errno));
@@ -118,7 +120,8 @@ AtomicDir::AtomicDir(const OutputSpec& spec) : spec_(spec) {
 
 void AtomicDir::clean_stale() {
   const fs::path parent = fs::path(path_).parent_path();
-  const std::string prefix = fs::path(path_).filename().string() + kTempInfix;
+  const std::string pattern = fs::path(temp_pattern(path_)).filename().string();
+  const std::string prefix = pattern.substr(0, pattern.size() - 6);  // without the XXXXXX
   std::error_code ec;
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(parent, ec))
@@ -137,7 +140,7 @@ void AtomicDir::clean_stale() {
 
 void AtomicDir::create_temp() {
   std::error_code ec;
-  const std::string partial = path_ + ".partial";
+  const std::string partial = sibling_name(path_, ".partial");
   const auto st = fs::symlink_status(partial, ec);
   if (spec_.resumable && fs::exists(st)) {
     if (!fs::is_directory(st) || !is_our_output(partial))
@@ -150,7 +153,7 @@ void AtomicDir::create_temp() {
     tmp_ = partial;
     write_marker(tmp_, spec_.kind);
   } else {
-    std::string name = path_ + kTempInfix + "XXXXXX";
+    std::string name = temp_pattern(path_);
     if (!mkdtemp(name.data())) fail(ErrorKind::Io, name + ": cannot create: " + std::strerror(errno));
     tmp_ = name;
     write_marker(tmp_, spec_.kind);

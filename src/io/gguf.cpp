@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace ar {
 
@@ -76,7 +77,7 @@ GgufFile GgufFile::open(const std::string& path) {
     std::string key = c.str("key");
     GgufValue v;
     uint32_t t = c.get<uint32_t>("value type");
-    if (t > uint32_t(GgufType::F64)) fail(ErrorKind::InvalidInput, path + ": key '" + key + "' has unknown type " + std::to_string(t));
+    if (t > uint32_t(GgufType::F64)) fail(ErrorKind::InvalidInput, path + ": key '" + printable(key) + "' has unknown type " + std::to_string(t));
     v.type = GgufType(t);
     if (v.type == GgufType::String) {
       v.str = c.str(key.c_str());
@@ -84,7 +85,7 @@ GgufFile GgufFile::open(const std::string& path) {
       uint32_t et = c.get<uint32_t>("array type");
       uint64_t n = c.get<uint64_t>("array length");
       if (et > uint32_t(GgufType::F64) || et == uint32_t(GgufType::Array))
-        fail(ErrorKind::Unsupported, path + ": key '" + key + "' has an array of type " + std::to_string(et));
+        fail(ErrorKind::Unsupported, path + ": key '" + printable(key) + "' has an array of type " + std::to_string(et));
       v.elem = GgufType(et);
       size_t min_elem = v.elem == GgufType::String ? 8 : scalar_size(v.elem);
       if (n > uint64_t(c.end - c.p) / min_elem) c.truncated("array '" + key + "' of " + std::to_string(n) + " elements");
@@ -104,7 +105,7 @@ GgufFile GgufFile::open(const std::string& path) {
     GgufTensorInfo t;
     t.name = c.str("tensor name");
     uint32_t nd = c.get<uint32_t>("tensor dims");
-    if (nd > 8) fail(ErrorKind::InvalidInput, path + ": tensor '" + t.name + "' has " + std::to_string(nd) + " dims");
+    if (nd > 8) fail(ErrorKind::InvalidInput, path + ": tensor '" + printable(t.name) + "' has " + std::to_string(nd) + " dims");
     for (uint32_t d = 0; d < nd; ++d) t.dims.push_back(c.get<uint64_t>("tensor dim"));
     t.type = c.get<uint32_t>("tensor type");
     t.offset = c.get<uint64_t>("tensor offset");
@@ -127,7 +128,7 @@ GgufFile GgufFile::open(const std::string& path) {
 const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t, uint64_t nbytes) const {
   if (!file) fail(ErrorKind::Internal, path + ": GGUF file not mapped");
   auto bad = [&](const std::string& why) {
-    fail(ErrorKind::InvalidInput, path + ": tensor '" + t.name + "': " + why);
+    fail(ErrorKind::InvalidInput, path + ": tensor '" + printable(t.name) + "': " + why);
   };
   if (t.offset % alignment != 0)
     bad("data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " + std::to_string(alignment));
@@ -147,7 +148,7 @@ const GgufValue* GgufFile::find(const std::string& key) const {
 const std::vector<std::string>& GgufFile::strings(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v || v->type != GgufType::Array || v->elem != GgufType::String)
-    fail(ErrorKind::InvalidInput, path + ": key '" + key + "' missing or not a string array");
+    fail(ErrorKind::InvalidInput, path + ": key '" + printable(key) + "' missing or not a string array");
   return v->strs;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace ar {
 
@@ -29,7 +30,7 @@ nlohmann::json parse_json_unique(const char* first, const char* last, const std:
     return nlohmann::json::parse(first, last, cb);
   } catch (const DuplicateKey& d) {
     fail(ErrorKind::InvalidInput,
-         what + ": " + (d.top ? top_label : std::string("key")) + " '" + d.key + "' appears twice");
+         what + ": " + (d.top ? top_label : std::string("key")) + " '" + printable(d.key) + "' appears twice");
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::InvalidInput, what + ": not valid JSON: " + e.what());
   }

@@ -7,15 +7,15 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace ar {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as a model file must not block open(); fstat below refuses it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail(ErrorKind::Io, path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -48,11 +48,17 @@ void MappedFile::release(const uint8_t* p, size_t n) const {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const int fd = open_regular_file(path);
+  std::string out;
+  try {
+    char buf[1 << 16];
+    while (size_t n = read_up_to(fd, buf, sizeof buf, path)) out.append(buf, n);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return out;
 }
 
 bool file_exists(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "io/atomic_file.h"
 #include "io/json_unique.h"
 
@@ -37,7 +38,7 @@ void check_no_overlap(std::vector<StTensorInfo>& ts, const std::string& what) {
   size_t furthest = 0, owner = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (i > 0 && ts[i].begin < furthest)
-      bad(what, "tensors '" + ts[owner].name + "' and '" + ts[i].name + "' overlap (data bytes " +
+      bad(what, "tensors '" + printable(ts[owner].name) + "' and '" + printable(ts[i].name) + "' overlap (data bytes " +
                     std::to_string(ts[i].begin) + " < " + std::to_string(furthest) + ")");
     if (ts[i].end >= furthest) {
       furthest = ts[i].end;
@@ -67,12 +68,12 @@ StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& 
     if (name == "__metadata__") {
       if (!v.is_object()) bad(what, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) bad(what, "__metadata__ value for '" + m.key() + "' is not a string");
+        if (!m.value().is_string()) bad(what, "__metadata__ value for '" + printable(m.key()) + "' is not a string");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string tn = "tensor '" + name + "'";
+    const std::string tn = "tensor '" + printable(name) + "'";
     if (!v.is_object()) bad(what, tn + " entry is not an object");
     if (!v.contains("dtype") || !v["dtype"].is_string()) bad(what, tn + " has no dtype");
     if (!v.contains("shape") || !v["shape"].is_array()) bad(what, tn + " has no shape");
@@ -81,7 +82,7 @@ StHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& 
     StTensorInfo t;
     t.name = name;
     std::string dt = v["dtype"].get<std::string>();
-    if (!dtype_from_safetensors(dt, &t.dtype)) bad(what, tn + " has unsupported dtype " + dt);
+    if (!dtype_from_safetensors(dt, &t.dtype)) bad(what, tn + " has unsupported dtype " + printable(dt));
     size_t numel = 1;
     for (const auto& d : v["shape"]) {
       size_t dim = as_size(d, what, tn + " shape entry");
@@ -120,7 +121,7 @@ const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
 
 Tensor SafetensorsFile::load_f32(const std::string& name, Context& ctx) const {
   const StTensorInfo* t = find(name);
-  if (!t) fail(ErrorKind::InvalidInput, path() + ": tensor '" + name + "' not found");
+  if (!t) fail(ErrorKind::InvalidInput, path() + ": tensor '" + printable(name) + "' not found");
   if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
     fail(ErrorKind::Unsupported, path() + ": tensor '" + name + "' has dtype " + dtype_safetensors_name(t->dtype) +
                                      "; weights must be F32, BF16 or F16");

@@ -1,16 +1,21 @@
 #include "io/text_source.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace fs = std::filesystem;
 
 namespace ar {
 
 namespace {
+constexpr const char* kStdin = "-";
+
 bool is_jsonl(const std::string& p) {
   auto e = fs::path(p).extension().string();
   return e == ".jsonl" || e == ".json";
@@ -47,17 +52,34 @@ size_t invalid_utf8(const std::string& s, bool final, size_t* complete_end) {
 }  // namespace
 
 std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std::string& field, size_t chunk_bytes) {
+  TextSourceOptions opt;
+  opt.chunk_bytes = chunk_bytes;
+  return open(path, field, opt);
+}
+
+std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std::string& field,
+                                             const TextSourceOptions& opt) {
   auto s = std::unique_ptr<TextSource>(new TextSource());
   s->field_ = field;
-  s->chunk_bytes_ = std::max<size_t>(chunk_bytes, 64);
+  s->opt_ = opt;
+  s->opt_.chunk_bytes = std::max<size_t>(opt.chunk_bytes, 64);
+  const std::string label = opt.option.empty() ? path : opt.option + " " + path;
+  if (path == kStdin) {
+    if (!opt.allow_stdin) fail(ErrorKind::InvalidInput, label + ": standard input is not accepted here (name a file)");
+    s->files_.push_back(path);
+    return s;
+  }
+  // status() only stats: nothing is opened here, so a FIFO cannot block.
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) {
     for (auto it = fs::recursive_directory_iterator(path, ec); it != fs::recursive_directory_iterator(); ++it)
       if (it->is_regular_file() && (is_jsonl(it->path().string()) || is_text(it->path().string())))
         s->files_.push_back(it->path().string());
     std::sort(s->files_.begin(), s->files_.end());
     if (s->files_.empty()) fail(ErrorKind::InvalidInput, path + ": directory holds no .txt/.jsonl/.json files");
-  } else if (fs::exists(path, ec)) {
+  } else if (fs::exists(st)) {
+    ::close(open_regular_file(path, label));  // refuses a FIFO, device or socket now, before any work
     s->files_.push_back(path);
   } else {
     fail(ErrorKind::Io, path + ": no such file or directory");
@@ -65,28 +87,70 @@ std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std:
   return s;
 }
 
+TextSource::~TextSource() { close_file(); }
+
+void TextSource::close_file() {
+  if (fd_ > 0) ::close(fd_);  // never fd 0: standard input stays open
+  fd_ = -1;
+}
+
 bool TextSource::open_next_file() {
-  if (in_.is_open()) in_.close();
+  close_file();
   if (file_index_ >= files_.size()) return false;
   const std::string& p = files_[file_index_++];
-  in_.open(p, std::ios::binary);
-  if (!in_) fail(ErrorKind::Io, p + ": cannot open");
-  jsonl_ = is_jsonl(p);
+  fd_ = p == kStdin ? STDIN_FILENO : open_regular_file(p, opt_.option.empty() ? p : opt_.option + " " + p);
+  jsonl_ = p != kStdin && is_jsonl(p);
+  at_eof_ = false;
+  pending_.clear();
+  pending_at_ = 0;
   offset_ = line_ = 0;
   carry_.clear();
   file_had_data_ = false;
   return true;
 }
 
+size_t TextSource::read_bytes(char* p, size_t n) {
+  const std::string& path = files_[file_index_ - 1];
+  const size_t got = at_eof_ ? 0 : read_up_to(fd_, p, n, path);
+  at_eof_ = got < n;
+  bytes_read_ += got;
+  if (bytes_read_ > opt_.max_bytes)
+    fail(ErrorKind::InvalidInput, (opt_.option.empty() ? path : opt_.option + " " + path) + ": more than " +
+                                      std::to_string(opt_.max_bytes) + " bytes, the limit for one text source");
+  return got;
+}
+
+bool TextSource::read_line(std::string* line) {
+  size_t scanned = pending_at_;
+  for (;;) {
+    if (size_t nl = pending_.find('\n', scanned); nl != std::string::npos) {
+      line->assign(pending_, pending_at_, nl - pending_at_);
+      pending_at_ = nl + 1;
+      return true;
+    }
+    if (at_eof_) {
+      if (pending_at_ == pending_.size()) return false;
+      line->assign(pending_, pending_at_, std::string::npos);  // a last line without '\n'
+      pending_at_ = pending_.size();
+      return true;
+    }
+    pending_.erase(0, pending_at_);  // the lines returned already go only when more is read (no O(n^2))
+    pending_at_ = 0;
+    scanned = pending_.size();
+    char buf[1 << 16];
+    pending_.append(buf, read_bytes(buf, sizeof buf));
+  }
+}
+
 bool TextSource::next(std::string* doc) {
   for (;;) {
-    if (!in_.is_open() && !open_next_file()) return false;
-    const std::string& path = files_[file_index_ - 1];
+    if (fd_ < 0 && !open_next_file()) return false;
+    const std::string path = files_[file_index_ - 1] == kStdin ? "standard input" : files_[file_index_ - 1];
     if (jsonl_) {
       std::string line;
-      if (!std::getline(in_, line)) {
+      if (!read_line(&line)) {
         if (!file_had_data_) fail(ErrorKind::InvalidInput, path + ": file is empty");
-        in_.close();
+        close_file();
         continue;
       }
       ++line_;
@@ -108,15 +172,14 @@ bool TextSource::next(std::string* doc) {
     // Plain text: read up to chunk_bytes, cut at the last newline, validate, carry the rest.
     std::string buf = std::move(carry_);
     carry_.clear();
-    size_t want = chunk_bytes_ > buf.size() ? chunk_bytes_ - buf.size() : 0;
+    size_t want = opt_.chunk_bytes > buf.size() ? opt_.chunk_bytes - buf.size() : 0;
     std::string more(want, '\0');
-    in_.read(more.data(), std::streamsize(want));
-    more.resize(size_t(in_.gcount()));
+    more.resize(read_bytes(more.data(), want));
     const bool eof = more.size() < want;
     buf += more;
     if (buf.empty()) {
       if (!file_had_data_) fail(ErrorKind::InvalidInput, path + ": file is empty");
-      in_.close();
+      close_file();
       continue;
     }
     file_had_data_ = true;
@@ -132,17 +195,21 @@ bool TextSource::next(std::string* doc) {
     carry_ = buf.substr(cut);
     buf.resize(cut);
     offset_ += cut;
-    if (eof && carry_.empty()) in_.close();
+    if (eof && carry_.empty()) close_file();
     *doc = std::move(buf);
     return true;
   }
 }
 
 std::string read_all_text(const std::string& path, const std::string& field) {
-  auto src = TextSource::open(path, field);
+  return read_all_text(path, field, TextSourceOptions{});
+}
+
+std::string read_all_text(const std::string& path, const std::string& field, const TextSourceOptions& opt) {
+  auto src = TextSource::open(path, field, opt);
   std::string all, doc;
   bool first = true;
-  bool plain = !is_jsonl(path) && !fs::is_directory(path);
+  bool plain = path == kStdin || (!is_jsonl(path) && !fs::is_directory(path));
   while (src->next(&doc)) {
     if (!first && !plain) all += "\n\n";
     all += doc;

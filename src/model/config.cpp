@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "io/json_file.h"
 #include "model/arch/arch.h"
 
@@ -51,7 +52,7 @@ void parse_scaling(const nlohmann::json& rs, const std::string& path, const std:
                            : rs.contains("type")    ? in.at("type").str()
                                                     : std::string("default");
   if (type == "default") return;
-  if (type != "llama3") bad_field(path, field, "rope_type '" + type + "' is not supported (default, llama3)");
+  if (type != "llama3") bad_field(path, field, "rope_type '" + printable(type) + "' is not supported (default, llama3)");
   out.type = type;
   for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0) || !(rs[k].get<double>() <= 0x1p53))
@@ -95,7 +96,7 @@ void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c
   RopeScaling fresh;
   parse_scaling(rp, path, "rope_parameters", fresh);
   if (legacy_scaling && !same_scaling(fresh, legacy))
-    bad_field(path, "rope_parameters", "rope_type '" + fresh.type + "' contradicts rope_scaling '" + legacy.type + "'");
+    bad_field(path, "rope_parameters", "rope_type '" + printable(fresh.type) + "' contradicts rope_scaling '" + printable(legacy.type) + "'");
   c.rope_scaling = fresh;
 }
 }  // namespace
@@ -121,7 +122,7 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   c.architecture = j["architectures"][0].get<std::string>();
   const ArchSpec* spec = find_arch(c.architecture);
   if (!spec)
-    fail(ErrorKind::Unsupported, path + ": unknown architecture '" + c.architecture + "' (supported: " +
+    fail(ErrorKind::Unsupported, path + ": unknown architecture '" + printable(c.architecture) + "' (supported: " +
                                      supported_archs() + ")");
   c.hidden_size = req_int(j, path, "hidden_size");
   c.intermediate_size = req_int(j, path, "intermediate_size");
@@ -148,7 +149,7 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   }
   if (c.head_dim % 2) bad_field(path, "head_dim", "must be even for rotary embeddings");
   std::string act = in.str("hidden_act", std::string("silu"));
-  if (act != "silu") bad_field(path, "hidden_act", "'" + act + "' is not supported (only silu)");
+  if (act != "silu") bad_field(path, "hidden_act", "'" + printable(act) + "' is not supported (only silu)");
   if (in.boolean("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
   if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number() &&
       j["partial_rotary_factor"].get<double>() != 1.0)
@@ -167,11 +168,11 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
     std::string method = qi.str("quant_method", std::string());
     std::string packing = qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
     if (method != "auto-round" && method != "gptq" && method != "awq")
-      bad_field(path, "quantization_config.quant_method", "'" + method + "' is not supported (auto-round, gptq, awq)");
+      bad_field(path, "quantization_config.quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq)");
     if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&
         packing != "auto_round:gptqmodel" && packing != "auto_round:fake" && packing != "auto_round:auto_awq" &&
         packing != "auto_awq")
-      bad_field(path, "quantization_config.packing_format", "'" + packing + "' is not supported");
+      bad_field(path, "quantization_config.packing_format", "'" + printable(packing) + "' is not supported");
     c.quant.present = packing != "auto_round:fake";  // fake: dense QDQ weights, nothing to unpack
     c.quant.bits = int(q_int("bits", 4));
     c.quant.group_size = q_int("group_size", 128);

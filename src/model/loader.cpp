@@ -1,6 +1,7 @@
 #include "model/loader.h"
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "io/json_file.h"
 #include "io/json_unique.h"
 #include "io/gptq_pack.h"
@@ -42,13 +43,13 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
     std::map<std::string, size_t> shard_ids;
     std::map<std::string, std::string> want;  // tensor -> shard
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) fail(ErrorKind::InvalidInput, index + ": weight_map['" + it.key() + "'] is not a string");
+      if (!it.value().is_string()) fail(ErrorKind::InvalidInput, index + ": weight_map['" + printable(it.key()) + "'] is not a string");
       std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard == "..")
-        fail(ErrorKind::InvalidInput, index + ": shard name '" + shard + "' must be a plain file name");
+        fail(ErrorKind::InvalidInput, index + ": shard name '" + printable(shard) + "' must be a plain file name");
       if (!shard_ids.count(shard)) {
         if (!file_exists(dir + "/" + shard))
-          fail(ErrorKind::InvalidInput, index + ": shard '" + shard + "' (holding tensor '" + it.key() + "') is missing");
+          fail(ErrorKind::InvalidInput, index + ": shard '" + printable(shard) + "' (holding tensor '" + printable(it.key()) + "') is missing");
         shard_ids[shard] = files.size();
         files.push_back(shard);
       }
@@ -59,7 +60,7 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
     for (const auto& [name, shard] : want) {
       size_t s = shard_ids[shard];
       if (!m->shards_[s]->find(name))
-        fail(ErrorKind::InvalidInput, index + ": tensor '" + name + "' is not in its shard '" + shard + "'");
+        fail(ErrorKind::InvalidInput, index + ": tensor '" + printable(name) + "' is not in its shard '" + printable(shard) + "'");
       m->where_[name] = s;
     }
   } else if (file_exists(single)) {

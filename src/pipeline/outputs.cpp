@@ -33,9 +33,12 @@ bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
 
 std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
   std::vector<std::string> out;
-  std::stringstream ss(opt.format);
+  // An empty entry is a typo (a format left out), not something to skip silently.
+  const std::string& spec = opt.format;
+  if (!spec.empty() && (spec.front() == ',' || spec.back() == ',' || spec.find(",,") != std::string::npos))
+    fail(ErrorKind::InvalidInput, "--format '" + spec + "' has an empty entry (formats are separated by single commas)");
+  std::stringstream ss(spec);
   for (std::string f; std::getline(ss, f, ',');) {
-    if (f.empty()) continue;
     if (quant::is_gguf_format(f)) {
       quant::parse_gguf_scheme(f);  // a known preset
     } else if (std::find(std::begin(kFormats), std::end(kFormats), f) == std::end(kFormats))

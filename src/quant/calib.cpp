@@ -54,6 +54,8 @@ std::vector<DatasetSource> parse_dataset_spec(const std::string& spec) {
     std::stringstream is(item);
     std::getline(is, s.path, ':');
     if (s.path.empty()) bad_spec(item, "no PATH before the sub-options");
+    // Every rank of a multi-process run reads the sources itself; standard input reaches one of them.
+    if (s.path == "-") bad_spec(item, "standard input ('-') is not accepted: name a file or directory");
     std::set<std::string> seen;
     std::string kv;
     while (std::getline(is, kv, ':')) {
@@ -140,7 +142,9 @@ struct SourceStats {
 };
 
 void draw_from_source(const Tokenizer& tok, const DatasetSource& src_opt, Reservoir& r, SourceStats& st) {
-  auto src = TextSource::open(src_opt.path, src_opt.field);
+  TextSourceOptions opt;
+  opt.option = "--dataset";  // no standard input: every rank of a multi-process run reads the source
+  auto src = TextSource::open(src_opt.path, src_opt.field, opt);
   Packer packer(tok, r);
   std::string doc;
   while (src->next(&doc)) {
