@@ -240,7 +240,7 @@ TEST(Store, AnUnresolvableAddressFailsAtOnce) {
   if (res) ::freeaddrinfo(res);
   if (g == EAI_AGAIN) GTEST_SKIP() << "the resolver cannot answer here";
   const auto t0 = Clock::now();
-  const std::string e = error_of([&] { StoreClient c("no-such-host.invalid", 29500, 30s); });
+  const std::string e = error_of([&] { StoreClient c("no-such-host.invalid", 29500, 30s, kToken); });
   const double ms = ms_since(t0);
   EXPECT_EQ(e.rfind("cannot resolve the rendezvous address 'no-such-host.invalid' (MASTER_ADDR): ", 0), 0u) << e;
   EXPECT_LT(ms, 5000) << "retried a name that does not exist";
