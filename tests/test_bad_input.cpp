@@ -103,6 +103,8 @@ const std::vector<Case> kCases = {
      "m: block 0 (model.layers.0.*) output: non-finite activation"},
     {"OverflowingActivationsGenerate", poison("model.layers.0.post_attention_layernorm.weight", 3e38f), kGen, 1,
      "m: block 0 (model.layers.0.*) output: non-finite activation"},
+    {"OverflowingActivationsGeneratePrompt", poison("model.layers.0.post_attention_layernorm.weight", 3e38f),
+     kGen + "--prompt hello", 1, "m: block 0 (model.layers.0.*) output: non-finite activation"},
     {"OverflowingActivationsLogits", poison("model.layers.0.post_attention_layernorm.weight", 3e38f), kLogits, 1,
      "m: block 0 (model.layers.0.*) output: non-finite activation"},
     {"OverflowingActivationsKl", poison("model.layers.0.post_attention_layernorm.weight", 3e38f),

@@ -171,8 +171,15 @@ void register_generate(CLI::App& app) {
     // The prompt and one new token must fit, or the "generation" would be empty with exit 0.
     require_context(*model, int64_t(ids.size()) + (o->n > 0 ? 1 : 0), "generate");
     std::string shown = tok->decode(ids);
-    std::fputs(shown.c_str(), stdout);
+    // The prompt is printed once the prompt pass succeeded, so a model refused there (non-finite
+    // activations) prints only its error line.
+    bool started = false;
+    auto start = [&] {
+      if (!started) std::fputs(shown.c_str(), stdout);
+      started = true;
+    };
     generate_greedy(tf, ids, o->n, [&](int32_t, int32_t next) {  // print what the new token adds
+      start();
       ids.push_back(next);
       std::string text = tok->decode(ids);
       if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0)
@@ -180,6 +187,7 @@ void register_generate(CLI::App& app) {
       shown = text;
       std::fflush(stdout);
     });
+    start();
     std::fputs("\n", stdout);
   };
 }
