@@ -13,7 +13,10 @@ namespace ar::fuzz {
 
 inline ResumeExpect resume_expect() {
   ResumeExpect e;
-  e.fingerprint = {{"model", "/models/tiny"}, {"format", "auto_round"}, {"bits", 4}, {"group_size", 32}};
+  e.fingerprint = {{"options", {{"format", "auto_round"}, {"bits", 4}, {"group_size", 32}}},
+                   {"model", {{"config.json", {{"bytes", 512}, {"hash", "0123456789abcdef"}}},
+                              {"model.safetensors", {{"bytes", 4096}, {"hash", "fedcba9876543210"}}}}},
+                   {"calibration", {{"n", 8}, {"seqlen", 64}, {"tokens_hash", "00000000deadbeef"}}}};  // run_identity's shape
   e.num_layers = 4;
   return e;
 }

@@ -101,6 +101,36 @@ const std::vector<Case> kCases = {
      "tensor model.layers.0.input_layernorm.weight: non-finite value nan"},
     {"NegInfLmHead", poison("lm_head.weight", -kInf), kLogits, 1, "tensor lm_head.weight: non-finite value -inf"},
     {"NanLmHeadQuantize", poison("lm_head.weight", kNan), kQ, 1, "tensor lm_head.weight: non-finite value nan"},
+    // ---- Model files: finite weights whose activations overflow fp32 stop eval/generate/logits at the
+    // first block whose output is not finite (quantize checks the same per block)
+    {"OverflowingActivationsEval", poison("model.layers.0.post_attention_layernorm.weight", 3e38f), kEval, 1,
+     "m: block 0 (model.layers.0.*) output: non-finite activation"},
+    {"OverflowingActivationsGenerate", poison("model.layers.0.post_attention_layernorm.weight", 3e38f), kGen, 1,
+     "m: block 0 (model.layers.0.*) output: non-finite activation"},
+    {"OverflowingActivationsGeneratePrompt", poison("model.layers.0.post_attention_layernorm.weight", 3e38f),
+     kGen + "--prompt hello", 1, "m: block 0 (model.layers.0.*) output: non-finite activation"},
+    {"OverflowingActivationsLogits", poison("model.layers.0.post_attention_layernorm.weight", 3e38f), kLogits, 1,
+     "m: block 0 (model.layers.0.*) output: non-finite activation"},
+    {"OverflowingActivationsKl", poison("model.layers.0.post_attention_layernorm.weight", 3e38f),
+     "eval --model notes/../m --ref-model m --text t.txt", 1, "block 0 (model.layers.0.*) output: non-finite"},
+    // ---- Model files: a config.json with fewer layers than the checkpoint stores
+    {"ConfigFewerLayersThanStored",
+     [](const Tree& t) {
+       ar::write_synthetic_model(t.p("m"), ar::tiny_llama_config(2), 5);
+       t.edit_config([](nlohmann::json& c) { c["num_hidden_layers"] = 1; });
+     },
+     kEval, 1,
+     "m/model.safetensors: tensor 'model.layers.1.input_layernorm.weight' is stored but config.json says "
+     "num_hidden_layers 1"},
+    // ---- Model files: a context shorter than the command needs names the model's field
+    {"ContextShorterThanEvalWindow", set("max_position_embeddings", 3), kEval, 1,
+     "m/config.json: max_position_embeddings 3 is smaller than the 4 tokens eval needs"},
+    {"ContextShorterThanEvalCtx", set("max_position_embeddings", 16), kEval + "--ctx 32", 1,
+     "m/config.json: max_position_embeddings 16 is smaller than the 32 tokens eval --ctx 32 needs"},
+    {"ContextShorterThanPromptAndOneToken", set("max_position_embeddings", 1), kGen, 1,
+     "m/config.json: max_position_embeddings 1 is smaller than the 2 tokens generate needs"},
+    {"ContextShorterThanLogitsText", set("max_position_embeddings", 2), kLogits, 1,
+     "m/config.json: max_position_embeddings 2 is smaller than the"},
     // ---- Model files: config sizes refused before allocating
     {"HugeHiddenSize", set("hidden_size", int64_t(1000000000000)), kEval, 1,
      "m/config.json: field 'hidden_size': 1000000000000 exceeds the limit of 131072"},
@@ -229,7 +259,7 @@ const std::vector<Case> kCases = {
      [](const Tree& t) {
        t.write("out.partial/autoround_output.json", R"({"generator": "autoround.cpp", "kind": "quantize"})");
        t.write("out.partial/resume_state.json",
-               R"({"version": 3, "fingerprint": {}, "next_block": 1, "x_fp": "../notes/keep.txt", "x_fp_hash": "0",)"
+               R"({"version": 4, "fingerprint": {}, "next_block": 1, "x_fp": "../notes/keep.txt", "x_fp_hash": "0",)"
                R"( "x_q": null, "x_q_hash": "0", "outputs": [{"writer": {}, "extra": {}}]})");
      },
      kQ + "--resume", 1, "out.partial/resume_state.json: corrupt or foreign resume state"},

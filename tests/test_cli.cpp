@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstring>
+#include <map>
 #include <vector>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <fstream>
 
 #include "io/mapped_file.h"
+#include "io/safetensors.h"
 #include <nlohmann/json.hpp>
 #include "kernels/cpu/bf16_ops.h"
 #include "model/synthetic.h"
@@ -289,6 +292,32 @@ TEST(Cli, SignalsRemoveTheTemporaryOutputAndExitWith128PlusSignal) {
   fs::remove_all(d);
 }
 
+namespace {
+// SIGKILLs `pid` once its resume state records block 1 as done (polling up to 30 s); false when the
+// run ended first. Reaps the process either way.
+bool kill_after_first_block(pid_t pid, const std::string& state) {
+  bool killed = false;
+  for (int i = 0; i < 6000 && !killed; ++i) {
+    if (fs::exists(state) && ar::read_text_file(state).find("\"next_block\":1") != std::string::npos) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    usleep(5000);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return killed;
+}
+
+// Every file under `dir` (relative path -> content), to show that a refused command changed nothing.
+std::map<std::string, std::string> tree_contents(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = ar::read_text_file(e.path().string());
+  return files;
+}
+}  // namespace
+
 // A --resume run started with relative paths from one directory, killed, continues from any other
 // current directory (absolute paths this time) and writes the bytes of an uninterrupted run.
 TEST(Cli, ResumeWorksFromAnotherCurrentDirectory) {
@@ -308,18 +337,8 @@ TEST(Cli, ResumeWorksFromAnotherCurrentDirectory) {
           "--output_dir", "./out/", "--resume", nullptr);
     _exit(127);
   }
-  const std::string state = d + "/out.partial/resume_state.json";
-  bool killed = false;
-  for (int i = 0; i < 6000 && !killed; ++i) {
-    if (fs::exists(state) && ar::read_text_file(state).find("\"next_block\":1") != std::string::npos) {
-      kill(pid, SIGKILL);
-      killed = true;
-    }
-    usleep(5000);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  ASSERT_TRUE(killed) << "the run finished before it could be killed";
+  ASSERT_TRUE(kill_after_first_block(pid, d + "/out.partial/resume_state.json"))
+      << "the run finished before it could be killed";
   r = run("--model " + d + "/m" + opts + " --output_dir " + d + "/out --resume");  // cwd: the test's own
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("resuming " + d + "/out after block 1/4"), std::string::npos) << r.out;
@@ -340,5 +359,63 @@ TEST(Cli, AnOutputDirectoryNameOf255BytesWorks) {
     EXPECT_TRUE(fs::exists(out + "/model.safetensors")) << extra;
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 2);  // m and the output
+}
+
+// The resume state holds the model by content (every file's size and checksum) and the options: a
+// weight of block 0 changed after the kill, or another --iters, is refused naming what differs, and the
+// refused runs change nothing (before, the changed model resumed and wrote the old model's bytes).
+TEST(Cli, ResumeRefusesAChangedModelOrOptionNamingIt) {
+  std::string d = fs::absolute(tmpdir("rchg")).string();
+  auto cfg = ar::tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  ar::write_synthetic_model(d + "/m", cfg, 6);
+  auto args = [&](int iters) {
+    return "--model " + d + "/m --iters " + std::to_string(iters) + " --nsamples 8 --seqlen 64 --output_dir " + d +
+           "/out --resume";
+  };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!std::freopen("/dev/null", "w", stderr)) _exit(126);
+    execl(AR_CLI_PATH, AR_CLI_PATH, "--model", (d + "/m").c_str(), "--iters", "60", "--nsamples", "8", "--seqlen",
+          "64", "--output_dir", (d + "/out").c_str(), "--resume", nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(kill_after_first_block(pid, d + "/out.partial/resume_state.json"))
+      << "the run finished before it could be killed";
+  // One weight of block 0 changed in place (same size): its first float of q_proj.
+  const std::string model = d + "/m/model.safetensors", original = ar::read_text_file(model);
+  const ar::StHeader h = ar::parse_safetensors(reinterpret_cast<const uint8_t*>(original.data()), original.size(), model);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, original.data(), 8);
+  std::string changed = original;
+  for (const auto& t : h.tensors)
+    if (t.name == "model.layers.0.self_attn.q_proj.weight") {
+      const float v = 0.5f;
+      std::memcpy(changed.data() + 8 + header_len + t.begin, &v, 4);
+    }
+  ASSERT_NE(changed, original);
+  { std::ofstream(model, std::ios::binary | std::ios::trunc) << changed; }
+  const auto before = tree_contents(d);
+  CliResult r = run(args(60));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(d + "/out.partial/resume_state.json: corrupt or foreign resume state: model file "
+                           "model.safetensors changed since the state was written"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1).rfind("error: ", 0), 0u) << r.out;
+  EXPECT_TRUE(tree_contents(d) == before) << "the refused resume changed files";
+  EXPECT_FALSE(fs::exists(d + "/out"));
+  // The model back as it was, another option: refused naming the option and both values.
+  { std::ofstream(model, std::ios::binary | std::ios::trunc) << original; }
+  const auto before2 = tree_contents(d);
+  r = run(args(61));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("resume_state.json: corrupt or foreign resume state: option 'iters' is 60 in the state, 61 in "
+                       "this run"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(tree_contents(d) == before2) << "the refused resume changed files";
   fs::remove_all(d);
 }

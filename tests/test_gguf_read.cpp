@@ -4,6 +4,8 @@
 // gguf_quantize_rtn's dequantized output, the llama Q/K rows back in HF order) and their logits match the
 // source model's; bad files fail with one clear error naming the file and tensor; eval, generate and
 // logits take a .gguf for --model.
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -389,6 +391,70 @@ TEST(GgufRead, BadFilesAreRefusedWithOneClearError) {
   }
 }
 
+namespace {
+// Byte position of a metadata key's value (after its length-prefixed name and u32 type); `type` gets the type.
+size_t kv_value_at(const std::string& bytes, const std::string& key, uint32_t* type) {
+  std::string k(8, '\0');
+  const uint64_t n = key.size();
+  std::memcpy(k.data(), &n, 8);
+  k += key;
+  const size_t p = bytes.find(k);
+  EXPECT_NE(p, std::string::npos) << key;
+  *type = get<uint32_t>(bytes, p + k.size());
+  return p + k.size() + 4;
+}
+}  // namespace
+
+// Rules the safetensors reader already had, for GGUF: no two tensors share bytes, no metadata key twice,
+// every special-token id inside the vocabulary.
+TEST(GgufRead, OverlapsDuplicateKeysAndSpecialIdsOutsideTheVocabularyAreRefused) {
+  const std::string& good = small().bytes;
+  const GgufFile g = GgufFile::open(small().path);
+  {  // a projection aliasing the embeddings
+    std::string b = good;
+    put(b, find_info(b, "blk.0.attn_q.weight").offset, get<uint64_t>(b, find_info(b, "token_embd.weight").offset));
+    expect_refused(b, ErrorKind::InvalidInput, {"'blk.0.attn_q.weight' and 'token_embd.weight' overlap"});
+  }
+  {  // every tensor at offset 0
+    std::string b = good;
+    for (const auto& t : g.tensors) put(b, find_info(b, t.name).offset, uint64_t(0));
+    expect_refused(b, ErrorKind::InvalidInput, {"overlap (data bytes 0 <"});
+  }
+  {  // a metadata key given twice (before, the last value won): the second of two same-length keys renamed
+    std::string b = good, first, second;
+    for (const auto& [k1, v1] : g.kv)
+      for (const auto& [k2, v2] : g.kv)
+        if (first.empty() && k1 < k2 && k1.size() == k2.size()) {
+          first = k1;
+          second = k2;
+        }
+    ASSERT_FALSE(first.empty());
+    uint32_t type = 0;
+    const size_t at = kv_value_at(b, second, &type) - 4 - second.size();
+    b.replace(at, first.size(), first);
+    expect_refused(b, ErrorKind::InvalidInput, {"metadata key '" + first + "' appears twice"});
+  }
+  const int64_t vocab = int64_t(g.strings("tokenizer.ggml.tokens").size());
+  int ids = 0;
+  for (const auto& [key, v] : g.kv) {  // every special id the writer stores, one past the vocabulary
+    if (key.size() < 9 || key.compare(key.size() - 9, 9, "_token_id") != 0) continue;
+    ++ids;
+    std::string b = good;
+    uint32_t type = 0;
+    const size_t at = kv_value_at(b, key, &type);
+    ASSERT_TRUE(type == 4 || type == 5) << key;  // u32 / i32
+    put(b, at, uint32_t(vocab));
+    expect_refused(b, ErrorKind::InvalidInput,
+                   {key + " " + std::to_string(vocab) + " is outside the vocabulary of " + std::to_string(vocab)});
+    spit(small().dir + "/bad.gguf", b);  // the tokenizer alone refuses it too
+    EXPECT_THROW(load_tokenizer(small().dir + "/bad.gguf"), Error) << key;
+    put(b, at, uint32_t(0xFFFFFFFF));  // llama.cpp's "no such token" stays accepted
+    spit(small().dir + "/none.gguf", b);
+    EXPECT_NO_THROW(open_model(small().dir + "/none.gguf")) << key;
+  }
+  EXPECT_GE(ids, 2) << "bos and eos at least";
+}
+
 #ifdef AR_CLI_PATH
 namespace {
 std::string run_cli(const std::string& args, int* rc) {
@@ -435,6 +501,31 @@ TEST(GgufRead, EvalGenerateAndLogitsTakeAGgufFile) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(bad.find(tmp + "/bad.gguf: tensor '"), std::string::npos) << bad;
   fs::remove_all(tmp);
+}
+
+// A context length below what the command needs is named as the file's key (before: eval blamed a --ctx
+// nobody gave, generate printed nothing with exit 0).
+TEST(GgufRead, ContextLengthBelowWhatTheCommandNeedsNamesTheKey) {
+  std::string b = small().bytes;
+  uint32_t type = 0;
+  const size_t at = kv_value_at(b, "llama.context_length", &type);
+  ASSERT_EQ(type, 4u);  // u32
+  put(b, at, uint32_t(1));
+  const std::string path = small().dir + "/ctx1.gguf";
+  spit(path, b);
+  spit(small().dir + "/t.txt", "The quick brown fox jumps over the lazy dog. The quick brown fox jumps again.");
+  int rc = 0;
+  const std::string e = run_cli("eval --model " + path + " --text " + small().dir + "/t.txt", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << e;
+  EXPECT_EQ(e, "error: " + path + ": llama.context_length 1 is smaller than the 4 tokens eval needs\n");
+  const std::string g = run_cli("generate --model " + path + " -n 4", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << g;
+  EXPECT_NE(g.find("error: " + path + ": llama.context_length 1 is smaller than the 2 tokens generate needs"),
+            std::string::npos) << g;
+  const std::string l = run_cli("logits --model " + path + " --text hello --out " + small().dir + "/l.bin", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << l;
+  EXPECT_NE(l.find(path + ": llama.context_length 1 is smaller than the"), std::string::npos) << l;
+  EXPECT_FALSE(fs::exists(small().dir + "/l.bin"));
 }
 #endif
 

@@ -168,9 +168,18 @@ void register_generate(CLI::App& app) {
       if (tok->bos() < 0) fail(ErrorKind::InvalidInput, "empty prompt and the tokenizer has no BOS token");
       ids.push_back(tok->bos());
     }
+    // The prompt and one new token must fit, or the "generation" would be empty with exit 0.
+    require_context(*model, int64_t(ids.size()) + (o->n > 0 ? 1 : 0), "generate");
     std::string shown = tok->decode(ids);
-    std::fputs(shown.c_str(), stdout);
+    // The prompt is printed once the prompt pass succeeded, so a model refused there (non-finite
+    // activations) prints only its error line.
+    bool started = false;
+    auto start = [&] {
+      if (!started) std::fputs(shown.c_str(), stdout);
+      started = true;
+    };
     generate_greedy(tf, ids, o->n, [&](int32_t, int32_t next) {  // print what the new token adds
+      start();
       ids.push_back(next);
       std::string text = tok->decode(ids);
       if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0)
@@ -178,6 +187,7 @@ void register_generate(CLI::App& app) {
       shown = text;
       std::fflush(stdout);
     });
+    start();
     std::fputs("\n", stdout);
   };
 }
@@ -211,6 +221,10 @@ void register_eval(CLI::App& app) {
     src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
     std::string text = read_all_text(o->text, o->field, src);
     auto ids = tok->encode(text);
+    // The default window shrinks to the model's context, but not below the shortest window eval scores.
+    const int64_t need = o->ctx > 0 ? o->ctx : kMinEvalWindow;
+    const std::string what = o->ctx > 0 ? "eval --ctx " + std::to_string(o->ctx) : std::string("eval");
+    require_context(*model, need, what);
     int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
     Context dev(Device{}, o->threads);
     Transformer tf(*model, dev, /*resident=*/false);
@@ -218,6 +232,7 @@ void register_eval(CLI::App& app) {
     const char* conv = "second half of each non-overlapping window scored, first token BOS (llama.cpp convention)";
     if (!o->ref.empty()) {
       auto ref = open_model(o->ref);
+      require_context(*ref, ctx, what + " (reference model)");
       Transformer rt(*ref, dev, /*resident=*/false);
       CompareResult c = compare_models(tf, rt, ids, ctx, tok->bos(), o->batch, progress);
       if (o->json) {
@@ -401,6 +416,7 @@ void register_logits(CLI::App& app) {
     auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
     auto ids = tok->encode(o->text);
+    require_context(*model, int64_t(ids.size()), "logits");
     Context ctx;
     Transformer tf(*model, ctx, false);
     Tensor logits = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));

@@ -35,7 +35,9 @@ PplResult finish(double mean, double var_mean, int64_t count, int64_t windows, i
 // windows; returns the number of windows.
 int64_t for_each_window_batch(const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos, int64_t batch,
                               const std::function<void(const std::vector<int32_t>&, int64_t, int64_t)>& fn) {
-  if (ctx < 4) fail(ErrorKind::InvalidInput, "--ctx must be at least 4 (got " + std::to_string(ctx) + ")");
+  if (ctx < kMinEvalWindow)
+    fail(ErrorKind::InvalidInput, "--ctx must be at least " + std::to_string(kMinEvalWindow) + " (got " +
+                                      std::to_string(ctx) + ")");
   const int64_t windows = int64_t(tokens.size()) / ctx;
   if (windows == 0)
     fail(ErrorKind::InvalidInput, "text has " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +

@@ -10,6 +10,9 @@
 
 namespace ar {
 
+// The shortest window that scores a token (positions ctx/2 .. ctx-2 must not be empty).
+constexpr int64_t kMinEvalWindow = 4;
+
 struct PplResult {
   double ppl = 0, ppl_stderr = 0, nll_mean = 0;
   int64_t tokens_scored = 0, windows = 0, ctx = 0;

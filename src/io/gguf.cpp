@@ -1,6 +1,7 @@
 #include "io/gguf.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -99,7 +100,9 @@ GgufFile GgufFile::open(const std::string& path) {
     } else {
       v.num = read_num(c, v.type, key.c_str());
     }
-    g.kv[key] = std::move(v);
+    // A key given twice would silently take its last value (a later bos id, block count, ...).
+    if (!g.kv.emplace(key, std::move(v)).second)
+      fail(ErrorKind::InvalidInput, path + ": metadata key '" + key + "' appears twice");
   }
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
@@ -155,6 +158,28 @@ const std::vector<std::string>& GgufFile::strings(const std::string& key) const 
 std::string GgufFile::string(const std::string& key, const std::string& def) const {
   const GgufValue* v = find(key);
   return v && v->type == GgufType::String ? v->str : def;
+}
+
+int64_t GgufFile::token_id(const std::string& key, int64_t vocab) const {
+  const GgufValue* v = find(key);
+  if (!v) return -1;
+  const bool integer = v->type != GgufType::String && v->type != GgufType::Array && v->type != GgufType::F32 &&
+                       v->type != GgufType::F64 && v->type != GgufType::Bool;
+  if (!integer) fail(ErrorKind::InvalidInput, path + ": " + key + " must be an integer token id");
+  if (v->num == -1 || v->num == 4294967295.0) return -1;  // llama.cpp's "no such token" (-1 as i32 or u32)
+  if (!(v->num >= 0 && v->num < double(vocab)))
+    fail(ErrorKind::InvalidInput, path + ": " + key + " " +
+                                      (std::abs(v->num) < 0x1p62 ? std::to_string(int64_t(v->num)) : std::to_string(v->num)) +
+                                      " is outside the vocabulary of " + std::to_string(vocab) + " tokens");
+  return int64_t(v->num);
+}
+
+void GgufFile::check_token_ids(int64_t vocab) const {
+  const std::string prefix = "tokenizer.ggml.", suffix = "_token_id";
+  for (const auto& [key, v] : kv)
+    if (key.size() > prefix.size() + suffix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0)
+      token_id(key, vocab);
 }
 
 double GgufFile::number(const std::string& key, double def) const {

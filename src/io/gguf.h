@@ -42,6 +42,12 @@ class GgufFile {
   const std::vector<std::string>& strings(const std::string& key) const;
   std::string string(const std::string& key, const std::string& def) const;
   double number(const std::string& key, double def) const;
+  // A special-token id (tokenizer.ggml.bos_token_id, ...): -1 when absent or llama.cpp's "none" (-1,
+  // 0xFFFFFFFF); otherwise an integer in [0, vocab), or InvalidInput naming the file, key and value
+  // (llama.cpp only warns and falls back to a default id, which changes what is evaluated).
+  int64_t token_id(const std::string& key, int64_t vocab) const;
+  // token_id() of every tokenizer.ggml.*_token_id key (bos, eos, unknown, padding, separator, ...).
+  void check_token_ids(int64_t vocab) const;
   std::string path;
   // general.alignment (a power of two, default 32) and the tensor data section: the first multiple of
   // the alignment after the tensor infos. A metadata-only file may end before it (data_start is then

@@ -2,6 +2,7 @@
 // open and dequantized one at a time on load.
 #include "model/gguf_source.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -159,6 +160,30 @@ std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c
   return out;
 }
 
+// The safetensors overlap rule (io/safetensors.cpp): sorted by (begin, end), every tensor starts at or
+// after the furthest end so far, so no two tensors share bytes (all at offset 0, or a projection aliasing
+// the embeddings, would read one tensor's bytes as another's) while zero-size tensors and gaps may sit
+// at boundaries.
+void check_no_overlap(const std::string& path, const std::map<std::string, GgufSource::Entry>& entries) {
+  struct Range { uint64_t begin, end; const std::string* name; };
+  std::vector<Range> rs;
+  for (const auto& [hf, e] : entries) rs.push_back({e.info->offset, e.info->offset + e.nbytes, &e.info->name});
+  std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t furthest = 0;
+  const std::string* owner = nullptr;
+  for (const Range& r : rs) {
+    if (owner && r.begin < furthest)
+      fail(ErrorKind::InvalidInput, path + ": tensors '" + *owner + "' and '" + *r.name + "' overlap (data bytes " +
+                                        std::to_string(r.begin) + " < " + std::to_string(furthest) + ")");
+    if (r.end >= furthest) {
+      furthest = r.end;
+      owner = r.name;
+    }
+  }
+}
+
 ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const GgufTensorInfo*>& by_name) {
   const std::string arch = g.string("general.architecture", "");
   const char* hf = nullptr;
@@ -202,10 +227,12 @@ ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const Ggu
     fail(ErrorKind::InvalidInput,
          g.path + ": no vocabulary size (tokenizer.ggml.tokens, " + a + "vocab_size or token_embd.weight)");
   if (j["vocab_size"].get<int64_t>() < 1) fail(ErrorKind::InvalidInput, g.path + ": the vocabulary is empty");
-  for (const char* key : {"bos", "eos"})  // ids outside 0..2^31-1 (llama.cpp's 0xFFFFFFFF = none) are left out
-    if (const GgufValue* v = g.find(std::string("tokenizer.ggml.") + key + "_token_id");
-        v && is_integer_type(v->type) && v->num >= 0 && v->num < 0x1p31)
-      j[std::string(key) + "_token_id"] = int64_t(v->num);
+  // Every special-token id must name a token (an out-of-range bos was dropped before, which changed
+  // what eval scores); llama.cpp's "none" (-1, 0xFFFFFFFF) leaves the id unset.
+  g.check_token_ids(j["vocab_size"].get<int64_t>());
+  for (const char* key : {"bos", "eos"})
+    if (const int64_t id = g.token_id(std::string("tokenizer.ggml.") + key + "_token_id", j["vocab_size"]); id >= 0)
+      j[std::string(key) + "_token_id"] = id;
   j["tie_word_embeddings"] = by_name.count("output.weight") == 0;
   ModelConfig c = parse_model_config(j, g.path + " (GGUF keys)");
   c.qkv_bias = by_name.count("blk.0.attn_q.bias") > 0;
@@ -256,11 +283,13 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
     used.insert(name);
     src->entries()[hf] = std::move(e);
   }
+  check_no_overlap(path, src->entries());
   for (const auto& t : g.tensors)
     if (!used.count(t.name))
       fail(ErrorKind::Unsupported, path + ": tensor '" + t.name + "' is not part of a " + cfg.architecture +
                                        " model as read here (its meaning would be lost)");
-  return HfModel::from_source(path, cfg, std::move(src));
+  const std::string arch = g.string("general.architecture", "");
+  return HfModel::from_source(path, cfg, std::move(src), path + ": " + arch + ".context_length");
 }
 
 std::unique_ptr<HfModel> open_model(const std::string& path) {

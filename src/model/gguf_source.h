@@ -12,7 +12,8 @@
 //   rope.dimension_count must equal it), rope.freq_base (default 10000); float keys are taken at the
 //   shortest decimal of their f32 (1e-5, not 9.99999974e-6), as config.json spells them. vocab_size:
 //   the tokenizer.ggml.tokens count, else {arch}.vocab_size, else token_embd's rows; bos/eos from
-//   tokenizer.ggml.bos/eos_token_id.
+//   tokenizer.ggml.bos/eos_token_id. Every tokenizer.ggml.*_token_id must be inside the vocabulary
+//   (GgufFile::token_id; -1 / 0xFFFFFFFF mean none), and a metadata key given twice is refused.
 //   Then the flags from the tensors: tie_word_embeddings when output.weight is absent, q/k/v bias when
 //   blk.0.attn_q.bias exists, o bias when blk.0.attn_output.bias does, q/k norm when blk.0.attn_q_norm
 //   exists (always for qwen3). The result goes through parse_model_config (ranges, limits, divisibility).
@@ -23,7 +24,7 @@
 //   (gguf_tensor_name) and checked when the file is opened: present once, a ggml type we decode
 //   (ggml_type_known), ggml dims [ne0 = row length, ne1 = rows] equal to the config's shape (trailing 1s
 //   allowed), the row length a multiple of the type's block, and its bytes inside the data section at
-//   an aligned offset. Errors name the file and the GGUF tensor. Loading dequantizes one tensor from
+//   an aligned offset, sharing no byte with another tensor (the safetensors overlap rule). Errors name the file and the GGUF tensor. Loading dequantizes one tensor from
 //   the mapping (bit-exact ggml_dequantize), undoes the llama architecture's Q/K row permutation
 //   (inverse of gguf_tensor_row_order, for weights and biases), releases the mapped pages and checks
 //   that every value is finite (non-finite values are found on load, not at open: finding them at open

@@ -33,6 +33,7 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   const std::string cfg_path = dir + "/config.json";
   if (!file_exists(cfg_path)) fail(ErrorKind::InvalidInput, dir + ": no config.json (not a Hugging Face model directory)");
   m->cfg_ = load_model_config(cfg_path);
+  m->context_field_ = cfg_path + ": max_position_embeddings";
   const std::string index = dir + "/model.safetensors.index.json", single = dir + "/model.safetensors";
   std::vector<std::string> files;
   if (file_exists(index)) {
@@ -75,9 +76,11 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
 }
 
 std::unique_ptr<HfModel> HfModel::from_source(const std::string& path, const ModelConfig& cfg,
-                                              std::unique_ptr<const TensorSource> source) {
+                                              std::unique_ptr<const TensorSource> source,
+                                              const std::string& context_field) {
   auto m = std::unique_ptr<HfModel>(new HfModel());
   m->dir_ = path;
+  m->context_field_ = context_field;
   m->cfg_ = cfg;
   m->source_ = std::move(source);
   return m;

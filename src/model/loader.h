@@ -38,11 +38,16 @@ class HfModel {
  public:
   static std::unique_ptr<HfModel> open(const std::string& dir);
   // A model whose tensors come from `source` (dir() is then `path`, the source's file).
+  // `context_field` names where the context length came from ("<file>: llama.context_length").
   static std::unique_ptr<HfModel> from_source(const std::string& path, const ModelConfig& cfg,
-                                              std::unique_ptr<const TensorSource> source);
+                                              std::unique_ptr<const TensorSource> source,
+                                              const std::string& context_field);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return cfg_; }
+  // Where max_position_embeddings came from, for messages: "<dir>/config.json: max_position_embeddings"
+  // or "<file>.gguf: llama.context_length".
+  const std::string& context_field() const { return context_field_; }
   bool has(const std::string& name) const { return source_ ? source_->has(name) : where_.count(name) > 0; }
   // fp32 copy of a tensor; `expect` (if non-empty) must equal its shape.
   // Packed Linears (quantization_config present, "<prefix>.qweight" instead of ".weight") are
@@ -62,10 +67,11 @@ class HfModel {
 
  private:
   void check_tensors() const;                  // model_check.cpp
+  void check_layer_count() const;              // model_check.cpp
   void check_values() const;                   // model_check.cpp
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;
-  std::string dir_;
+  std::string dir_, context_field_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::map<std::string, size_t> where_;  // tensor name -> shard index
@@ -75,5 +81,10 @@ class HfModel {
 // The model directory's tokenizer, refused (InvalidInput) when one of its ids could reach or exceed
 // config.json's vocab_size (it would index past the embedding table). Every command loads it this way.
 std::unique_ptr<Tokenizer> load_tokenizer(const HfModel& model);
+
+// A command that runs `tokens` positions through the model (`what`: "eval", "generate", ...) on a model
+// whose context is shorter: InvalidInput naming the model's field ("model.gguf: llama.context_length 1
+// is smaller than the 4 tokens eval needs"), before any work.
+void require_context(const HfModel& model, int64_t tokens, const std::string& what);
 
 }  // namespace ar

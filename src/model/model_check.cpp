@@ -63,6 +63,17 @@ std::vector<Expected> expected_tensors(const ModelConfig& c, bool has_lm_head) {
   return out;
 }
 
+// The block index of a stored "model.layers.<i>.<rest>" name, or -1 for any other name.
+int64_t stored_layer(const std::string& name) {
+  static constexpr char kPrefix[] = "model.layers.";
+  const size_t n = sizeof kPrefix - 1;
+  if (name.compare(0, n, kPrefix) != 0) return -1;
+  size_t i = n;
+  int64_t layer = 0;
+  for (; i < name.size() && i < n + 9 && name[i] >= '0' && name[i] <= '9'; ++i) layer = layer * 10 + (name[i] - '0');
+  return i > n && i < name.size() && name[i] == '.' ? layer : -1;
+}
+
 bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 const std::string kWeight = ".weight";
@@ -94,7 +105,26 @@ bool HfModel::check_packed(const std::string& weight_name) const {
   return true;
 }
 
+// Blocks stored past num_hidden_layers: a config.json that lists fewer layers than the checkpoint
+// holds would run a truncated model and report a plausible but wrong perplexity. Names of blocks below
+// the count that the computation does not read (rotary inv_freq buffers, ...) stay accepted.
+void HfModel::check_layer_count() const {
+  const std::string* first = nullptr;
+  int64_t first_layer = 0;
+  for (const auto& [name, shard] : where_) {
+    const int64_t l = stored_layer(name);
+    if (l < cfg_.num_layers || (first && l >= first_layer)) continue;
+    first = &name;
+    first_layer = l;
+  }
+  if (first)
+    fail(ErrorKind::InvalidInput, shards_[where_.at(*first)]->path() + ": tensor '" + *first +
+                                      "' is stored but config.json says num_hidden_layers " +
+                                      std::to_string(cfg_.num_layers));
+}
+
 void HfModel::check_tensors() const {
+  check_layer_count();
   const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight");
   if (!cfg_.tie_word_embeddings && !has_lm_head)
     fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
@@ -145,6 +175,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const HfModel& model) {
       fail(ErrorKind::InvalidInput, model.dir() + ": the tokenizer's special token id " + std::to_string(id) +
                                         " is not below config.json vocab_size " + std::to_string(v));
   return tok;
+}
+
+void require_context(const HfModel& model, int64_t tokens, const std::string& what) {
+  const int64_t have = model.config().max_position_embeddings;
+  if (tokens > have)
+    fail(ErrorKind::InvalidInput, model.context_field() + " " + std::to_string(have) + " is smaller than the " +
+                                      std::to_string(tokens) + " tokens " + what + " needs");
 }
 
 }  // namespace ar

@@ -1,9 +1,37 @@
 #include "model/transformer.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace ar {
+
+namespace {
+// Finite weights can still overflow fp32 in the activations (a huge norm weight or projection): without
+// this check eval printed perplexity nan, logits wrote inf and generate stopped at once, all with exit 0.
+// One pass over what a stage already wrote (an exponent test that vectorizes), once per block output and
+// once over the logits, is negligible next to the stage's matrix products.
+void check_activations(const HfModel& m, const float* p, int64_t n, const std::string& stage) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, p + i, sizeof b);
+    bad |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!bad) return;
+  int64_t i = 0;
+  while (std::isfinite(p[i])) ++i;
+  fail(ErrorKind::InvalidInput, m.dir() + ": " + stage + ": non-finite activation " +
+                                    (std::isnan(p[i]) ? "nan" : p[i] > 0 ? "inf" : "-inf") + " at element " +
+                                    std::to_string(i) + " (finite weights whose products overflow fp32)");
+}
+
+std::string block_stage(int64_t layer) {
+  return "block " + std::to_string(layer) + " (" + HfModel::layer_prefix(layer) + "*) output";
+}
+}  // namespace
 
 Transformer::Transformer(const HfModel& model, Context& ctx, bool resident)
     : model_(model), ctx_(ctx), resident_(resident) {
@@ -52,12 +80,14 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     BlockRunner<cpu::CpuOps>::Cache cache;
     runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)]);
+    check_activations(model_, y.f32(), n * C, block_stage(l));
     std::swap(x, y);
   }
   decode_->pos += n;
   std::vector<float> h(static_cast<size_t>(C)), logits(static_cast<size_t>(c.vocab_size));
   cpu::rmsnorm_fwd(ctx_, x.f32() + (n - 1) * C, norm_.f32(), h.data(), nullptr, 1, C, c.rms_norm_eps);
   cpu::linear_fwd(ctx_, h.data(), lm_head_.f32(), nullptr, logits.data(), 1, C, c.vocab_size);
+  check_activations(model_, logits.data(), c.vocab_size, "final norm and lm_head output (logits)");
   return logits;
 }
 
@@ -92,6 +122,7 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
     const BlockWeights& w = block(l, scratch);
     BlockRunner<cpu::CpuOps>::Cache cache;
     runner.forward(w.ptrs(), aux, x.f32(), y.f32(), cache);
+    check_activations(model_, y.f32(), N * C, block_stage(l));
     std::swap(x, y);
   }
   cpu::rmsnorm_fwd(ctx_, x.f32(), norm_.f32(), y.f32(), nullptr, N, C, c.rms_norm_eps);
@@ -103,6 +134,7 @@ Tensor Transformer::forward_logits(const int32_t* ids, const uint8_t* key_mask, 
   Tensor h = forward_hidden(ids, key_mask, B, T);
   Tensor logits = Tensor::empty({B * T, c.vocab_size}, DType::F32, ctx_);
   cpu::linear_fwd(ctx_, h.f32(), lm_head_.f32(), nullptr, logits.f32(), B * T, c.hidden_size, c.vocab_size);
+  check_activations(model_, logits.f32(), B * T * c.vocab_size, "final norm and lm_head output (logits)");
   return logits;
 }
 

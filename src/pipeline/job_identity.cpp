@@ -76,13 +76,17 @@ std::string build_fingerprint() {
   return std::string(AR_VERSION) + " exe:" + (ec || exe.empty() ? "unknown" : hex64(sampled_hash(exe, size)));
 }
 
-nlohmann::ordered_json job_identity(const nlohmann::ordered_json& run_fingerprint, const std::string& model_dir) {
+nlohmann::ordered_json run_identity(const nlohmann::ordered_json& run_fingerprint, const std::string& model_dir) {
   nlohmann::ordered_json options = run_fingerprint;
-  options.erase("model");
   nlohmann::ordered_json calibration = options.contains("calibration") ? options["calibration"] : nullptr;
   options.erase("calibration");
-  return {{"build", build_fingerprint()}, {"options", options}, {"model", model_fingerprint(model_dir)},
-          {"calibration", calibration}};
+  return {{"options", options}, {"model", model_fingerprint(model_dir)}, {"calibration", calibration}};
+}
+
+nlohmann::ordered_json job_identity(const nlohmann::ordered_json& run_identity) {
+  nlohmann::ordered_json id = {{"build", build_fingerprint()}};
+  for (const auto& [k, v] : run_identity.items()) id[k] = v;
+  return id;
 }
 
 }  // namespace ar

@@ -125,8 +125,10 @@ void QuantizeRun::calibrate() {
   rep_.seqlen = calib_.seqlen;
   n_ = calib_.n, T_ = calib_.seqlen, C_ = cfg.hidden_size;
   fingerprint_ = steps::run_fingerprint(opt_, calib_, lm_head_q_, processes());
+  // The model's files are fingerprinted by content once, for the resume state and the handshake.
+  if (opt_.resume || job_) fingerprint_ = run_identity(fingerprint_, opt_.model_dir);
   if (job_) {
-    job_->handshake(job_identity(fingerprint_, opt_.model_dir));
+    job_->handshake(job_identity(fingerprint_));
     log_info("handshake: " + std::to_string(processes()) + " processes agree on build, options, model and calibration");
   }
   bs_ = std::min<int64_t>(opt_.tune.batch_size, n_);

@@ -19,6 +19,9 @@
 namespace ar {
 
 namespace {
+// 4: the fingerprint is run_identity (model files by content) instead of options with a model path.
+constexpr int kResumeVersion = 4;
+
 bool parse_hex64(const nlohmann::json& j, uint64_t* out) {
   if (!j.is_string()) return false;
   const std::string s = j.get<std::string>();
@@ -80,6 +83,42 @@ void check_writer_names(const nlohmann::json& w, int64_t next_block, const Resum
   if (w.contains("closed") && w["closed"].is_array())
     for (const auto& c : w["closed"]) check(c);
 }
+// Text from the state for a one-line message: at most 60 bytes, control characters replaced.
+std::string shorten(const std::string& s) {
+  std::string r = s.size() <= 60 ? s : s.substr(0, 57) + "...";
+  for (char& c : r)
+    if (static_cast<unsigned char>(c) < 0x20) c = '?';
+  return r;
+}
+
+// The first difference between the stored identity (run_identity: options, model, calibration) and this
+// run's, as the field that differs ("model file model.safetensors changed", "option 'bits' is 4 in the
+// state, 3 in this run"); "" when equal. `stored` is untrusted: any shape is handled.
+std::string identity_difference(const nlohmann::json& stored, const nlohmann::json& now) {
+  if (stored == now) return "";
+  if (!stored.is_object()) return "'fingerprint' is not an object";
+  for (const auto& [field, mine] : now.items()) {
+    if (!stored.contains(field)) return "'fingerprint' has no '" + field + "' (written by another version?)";
+    const auto& theirs = stored[field];
+    if (theirs == mine) continue;
+    if (!theirs.is_object() || !mine.is_object()) return field + " differs";
+    const bool model = field == "model";
+    for (const auto& [k, v] : mine.items()) {
+      const std::string what =
+          model ? "model file " + k : field == "options" ? "option '" + k + "'" : field + " '" + k + "'";
+      if (!theirs.contains(k))
+        return what + (model ? " was added since the state was written" : " is absent from the state");
+      if (theirs[k] == v) continue;
+      if (model) return what + " changed since the state was written";
+      return what + " is " + shorten(theirs[k].dump()) + " in the state, " + shorten(v.dump()) + " in this run";
+    }
+    for (const auto& [k, v] : theirs.items())
+      if (!mine.contains(k))
+        return model ? "model file " + shorten(k) + " was removed since the state was written"
+                     : field + " '" + shorten(k) + "' of the state is unknown to this run";
+  }
+  return "'fingerprint' holds fields this run does not have";
+}
 }  // namespace
 
 std::string resume_act_name(const char* which, int64_t next_block) {
@@ -92,10 +131,12 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
   if (j.is_discarded() || !j.is_object()) bad("not a JSON object");
   for (const char* k : {"version", "fingerprint", "next_block", "x_fp", "x_fp_hash", "x_q", "x_q_hash", "outputs"})
     if (!j.contains(k)) bad(std::string("missing '") + k + "'");
-  if (j["version"] != 3) bad("unknown version");
-  if (j["fingerprint"] != nlohmann::json::parse(expect.fingerprint.dump()))  // key order does not matter
-    bad("it belongs to a run with other options or another model or calibration set; remove " + state_path +
-        "'s directory or run with the same options");
+  if (j["version"] != kResumeVersion) bad("unknown version (a state of another autoround version)");
+  // Key order does not matter; the model is compared by content, so a changed weight is refused.
+  if (const std::string diff = identity_difference(j["fingerprint"], nlohmann::json::parse(expect.fingerprint.dump()));
+      !diff.empty())
+    bad(diff + " (remove " + std::filesystem::path(state_path).parent_path().string() +
+        " to start over, or resume with the same model, options and calibration)");
   ResumeState s;
   if (!j["next_block"].is_number_integer()) bad("'next_block' is not an integer");
   s.next_block = j["next_block"].get<int64_t>();
@@ -127,7 +168,7 @@ std::string resume_state_json(const ResumeState& s, const nlohmann::ordered_json
   nlohmann::ordered_json outs = nlohmann::ordered_json::array();
   for (const auto& o : s.outputs)
     outs.push_back({{"writer", nlohmann::ordered_json::parse(o.writer.dump())}, {"extra", o.extra}});
-  nlohmann::ordered_json j = {{"version", 3},
+  nlohmann::ordered_json j = {{"version", kResumeVersion},
                               {"fingerprint", fingerprint},
                               {"next_block", s.next_block},
                               {"x_fp", s.x_fp},

@@ -1,8 +1,10 @@
 // The durable state of a --resume run: <output>.partial/resume_state.json, written after every block.
 // It is untrusted input (the file may be truncated, edited or crafted): parse_resume_state() accepts it
 // only when every field is valid for this run, and names the state file in one error otherwise.
-//   version       3
-//   fingerprint   everything that determines the output (must equal this run's)
+//   version       4
+//   fingerprint   everything that determines the output (must equal this run's): run_identity
+//                 (pipeline/job_identity.h), i.e. the options, every model file by name, size and content
+//                 checksum, and the calibration tokens' checksum; a difference is refused naming the field
 //   next_block    1 .. num_layers: blocks [0, next_block) are written
 //   x_fp / x_q    activation file names, exactly "x_fp.<next_block>.bin" / "x_q.<next_block>.bin" (x_q may
 //                 be null): names, not paths, so they can only resolve inside the .partial directory

@@ -76,13 +76,12 @@ OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path) {
   return spec;
 }
 
-// Everything that determines the output; a resume state from other options is refused. Paths are
-// canonical and the calibration enters as a checksum of its tokens, so a resume works from any
-// current directory.
+// Every option that determines the output, and the calibration as a checksum of its tokens; the model
+// enters by content (job_identity.h: run_identity), so a resume works from any current directory.
 nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::CalibData& calib, bool lm_head_q,
                                        int processes) {
   const uint64_t tokens = hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]));
-  return {{"model", canonical_path(opt.model_dir)}, {"format", opt.format}, {"bits", opt.fmt.bits},
+  return {{"format", opt.format}, {"bits", opt.fmt.bits},
           {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
           {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
           {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},

@@ -57,10 +57,10 @@ std::unique_ptr<HfBpeTokenizer> HfBpeTokenizer::from_gguf(const std::string& pat
       types[i] = int(v);
     }
   }
-  auto id = [&](const char* key) {
-    double v = g.number(key, -1);
-    return v >= 0 && v < double(s.pieces.size()) ? int32_t(v) : -1;
-  };
+  // Special ids outside the vocabulary are refused, not dropped (gguf.h: token_id).
+  const int64_t vocab = int64_t(s.pieces.size());
+  g.check_token_ids(vocab);
+  auto id = [&](const char* key) { return int32_t(g.token_id(key, vocab)); };
   const int32_t bos = id("tokenizer.ggml.bos_token_id"), eos = id("tokenizer.ggml.eos_token_id"),
                 unk = id("tokenizer.ggml.unknown_token_id");
   if (model == "llama") {
