@@ -69,6 +69,22 @@ void on_threads(int n, F body) {
     if (e) std::rethrow_exception(e);
 }
 
+// A listening socket on 127.0.0.1 at a port the kernel picks (a stand-in "server"); -1 on failure.
+int listen_loopback(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd, 4) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
 // Reads (and drops) what the server sends until it closes the connection; false if it is still open
 // after `within`.
 bool closed_by_server(int fd, std::chrono::milliseconds within) {
@@ -512,15 +528,9 @@ TEST(Liveness, RankZeroGoneIsAVerdictAndFinishDoesNotHang) {
 
 TEST(Liveness, FinishDoesNotWaitOutAHungServer) {
   // A "server" that accepts and never answers (rank 0 stopped, or a network gone quiet).
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), len), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  int port = 0;
+  const int lfd = listen_loopback(port);
+  ASSERT_GE(lfd, 0);
   std::thread answer_hello([&] {  // answers the authentication and the HELLO only
     const int c = ::accept(lfd, nullptr, nullptr);
     EXPECT_TRUE(auth::server(c, kToken, fr::deadline_after(5s), -1).ok);
@@ -587,14 +597,9 @@ TEST(StoreAuth, ADifferentTokenIsRefusedBothWays) {
   EXPECT_NE(live_err.find("(rank 1) refused this rank's job token"), std::string::npos) << live_err;
   EXPECT_EQ(server.verdict(), "");
   // A "server" that answers the challenge-response with a made-up proof.
-  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), len), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = 0;
+  const int lfd = listen_loopback(port);
+  ASSERT_GE(lfd, 0);
   std::thread impostor([&] {
     const int c = ::accept(lfd, nullptr, nullptr);
     fr::Message challenge{fr::Op::Challenge, "", auth::nonce(), {}, "", 0}, req;
@@ -604,7 +609,7 @@ TEST(StoreAuth, ADifferentTokenIsRefusedBothWays) {
     std::this_thread::sleep_for(200ms);
     ::close(c);
   });
-  const std::string impostor_err = error_of([&] { StoreClient c(kLocal, ntohs(a.sin_port), 2s, kToken); });
+  const std::string impostor_err = error_of([&] { StoreClient c(kLocal, port, 2s, kToken); });
   impostor.join();
   ::close(lfd);
   EXPECT_NE(impostor_err.find("did not prove that it holds this job's token"), std::string::npos) << impostor_err;
