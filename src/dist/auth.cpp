@@ -110,6 +110,8 @@ std::string mac(std::string_view key, std::string_view label, std::string_view a
   return std::string(reinterpret_cast<const char*>(out), len);
 }
 
+void thread_done() { OPENSSL_thread_stop(); }
+
 bool same(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

@@ -309,6 +309,7 @@ void StoreServer::Impl::serve(Conn& c) {
     }
   }
   ::shutdown(c.fd, SHUT_RDWR);  // the peer sees the close now; the fd itself is closed after the join
+  auth::thread_done();
   c.done.store(true);
 }
 
