@@ -114,6 +114,16 @@ TEST(Cli, ConvertGenerateEvalOnFixture) {
   r = run("eval --model " + d + " --text " + text + " --ctx 128 --json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"ppl\":"), std::string::npos);
+  // A context shorter than the request: the text stops there, and stderr says why.
+  auto cfg = nlohmann::json::parse(ar::read_text_file(d + "/config.json"));
+  cfg["max_position_embeddings"] = 8;
+  { std::ofstream(d + "/config.json") << cfg.dump(); }
+  r = run("generate --model " + d + " --prompt 'Once upon a time' -n 60");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string note = "generate: stopped at the model's context length (8 tokens) after 3 of 60 new tokens\n";
+  ASSERT_GE(r.out.size(), note.size()) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - note.size()), note) << r.out;
+  EXPECT_EQ(expect.rfind(r.out.substr(0, r.out.size() - note.size() - 1), 0), 0u) << r.out;  // a prefix of the 60
   fs::remove_all(d);
 }
 

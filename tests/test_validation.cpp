@@ -173,7 +173,11 @@ TEST(Validation, DatasetSpecsParsedStrictly) {
             std::string::npos);
   EXPECT_NE(error_of([] { quant::parse_dataset_spec("a.txt:concat"); }).find("'concat' is not key=value"),
             std::string::npos);
-  EXPECT_NE(error_of([] { quant::parse_dataset_spec(","); }).find("names no source"), std::string::npos);
+  EXPECT_EQ(error_of([] { quant::parse_dataset_spec(""); }), "--dataset '' names no source");
+  for (const char* spec : {",", "a.txt,,b.txt", "a.txt,", ",a.txt"})
+    EXPECT_EQ(error_of([&] { quant::parse_dataset_spec(spec); }),
+              "--dataset '" + std::string(spec) + "' has an empty entry (two commas, or one at either end)")
+        << spec;
 }
 
 TEST(Validation, LibraryEntryPointsRefuseBadCounts) {

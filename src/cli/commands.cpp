@@ -178,8 +178,10 @@ void register_generate(CLI::App& app) {
       if (!started) std::fputs(shown.c_str(), stdout);
       started = true;
     };
+    int64_t made = 0;
     generate_greedy(tf, ids, o->n, [&](int32_t, int32_t next) {  // print what the new token adds
       start();
+      ++made;
       ids.push_back(next);
       std::string text = tok->decode(ids);
       if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0)
@@ -189,6 +191,11 @@ void register_generate(CLI::App& app) {
     });
     start();
     std::fputs("\n", stdout);
+    std::fflush(stdout);  // the text first, then the note on stderr
+    const int64_t n_ctx = tf.config().max_position_embeddings;
+    if (made < o->n && int64_t(ids.size()) >= n_ctx)  // not EOS: say why the text is shorter than asked
+      std::fprintf(stderr, "generate: stopped at the model's context length (%lld tokens) after %lld of %lld new tokens\n",
+                   (long long)n_ctx, (long long)made, (long long)o->n);
   };
 }
 

@@ -45,11 +45,14 @@ void set_key(DatasetSource& s, const std::string& item, const std::string& k, co
 }  // namespace
 
 std::vector<DatasetSource> parse_dataset_spec(const std::string& spec) {
+  if (spec.empty()) fail(ErrorKind::InvalidInput, "--dataset '' names no source");
+  // An empty entry is most often a typo that dropped a source (a,,b or a trailing comma): say so.
+  if (spec.front() == ',' || spec.back() == ',' || spec.find(",,") != std::string::npos)
+    fail(ErrorKind::InvalidInput, "--dataset '" + spec + "' has an empty entry (two commas, or one at either end)");
   std::vector<DatasetSource> out;
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
     DatasetSource s;
     std::stringstream is(item);
     std::getline(is, s.path, ':');
@@ -68,7 +71,6 @@ std::vector<DatasetSource> parse_dataset_spec(const std::string& spec) {
     if (!item.empty() && item.back() == ':') bad_spec(item, "ends with an empty sub-option");
     out.push_back(s);
   }
-  if (out.empty()) fail(ErrorKind::InvalidInput, "--dataset '" + spec + "' names no source");
   return out;
 }
 
