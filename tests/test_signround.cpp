@@ -78,3 +78,25 @@ TEST(SignRound, KeptWeightsAreTheBestIterate) {
   }
   EXPECT_TRUE(best_last && best_earlier);
 }
+
+// AutoRound clamps min_scale/max_scale to [0, 1] before every forward: a scale the sign step pushes
+// past 1 is back at 1 for the next iteration and keeps its gradient (it can move down again later).
+// Frozen at 1 + lr with a zero gradient instead, a group could never tighten its range again.
+TEST(SignRound, MinMaxScalesStayInTheUnitInterval) {
+  Fixture f;
+  BlockWeights a = f.copy();
+  SignRoundOptions o;
+  o.lr = 0.05;
+  const BlockTuneResult r = f.tune(a, {2, 32, true}, 40, 3, o);
+  int64_t moved = 0, at_one = 0;
+  for (const TunedLinear& L : r.layers)
+    for (const Tensor* t : {&L.alpha, &L.beta})
+      for (int64_t i = 0; i < t->numel(); ++i) {
+        const float v = t->f32()[i];
+        ASSERT_TRUE(v >= 0.f && v <= 1.f) << v;
+        moved += v != 1.f;
+        at_one += v == 1.f;
+      }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(at_one, 0);
+}

@@ -5,7 +5,8 @@
 // Layout: W [out, in] is cut along `in` into n_groups = ceil(in / g) groups of g (zero-padded);
 // V [out, n_groups * g] (padded columns ignored), alpha/beta/scale/zero [out * n_groups].
 // wmin0 = min(min w, 0), wmax0 = max(max w, 0) per group, from the FP weight (not tuned).
-// alpha, beta are clamped to [0, 1] before use (gradient 0 where they are outside).
+// alpha, beta are clamped to [0, 1] before use (gradient 0 where they are outside; the tuner clamps
+// them in place after every step, as AutoRound clamps min_scale/max_scale before every forward).
 //  sym ("full range", m = 2^(b-1)):  A = -alpha wmin0, B = beta wmax0,
 //        s = (B < A ? +A : -B) / m -> fp16 -> |s| >= thr keeping the sign;
 //        q = clamp(round(w/s + V), -m, m-1);  w^ = s q

@@ -470,8 +470,14 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool s
                        mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, rows);
         sign_step(L.V.f32() + r0 * vw, dV.data(), rows * vw, lr);
         if (mm) {
-          sign_step(L.alpha.f32() + k, da.data(), rows * ng, mm_lr);
-          sign_step(L.beta.f32() + k, db.data(), rows * ng, mm_lr);
+          // AutoRound clamps min_scale/max_scale to [0, 1] in place before every forward, so the
+          // gradient is always taken at a value inside; a tunable stepped past 1 comes back next time.
+          auto step_unit = [&](float* p, const float* d) {
+            sign_step(p, d, rows * ng, mm_lr);
+            for (int64_t i = 0; i < rows * ng; ++i) p[i] = std::clamp(p[i], 0.f, 1.f);
+          };
+          step_unit(L.alpha.f32() + k, da.data());
+          step_unit(L.beta.f32() + k, db.data());
         }
       }
     }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
