@@ -1,0 +1,220 @@
+// Built with -ffp-contract=off (src/quant/CMakeLists.txt): each operation rounds where torch rounds it.
+#include "quant/qdq_fp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "quant/fp_codes.h"
+
+namespace ar::quant {
+namespace {
+
+constexpr float kFp8MinScale = float(1.0 / (448.0 * 512.0));  // vLLM's floor, as fp8.py has it
+constexpr float kSixth = float(1.0 / 6.0);                     // get_reciprocal(6.0) as torch applies it
+
+float elem_round(FpElem e, float x) { return e == FpElem::E2M1 ? e2m1_round(x) : e4m3_round(x); }
+
+// floor / ceil of log2(x) for x > 0, from the binary exponent (exact).
+int floor_log2(float x) {
+  int ex = 0;
+  const float m = std::frexp(x, &ex);  // x = m 2^ex, m in [0.5, 1)
+  (void)m;
+  return ex - 1;
+}
+int ceil_log2(float x) {
+  int ex = 0;
+  const float m = std::frexp(x, &ex);
+  return m == 0.5f ? ex - 1 : ex;
+}
+
+struct Span {
+  int64_t r0, r1, c0, c1;
+};
+Span tile_span(const FpQdqShape& sh, int64_t t) {
+  const int64_t tr = t / sh.tiles_across(), tc = t % sh.tiles_across();
+  return {tr * sh.tile_rows, std::min(sh.out, (tr + 1) * sh.tile_rows), tc * sh.tile_cols,
+          std::min(sh.in, (tc + 1) * sh.tile_cols)};
+}
+
+// One tile's scale, and what its backward needs. The element map is
+//   u = w / div + V (MX, FP8) or w * mul + V (NVFP4);  w^ = round(clamp(u)) * out.
+struct TileScale {
+  float div = 1, mul = 1, out = 1;
+  float reported = 0;     // MX: E; NVFP4: S; FP8: s
+  float M = 0;            // max|w| * c
+  bool passes = false;    // does dbeta get a gradient through this scale?
+  float S = 0, d = 0;     // NVFP4: the block scale and S / G
+};
+
+TileScale tile_scale(const FpQdqShape& sh, float amax, float c) {
+  TileScale ts;
+  ts.M = amax * c;
+  switch (sh.family) {
+    case FpFamily::Mx:
+    case FpFamily::MxRceil: {
+      int e = 1;  // AutoRound's where(M == 0, 1, ...)
+      if (ts.M != 0.0f)
+        e = sh.family == FpFamily::Mx ? floor_log2(ts.M) - sh.emax() : ceil_log2(ts.M / sh.max_norm());
+      else if (sh.family == FpFamily::Mx)
+        e = 1 - sh.emax();
+      ts.passes = ts.M != 0.0f && e > -127 && e < 127;  // torch's clamp: no gradient at a bound
+      e = std::clamp(e, -127, 127);
+      ts.div = ts.out = std::ldexp(1.0f, e);
+      ts.reported = float(e);
+      break;
+    }
+    case FpFamily::Nvfp4: {
+      const float G = sh.global_scale;
+      const float S0 = G * (ts.M * kSixth);
+      ts.S = e4m3_round(std::clamp(S0, -kE4M3Max, kE4M3Max));
+      const float inv_g = G == 0.0f ? 0.0f : 1.0f / G;
+      ts.d = ts.S * inv_g;
+      ts.mul = ts.d == 0.0f ? 0.0f : 1.0f / ts.d;
+      ts.out = ts.mul == 0.0f ? 0.0f : 1.0f / ts.mul;
+      ts.reported = ts.S;
+      ts.passes = ts.d != 0.0f && S0 > -kE4M3Max && S0 < kE4M3Max;
+      break;
+    }
+    case FpFamily::Fp8: {
+      const float s0 = ts.M / kE4M3Max;
+      ts.div = ts.out = std::max(s0, kFp8MinScale);
+      ts.reported = ts.div;
+      ts.passes = s0 > kFp8MinScale;
+      break;
+    }
+  }
+  return ts;
+}
+
+float coeff(const float* beta, const float* init, int64_t t) {
+  const float b = beta ? beta[t] : 1.0f, i = init ? init[t] : 1.0f;
+  return i * b;  // init_scale * max_scale, in AutoRound's order
+}
+
+float arg(const FpQdqShape& sh, const TileScale& ts, float w, float v) {
+  return (sh.family == FpFamily::Nvfp4 ? w * ts.mul : w / ts.div) + v;
+}
+
+// d round(clamp(u)) / du for |u| < max_norm (see the header). torch's clamp passes no gradient at
+// its bounds, so an element that rounds onto +-max_norm (clamped again after the rounding in
+// quant_element and cast_to_fp4) gets none either.
+float round_grad(const FpQdqShape& sh, float u, float q) {
+  switch (sh.family) {
+    case FpFamily::Mx:
+    case FpFamily::MxRceil:
+      if (u == 0.0f || std::fabs(q) == sh.max_norm()) return 0.0f;
+      // The private exponent floor(log2|u|) is clipped below at emin; above it, its STE passes.
+      return std::fabs(u) >= std::ldexp(1.0f, sh.emin() + 1) ? q / u : 1.0f;
+    case FpFamily::Nvfp4: return u == 0.0f || std::fabs(q) == sh.max_norm() ? 0.0f : 1.0f;
+    case FpFamily::Fp8: return 1.0f;
+  }
+  return 1.0f;
+}
+
+// dbeta of a tile from the sums over its elements: gq = sum dw^ q, gw = sum du w (in double: the two
+// terms of the scale's gradient nearly cancel).
+float beta_grad(const FpQdqShape& sh, const TileScale& ts, float amax, float init, double gq, double gw) {
+  if (!ts.passes) return 0.0f;
+  double dM;
+  if (sh.family == FpFamily::Nvfp4) {
+    // w^ = q / os, u = w os + V: dos = gw - gq / os^2; os = 1/d; d = S / G; S = e4m3_ste(G M / 6).
+    const double os = ts.mul, d = ts.d, G = sh.global_scale;
+    const double dd = -(gw - gq / (os * os)) / (d * d);
+    dM = dd / G * G * double(kSixth);
+  } else {
+    // w^ = q s, u = w / s + V: ds = gq - gw / s^2. FP8: s = M / 448. MX: s = 2^E with
+    // E = floor_ste(log2 M) - emax (or ceil_ste(log2(M / max_norm))): dE = ds s ln2, dM = dE / (M ln2).
+    const double s = ts.div, ds = gq - gw / (s * s);
+    dM = sh.family == FpFamily::Fp8 ? ds / double(kE4M3Max) : ds * s / double(ts.M);
+  }
+  return float(dM * double(amax) * double(init));
+}
+
+}  // namespace
+
+FpQdqShape make_fp_qdq_shape(FpFamily family, FpElem elem, int64_t out, int64_t in, int64_t group_size,
+                             int64_t block_rows) {
+  if (out <= 0 || in <= 0)
+    fail(ErrorKind::InvalidInput, "weight shape [" + std::to_string(out) + ", " + std::to_string(in) + "] is empty");
+  if (family == FpFamily::Nvfp4 && elem != FpElem::E2M1)
+    fail(ErrorKind::InvalidInput, "NVFP4 has E2M1 elements only");
+  if (family == FpFamily::Fp8 && elem != FpElem::E4M3) fail(ErrorKind::InvalidInput, "FP8 has E4M3 elements only");
+  if (group_size < -1 || (group_size == 0 && block_rows > 0) || block_rows < 0)
+    fail(ErrorKind::InvalidInput, "group size " + std::to_string(group_size) + " (block rows " +
+                                      std::to_string(block_rows) + ") is not a tile AutoRound has");
+  FpQdqShape sh;
+  sh.family = family;
+  sh.elem = elem;
+  sh.out = out;
+  sh.in = in;
+  if (group_size == 0) {
+    sh.tile_rows = out;
+    sh.tile_cols = in;
+  } else if (block_rows > 0) {
+    sh.tile_rows = block_rows;
+    sh.tile_cols = group_size;
+  } else {
+    sh.tile_rows = 1;
+    sh.tile_cols = group_size == -1 || in < group_size ? in : group_size;
+  }
+  return sh;
+}
+
+float nvfp4_global_scale(const float* W, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(W[i]));
+  return m == 0.0f ? 0.0f : kE4M3Max * kE2M1Max * (1.0f / m);  // FLOAT8_E4M3_MAX * 6 * get_reciprocal(max)
+}
+
+void fp_qdq_amax(const FpQdqShape& sh, const float* W, float* amax) {
+  for (int64_t t = 0; t < sh.tiles(); ++t) {
+    const Span s = tile_span(sh, t);
+    float m = 0;
+    for (int64_t r = s.r0; r < s.r1; ++r)
+      for (int64_t c = s.c0; c < s.c1; ++c) m = std::max(m, std::fabs(W[r * sh.in + c]));
+    amax[t] = m;
+  }
+}
+
+void fp_qdq_fwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+                const float* amax, float* What, float* scale) {
+  const float mn = sh.max_norm();
+  const int64_t vw = sh.padded_in();
+  for (int64_t t = 0; t < sh.tiles(); ++t) {
+    const TileScale ts = tile_scale(sh, amax[t], coeff(beta, init, t));
+    if (scale) scale[t] = ts.reported;
+    const Span s = tile_span(sh, t);
+    for (int64_t r = s.r0; r < s.r1; ++r)
+      for (int64_t c = s.c0; c < s.c1; ++c) {
+        const float u = arg(sh, ts, W[r * sh.in + c], V ? V[r * vw + c] : 0.0f);
+        What[r * sh.in + c] = elem_round(sh.elem, std::clamp(u, -mn, mn)) * ts.out;
+      }
+  }
+}
+
+void fp_qdq_bwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+                const float* amax, const float* dWhat, float* dV, float* dbeta) {
+  const float mn = sh.max_norm();
+  const int64_t vw = sh.padded_in();
+  for (int64_t t = 0; t < sh.tiles(); ++t) {
+    const TileScale ts = tile_scale(sh, amax[t], coeff(beta, init, t));
+    const Span s = tile_span(sh, t);
+    double gq = 0, gw = 0;
+    for (int64_t r = s.r0; r < s.r1; ++r)
+      for (int64_t c = s.c0; c < s.c1; ++c) {
+        const float w = W[r * sh.in + c], g = dWhat[r * sh.in + c];
+        const float u = arg(sh, ts, w, V ? V[r * vw + c] : 0.0f);
+        const bool inside = u > -mn && u < mn;
+        const float q = elem_round(sh.elem, std::clamp(u, -mn, mn));
+        const float du = inside ? g * ts.out * round_grad(sh, u, q) : 0.0f;
+        if (dV) dV[r * vw + c] = du;
+        gq += double(g) * q;
+        gw += double(du) * w;
+      }
+    if (dbeta) dbeta[t] = beta_grad(sh, ts, amax[t], init ? init[t] : 1.0f, gq, gw);
+  }
+}
+
+}  // namespace ar::quant

@@ -1,0 +1,193 @@
+// QDQ of the floating-point schemes (quant/qdq_fp.h):
+//  - against AutoRound itself (tests/data/fp_goldens, made by tools/make_fp_goldens.py with the
+//    auto-round 0.16.1 wheel): forward outputs and scales bit for bit, the STE gradients of V and
+//    max_scale to fp32 rounding (torch sums in its own order);
+//  - the element rounding against transcriptions of AutoRound's quant_element (MX) and cast_to_fp4
+//    (NVFP4) in double, over dense probes;
+//  - the all-zero tile (finite outputs and gradients where torch makes NaN), the tile shapes, refusals.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "quant/fp_codes.h"
+#include "quant/qdq_fp.h"
+#include "test_util.h"
+
+using namespace ar;
+using namespace ar::quant;
+
+namespace {
+
+struct GoldenCase {
+  const char* name;
+  FpFamily family;
+  FpElem elem;
+  int64_t out, in, group, block_rows;
+};
+// The cases of tools/make_fp_goldens.py.
+const GoldenCase kCases[] = {
+    {"mxfp4", FpFamily::Mx, FpElem::E2M1, 6, 80, 32, 0},
+    {"mxfp4_rceil", FpFamily::MxRceil, FpElem::E2M1, 6, 80, 32, 0},
+    {"mxfp8", FpFamily::Mx, FpElem::E4M3, 4, 64, 32, 0},
+    {"mxfp8_rceil", FpFamily::MxRceil, FpElem::E4M3, 4, 64, 32, 0},
+    {"nvfp4", FpFamily::Nvfp4, FpElem::E2M1, 6, 40, 16, 0},
+    {"fp8_channel", FpFamily::Fp8, FpElem::E4M3, 8, 48, -1, 0},
+    {"fp8_tensor", FpFamily::Fp8, FpElem::E4M3, 8, 48, 0, 0},
+    {"fp8_block", FpFamily::Fp8, FpElem::E4M3, 40, 72, 32, 32},
+};
+
+std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name, size_t expect) {
+  const StTensorInfo* t = f.find(name);
+  if (!t) ADD_FAILURE() << "golden tensor " << name << " missing";
+  if (!t) return std::vector<float>(expect);
+  EXPECT_EQ(t->dtype, DType::F32) << name;
+  EXPECT_EQ(t->end - t->begin, expect * 4) << name;
+  std::vector<float> v(expect);
+  std::memcpy(v.data(), f.bytes(*t), std::min(expect * 4, t->end - t->begin));
+  return v;
+}
+
+// |a - b| within `rel` of b (plus 1e-6 of the largest |b|, for values near 0). dV is a product of a
+// few fp32 factors (2e-6); dbeta a per-tile sum whose two terms nearly cancel, which torch adds in
+// fp32 in its own order (1e-3: a wrong formula is off by far more, a wrong mask shows in dV).
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what, double rel) {
+  double big = 0;
+  for (float w : want) big = std::max(big, double(std::fabs(w)));
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double tol = rel * std::fabs(want[i]) + 1e-6 * big;
+    if (std::fabs(double(got[i]) - want[i]) > tol && ++bad <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs AutoRound's " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// AutoRound's quant_element (mxfp.py) in double: private exponent, scale to mbits-2 integer bits,
+// round half to even by floor(|x| + 0.5) - [(|x| - 0.5) mod 2 == 0], scale back, clamp.
+double quant_element(double t, int ebits, int mbits, double max_norm) {
+  const double pe = std::max(std::floor(std::log2(std::fabs(t) + (t == 0 ? 1 : 0))), -std::ldexp(1.0, ebits - 1) + 2);
+  const double x = t / std::ldexp(1.0, int(pe)) * std::ldexp(1.0, mbits - 2);
+  const double a = std::fabs(x);
+  const double mask = std::fmod(a - 0.5, 2.0) == 0 ? 1 : 0;
+  const double sign = x > 0 ? 1 : x < 0 ? -1 : 0;
+  const double r = sign * (std::floor(a + 0.5) - mask) / std::ldexp(1.0, mbits - 2) * std::ldexp(1.0, int(pe));
+  return std::clamp(r, -max_norm, max_norm);
+}
+
+// AutoRound's cast_to_fp4 (nvfp.py) in double: steps of 0.5 below 2, 1 below 4, else 2.
+double cast_to_fp4(double x) {
+  const double s = x > 0 ? 1 : x < 0 ? -1 : 0, a = std::fabs(x);
+  const double r = a < 2 ? std::nearbyint(2 * a) / 2 : a < 4 ? std::nearbyint(a) : 2 * std::nearbyint(a / 2);
+  return std::clamp(r, -6.0, 6.0) * s;
+}
+
+}  // namespace
+
+TEST(QdqFp, MatchesAutoRoundForwardAndGradients) {
+  const std::string path = std::string(AR_SOURCE_DIR) + "/tests/data/fp_goldens/qdq_fp.safetensors";
+  auto f = SafetensorsFile::open(path);
+  for (const GoldenCase& c : kCases) {
+    SCOPED_TRACE(c.name);
+    FpQdqShape sh = make_fp_qdq_shape(c.family, c.elem, c.out, c.in, c.group, c.block_rows);
+    const std::string p = std::string(c.name) + "/";
+    const size_t n = size_t(c.out * c.in), nv = size_t(c.out * sh.padded_in()), nt = size_t(sh.tiles());
+    auto W = read_f32(*f, p + "W", n), V = read_f32(*f, p + "V", nv), beta = read_f32(*f, p + "beta", nt);
+    auto dWhat = read_f32(*f, p + "dWhat", n);
+    if (c.family == FpFamily::Nvfp4) {
+      sh.global_scale = read_f32(*f, p + "G", 1)[0];
+      EXPECT_EQ(sh.global_scale, nvfp4_global_scale(W.data(), int64_t(n)));
+    }
+    std::vector<float> amax(nt), What(n), scale(nt), dV(nv, -7.f), dbeta(nt);
+    fp_qdq_amax(sh, W.data(), amax.data());
+    fp_qdq_fwd(sh, W.data(), V.data(), beta.data(), nullptr, amax.data(), What.data(), scale.data());
+    const auto want_w = read_f32(*f, p + "What", n), want_s = read_f32(*f, p + "scale", nt);
+    int diff = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (What[i] != want_w[i] && ++diff <= 5)
+        ADD_FAILURE() << "What[" << i << "] = " << What[i] << ", AutoRound's " << want_w[i] << " (w " << W[i] << ")";
+    EXPECT_EQ(diff, 0);
+    for (size_t t = 0; t < nt; ++t) EXPECT_EQ(scale[t], want_s[t]) << "tile " << t;
+
+    fp_qdq_bwd(sh, W.data(), V.data(), beta.data(), nullptr, amax.data(), dWhat.data(), dV.data(), dbeta.data());
+    auto want_dv = read_f32(*f, p + "dV", nv);
+    for (int64_t r = 0; r < c.out; ++r)  // padding columns: untouched here, gradient 0 in torch
+      for (int64_t col = c.in; col < sh.padded_in(); ++col) {
+        EXPECT_EQ(dV[size_t(r * sh.padded_in() + col)], -7.f);
+        EXPECT_EQ(want_dv[size_t(r * sh.padded_in() + col)], 0.f);
+        dV[size_t(r * sh.padded_in() + col)] = 0;
+      }
+    expect_close(dV, want_dv, p + "dV", 2e-6);
+    expect_close(dbeta, read_f32(*f, p + "dbeta", nt), p + "dbeta", 1e-3);
+  }
+}
+
+TEST(QdqFp, ElementRoundingIsAutoRoundsQuantElement) {
+  // Every bf16 value in range and the float neighbours of each grid midpoint.
+  for (auto [elem, ebits, mbits, mn] : {std::tuple{FpElem::E2M1, 2, 3, 6.0}, std::tuple{FpElem::E4M3, 4, 5, 448.0}}) {
+    std::vector<float> xs;
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+      const float x = bf16_to_f32(uint16_t(h));
+      if (std::isfinite(x) && std::fabs(x) <= mn) xs.push_back(x);
+    }
+    for (int c = 0; c < (elem == FpElem::E2M1 ? 8 : 0x7E); ++c) {
+      const double lo = elem == FpElem::E2M1 ? e2m1_decode(uint8_t(c)) : e4m3_decode(uint8_t(c));
+      const double hi = elem == FpElem::E2M1 ? e2m1_decode(uint8_t(c + 1)) : e4m3_decode(uint8_t(c + 1));
+      const float mid = float((lo + hi) / 2);
+      for (float x : {mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e9f)}) xs.insert(xs.end(), {x, -x});
+    }
+    for (float x : xs) {
+      const float mine = elem == FpElem::E2M1 ? e2m1_round(x) : e4m3_round(x);
+      ASSERT_EQ(double(mine), quant_element(x, ebits, mbits, mn)) << "x = " << x << " ebits " << ebits;
+      if (elem == FpElem::E2M1) {
+        ASSERT_EQ(double(mine), cast_to_fp4(x)) << x;
+      }
+    }
+  }
+}
+
+TEST(QdqFp, AnAllZeroTileStaysZeroWithFiniteGradients) {
+  for (FpFamily fam : {FpFamily::Mx, FpFamily::MxRceil, FpFamily::Nvfp4, FpFamily::Fp8}) {
+    const FpElem elem = fam == FpFamily::Fp8 ? FpElem::E4M3 : FpElem::E2M1;
+    FpQdqShape sh = make_fp_qdq_shape(fam, elem, 2, 32, fam == FpFamily::Nvfp4 ? 16 : 32);
+    std::vector<float> W(64, 0.f), dW(64, 1.f), amax(size_t(sh.tiles())), What(64, 9.f), dV(64), db(amax.size());
+    for (int i = 32; i < 64; ++i) W[size_t(i)] = 0.01f * float(i - 40);  // row 1 is not zero
+    sh.global_scale = nvfp4_global_scale(W.data(), 64);
+    fp_qdq_amax(sh, W.data(), amax.data());
+    fp_qdq_fwd(sh, W.data(), nullptr, nullptr, nullptr, amax.data(), What.data(), nullptr);
+    fp_qdq_bwd(sh, W.data(), nullptr, nullptr, nullptr, amax.data(), dW.data(), dV.data(), db.data());
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(What[size_t(i)], 0.f) << int(fam);
+    for (float g : db) EXPECT_TRUE(std::isfinite(g)) << int(fam);
+    for (float g : dV) EXPECT_TRUE(std::isfinite(g)) << int(fam);
+    EXPECT_EQ(db[0], 0.f) << int(fam);
+  }
+}
+
+TEST(QdqFp, TilesFollowAutoRoundsGrouping) {
+  FpQdqShape g = make_fp_qdq_shape(FpFamily::Mx, FpElem::E2M1, 4, 80, 32);
+  EXPECT_EQ(g.tiles(), 12);
+  EXPECT_EQ(g.padded_in(), 96);
+  FpQdqShape narrow = make_fp_qdq_shape(FpFamily::Mx, FpElem::E2M1, 4, 20, 32);  // in < g: one group of 20
+  EXPECT_EQ(narrow.tile_cols, 20);
+  EXPECT_EQ(narrow.tiles(), 4);
+  FpQdqShape ch = make_fp_qdq_shape(FpFamily::Fp8, FpElem::E4M3, 5, 7, -1);
+  EXPECT_EQ(ch.tiles(), 5);
+  FpQdqShape t = make_fp_qdq_shape(FpFamily::Fp8, FpElem::E4M3, 5, 7, 0);
+  EXPECT_EQ(t.tiles(), 1);
+  FpQdqShape b = make_fp_qdq_shape(FpFamily::Fp8, FpElem::E4M3, 300, 129, 128, 128);
+  EXPECT_EQ(b.tiles_down(), 3);
+  EXPECT_EQ(b.tiles_across(), 2);
+  EXPECT_EQ(b.padded_in(), 256);
+}
+
+TEST(QdqFp, RefusesWhatAutoRoundHasNot) {
+  EXPECT_THROW(make_fp_qdq_shape(FpFamily::Nvfp4, FpElem::E4M3, 4, 32, 16), Error);
+  EXPECT_THROW(make_fp_qdq_shape(FpFamily::Fp8, FpElem::E2M1, 4, 32, -1), Error);
+  EXPECT_THROW(make_fp_qdq_shape(FpFamily::Mx, FpElem::E2M1, 0, 32, 32), Error);
+  EXPECT_THROW(make_fp_qdq_shape(FpFamily::Fp8, FpElem::E4M3, 4, 32, -2), Error);
+  EXPECT_THROW(make_fp_qdq_shape(FpFamily::Fp8, FpElem::E4M3, 4, 32, 0, 128), Error);
+}
