@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "quant/fp_codes.h"
+#include "core/small_float.h"
 #include "quant/qdq_fp.h"
 #include "test_util.h"
 

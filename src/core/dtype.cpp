@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/small_float.h"
 
 namespace ar {
 
@@ -11,7 +12,7 @@ size_t dtype_size(DType t) {
     case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::BF16: case DType::F16: return 2;
-    case DType::U8: case DType::I8: return 1;
+    case DType::U8: case DType::I8: case DType::F8E4M3: return 1;
   }
   return 0;
 }
@@ -26,6 +27,7 @@ const char* dtype_name(DType t) {
     case DType::I64: return "int64";
     case DType::U8: return "uint8";
     case DType::I8: return "int8";
+    case DType::F8E4M3: return "fp8_e4m3";
   }
   return "?";
 }
@@ -33,7 +35,8 @@ const char* dtype_name(DType t) {
 namespace {
 struct StName { const char* name; DType t; };
 constexpr StName kSt[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"F64", DType::F64},
-                          {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},   {"I8", DType::I8}};
+                          {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},   {"I8", DType::I8},
+                          {"F8_E4M3", DType::F8E4M3}};
 }  // namespace
 
 bool dtype_from_safetensors(const std::string& s, DType* out) {
@@ -118,6 +121,11 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
         std::memcpy(&d, s + 8 * i, 8);
         dst[i] = float(d);
       }
+      return;
+    }
+    case DType::F8E4M3: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = e4m3_decode(s[i]);
       return;
     }
     default: fail(ErrorKind::Unsupported, std::string("cannot convert ") + dtype_name(from) + " to fp32");

@@ -9,7 +9,8 @@
 
 namespace ar {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8 };
+// F8E4M3: OCP FP8 E4M3FN (safetensors F8_E4M3), a storage type of FP8 checkpoints (core/small_float.h).
+enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, F8E4M3 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
@@ -33,7 +34,7 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
-// Converts n elements of src (of type `from`) to fp32. Supported: F32, BF16, F16, F64.
+// Converts n elements of src (of type `from`) to fp32. Supported: F32, BF16, F16, F64, F8E4M3.
 void convert_to_f32(const void* src, DType from, float* dst, size_t n);
 // Converts n fp32 values to `to` (F32, BF16, F16).
 void convert_from_f32(const float* src, void* dst, DType to, size_t n);

@@ -1,4 +1,5 @@
 #include "model/config.h"
+#include "model/quant_config.h"
 
 #include <cmath>
 
@@ -155,34 +156,8 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
       j["partial_rotary_factor"].get<double>() != 1.0)
     bad_field(path, "partial_rotary_factor", "only 1.0 is supported");
   parse_rope(j, path, c);
-  if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
-    const auto& q = j["quantization_config"];
-    const JsonIn qi = in.at("quantization_config");
-    // Integers of the quantization_config, range-checked before any narrowing.
-    auto q_int = [&](const char* k, int64_t def) -> int64_t {
-      if (!qi.has(k)) return def;
-      const int64_t v = qi.at(k).i64();
-      if (v < -1 || v > (int64_t(1) << 30)) qi.at(k).bad(std::to_string(v) + " is out of range");
-      return v;
-    };
-    std::string method = qi.str("quant_method", std::string());
-    std::string packing = qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
-    if (method != "auto-round" && method != "gptq" && method != "awq")
-      bad_field(path, "quantization_config.quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq)");
-    if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&
-        packing != "auto_round:gptqmodel" && packing != "auto_round:fake" && packing != "auto_round:auto_awq" &&
-        packing != "auto_awq")
-      bad_field(path, "quantization_config.packing_format", "'" + printable(packing) + "' is not supported");
-    c.quant.present = packing != "auto_round:fake";  // fake: dense QDQ weights, nothing to unpack
-    c.quant.bits = int(q_int("bits", 4));
-    c.quant.group_size = q_int("group_size", 128);
-    c.quant.sym = qi.boolean("sym", true);
-    c.quant.zero_minus_one = packing == "auto_round:auto_gptq" || packing == "auto_gptq";
-    c.quant.awq = packing == "auto_round:auto_awq" || packing == "auto_awq";
-    if (c.quant.awq) c.quant.sym = q.contains("zero_point") ? !qi.boolean("zero_point", true) : c.quant.sym;
-    if (c.quant.present && (c.quant.awq ? c.quant.bits != 4 : (c.quant.bits != 2 && c.quant.bits != 3 && c.quant.bits != 4 && c.quant.bits != 8)))
-      bad_field(path, "quantization_config.bits", std::to_string(c.quant.bits) + "-bit packed weights are not supported");
-  }
+  if (j.contains("quantization_config") && j["quantization_config"].is_object())
+    c.quant = parse_quant_config(in.at("quantization_config"), path);
   spec->configure(c, j, path);
   return c;
 }

@@ -16,8 +16,16 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-// quantization_config of a directory written by a quantizer (ours or AutoRound/GPTQ); the loader
-// dequantizes such weights to fp32 on load.
+// quantization_config of a directory written by a quantizer (ours or AutoRound/GPTQ/llm-compressor);
+// the loader dequantizes such weights to fp32 on load (model/quant_config.cpp parses it).
+enum class FloatQuant : uint8_t {
+  None,
+  Mxfp4,  // weight_packed U8 [out, in/2] (E2M1 pairs, low nibble first), weight_scale U8 E8M0 [out, in/32]
+  Mxfp8,  // weight F8_E4M3 [out, in], weight_scale U8 E8M0 [out, in/32]
+  Nvfp4,  // weight_packed as MXFP4, weight_scale F8_E4M3 [out, in/16], weight_global_scale F32 [1]
+  Fp8,    // weight F8_E4M3 [out, in], weight_scale float: [out, 1] channel, [1] tensor, [out/b0, in/b1] block
+};
+
 struct QuantConfig {
   bool present = false;
   int bits = 16;
@@ -25,6 +33,8 @@ struct QuantConfig {
   bool sym = true;
   bool zero_minus_one = true;  // auto_round:auto_gptq and gptq store zp - 1; "auto_round" stores zp
   bool awq = false;            // AWQ GEMM layout (auto_round:auto_awq, quant_method awq)
+  FloatQuant fp = FloatQuant::None;  // compressed-tensors float formats (and AutoRound's llm_compressor packing)
+  int64_t block_rows = 0, block_cols = 0;  // FP8 per-block scales (block_structure / weight_block_size)
 };
 
 struct ModelConfig {

@@ -6,6 +6,7 @@
 #include "io/json_unique.h"
 #include "io/gptq_pack.h"
 #include "io/mapped_file.h"
+#include "model/dequant_float.h"
 
 #include <cstring>
 
@@ -158,10 +159,11 @@ Tensor HfModel::load_raw(const std::string& name, const Shape& expect, DType dty
 Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx) const {
   if (source_) return source_->load(name, expect, ctx);
   const std::string suffix = ".weight";
-  if (cfg_.quant.present && expect.size() == 2 && !has(name) && name.size() > suffix.size() &&
+  if (cfg_.quant.present && expect.size() == 2 && name.size() > suffix.size() &&
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
     const std::string prefix = name.substr(0, name.size() - suffix.size());
-    if (has(prefix + ".qweight"))
+    if (check_float_linear(*this, prefix, expect)) return dequantize_float_linear(*this, prefix, expect, ctx);
+    if (!has(name) && has(prefix + ".qweight"))
       return cfg_.quant.awq ? dequantize_awq(*this, prefix, expect, ctx) : dequantize_gptq(*this, prefix, expect, ctx);
   }
   auto it = where_.find(name);
@@ -208,7 +210,7 @@ Tensor HfModel::load_embeddings(Context& ctx) const {
 }
 Tensor HfModel::load_final_norm(Context& ctx) const { return load("model.norm.weight", {cfg_.hidden_size}, ctx); }
 Tensor HfModel::load_lm_head(Context& ctx) const {
-  if (cfg_.tie_word_embeddings || !(has("lm_head.weight") || has("lm_head.qweight"))) {
+  if (cfg_.tie_word_embeddings || !(has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed"))) {
     if (!cfg_.tie_word_embeddings)
       fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
     return load_embeddings(ctx);

@@ -4,6 +4,7 @@
 // tensor name is held by two shards; the tokenizer's ids fit the embeddings.
 #include "core/error.h"
 #include "model/loader.h"
+#include "model/dequant_float.h"
 
 namespace ar {
 
@@ -125,10 +126,13 @@ void HfModel::check_layer_count() const {
 
 void HfModel::check_tensors() const {
   check_layer_count();
-  const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight");
+  const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed");
   if (!cfg_.tie_word_embeddings && !has_lm_head)
     fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
   for (const Expected& e : expected_tensors(cfg_, has_lm_head)) {
+    if ((e.role == Role::Linear || e.role == Role::LmHead) && e.name.size() > kWeight.size() &&
+        check_float_linear(*this, e.name.substr(0, e.name.size() - kWeight.size()), e.shape))
+      continue;
     if ((e.role == Role::Linear || e.role == Role::LmHead) && !has(e.name) && check_packed(e.name)) continue;
     std::string file;
     const StTensorInfo* t = info(e.name, &file);

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "quant/fp_codes.h"
+#include "core/small_float.h"
 
 namespace ar::quant {
 namespace {

@@ -13,7 +13,7 @@
 //   FP8      E4M3 elements, one scale per tile (1 x in: per channel, out x in: per tensor, 128 x 128: block):
 //              s = max(M / 448, 1 / (448 * 512));  w^ = round(clamp(w / s + V, +-448)) * s
 //
-// `round` is round-to-nearest-even onto the element grid (quant/fp_codes.h). Every product and quotient
+// `round` is round-to-nearest-even onto the element grid (core/small_float.h). Every product and quotient
 // is rounded in fp32 in AutoRound's order (this file's translation unit is built with -ffp-contract=off),
 // so forward outputs and scales are bit-identical to AutoRound's on the same inputs; the exponent is
 // taken from the exact binary exponent where torch calls log2 (the two differ only within a few ulps

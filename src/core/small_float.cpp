@@ -1,9 +1,9 @@
-#include "quant/fp_codes.h"
+#include "core/small_float.h"
 
 #include <cmath>
 #include <limits>
 
-namespace ar::quant {
+namespace ar {
 namespace {
 
 // A sign-magnitude float code without Inf: `mbits` mantissa bits, exponent bias `bias`, largest
@@ -65,4 +65,4 @@ float e8m0_decode(uint8_t c) {
   return std::ldexp(1.0f, int(c) - 127);
 }
 
-}  // namespace ar::quant
+}  // namespace ar

@@ -1,4 +1,4 @@
-// The 4- and 8-bit float codes (quant/fp_codes.h), over every code: decoding against the formats'
+// The 4- and 8-bit float codes (core/small_float.h), over every code: decoding against the formats'
 // definitions written out here in double; encoding against a brute-force nearest-code search with
 // ties to the even code, over every bf16 bit pattern (all exponents, both signs) and every midpoint
 // between neighbouring codes (and one ulp either side); saturation, signed zero and NaN.
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "quant/fp_codes.h"
+#include "core/small_float.h"
 #include "test_util.h"
 
 using namespace ar;
-using namespace ar::quant;
+
 
 namespace {
 

@@ -13,7 +13,7 @@
 #pragma once
 #include <cstdint>
 
-namespace ar::quant {
+namespace ar {
 
 constexpr float kE2M1Max = 6.0f;
 constexpr float kE4M3Max = 448.0f;
@@ -31,4 +31,4 @@ float e8m0_decode(uint8_t c);
 inline float e2m1_round(float x) { return e2m1_decode(e2m1_encode(x)); }
 inline float e4m3_round(float x) { return e4m3_decode(e4m3_encode(x)); }
 
-}  // namespace ar::quant
+}  // namespace ar

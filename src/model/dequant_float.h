@@ -1,0 +1,26 @@
+// Linears stored in a float scheme (QuantConfig::fp: MXFP4, MXFP8, NVFP4, FP8), read back to fp32 the
+// way compressed-tensors decompresses them for transformers, so `eval` scores what a serving engine
+// loads:
+//   MXFP4  e2m1(code) * 2^(e8m0 - 127)                     exact (both fit bf16)
+//   MXFP8  e4m3(weight) * 2^(e8m0 - 127)                   rounded to bf16
+//   NVFP4  bf16(e2m1(code) * (e4m3(weight_scale) / weight_global_scale))   (fp32 products, as torch)
+//   FP8    bf16(e4m3(weight) * weight_scale)               per channel, per tensor or per block
+// Packed E2M1 pairs hold element 2k in the low nibble and 2k+1 in the high one. A Linear of an
+// ignored layer is stored dense (".weight" in F32/BF16/F16) and is read as such.
+#pragma once
+#include <string>
+
+#include "model/loader.h"
+
+namespace ar {
+
+// Is the Linear `prefix` ("model.layers.0.self_attn.q_proj") of shape `expect` stored in the model's
+// float scheme? Checks the dtype and shape of every part, failing with the file and tensor named;
+// false when it is stored dense.
+bool check_float_linear(const HfModel& m, const std::string& prefix, const Shape& expect);
+
+// The fp32 weight of a Linear for which check_float_linear is true; a non-finite result (a NaN code,
+// an E8M0 255, a zero global scale) is refused naming the tensor.
+Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx);
+
+}  // namespace ar

@@ -1,0 +1,139 @@
+#include "model/quant_config.h"
+
+#include "core/error.h"
+#include "core/printable.h"
+
+namespace ar {
+namespace {
+
+[[noreturn]] void bad_field(const std::string& path, const std::string& field, const std::string& msg) {
+  fail(ErrorKind::InvalidInput, path + ": field 'quantization_config." + field + "': " + msg);
+}
+
+// An integer member, range-checked before any narrowing.
+int64_t q_int(const JsonIn& o, const char* k, int64_t def) {
+  if (!o.has(k)) return def;
+  const int64_t v = o.at(k).i64();
+  if (v < -1 || v > (int64_t(1) << 30)) o.at(k).bad(std::to_string(v) + " is out of range");
+  return v;
+}
+
+// [rows, cols] of an FP8 block scheme (block_structure, weight_block_size, or a list group_size).
+void parse_block(const JsonIn& a, QuantConfig& q) {
+  if (!a.is_array() || a.size() != 2) a.bad("must be a list of two block sizes [rows, cols]");
+  q.block_rows = a.at(size_t(0)).i64();
+  q.block_cols = a.at(size_t(1)).i64();
+  if (q.block_rows < 1 || q.block_cols < 1 || q.block_rows > (int64_t(1) << 20) || q.block_cols > (int64_t(1) << 20))
+    a.bad("block sizes must be between 1 and 2^20");
+}
+
+// The float weight scheme of one compressed-tensors config group.
+struct CtWeights {
+  int64_t bits = 0, group = -1, block_rows = 0, block_cols = 0;
+  std::string strategy;
+  bool operator==(const CtWeights&) const = default;
+};
+
+CtWeights ct_weights(const JsonIn& group, const std::string& path, const std::string& name) {
+  const JsonIn w = group.at("weights");
+  const std::string type = w.str("type", "");
+  if (type != "float")
+    bad_field(path, "config_groups." + name + ".weights.type",
+              "'" + printable(type) + "' is not supported (float; integer compressed-tensors formats are not read)");
+  CtWeights c;
+  c.bits = q_int(w, "num_bits", 0);
+  c.group = q_int(w, "group_size", -1);
+  c.strategy = w.str("strategy", "");
+  if (c.strategy == "block") {
+    QuantConfig q;
+    parse_block(w.at("block_structure"), q);
+    c.block_rows = q.block_rows;
+    c.block_cols = q.block_cols;
+  }
+  return c;
+}
+
+QuantConfig parse_compressed_tensors(const JsonIn& qi, const std::string& path) {
+  const std::string format = qi.str("format", "");
+  QuantConfig q;
+  q.present = true;
+  int64_t bits = 8, group = 0;  // what the format implies (group 0: set by the strategy)
+  if (format == "mxfp4-pack-quantized") q.fp = FloatQuant::Mxfp4, bits = 4, group = 32;
+  else if (format == "nvfp4-pack-quantized") q.fp = FloatQuant::Nvfp4, bits = 4, group = 16;
+  else if (format == "mxfp8-quantized") q.fp = FloatQuant::Mxfp8, group = 32;
+  else if (format == "float-quantized") q.fp = FloatQuant::Fp8;
+  else
+    bad_field(path, "format", "'" + printable(format) +
+                                  "' is not supported (mxfp4-pack-quantized, nvfp4-pack-quantized, mxfp8-quantized, "
+                                  "float-quantized)");
+  const JsonIn groups = qi.at("config_groups");
+  if (!groups.is_object() || groups.size() == 0) groups.bad("must be an object with at least one group");
+  CtWeights first;
+  bool have = false;
+  for (auto it = groups.json().begin(); it != groups.json().end(); ++it) {
+    const CtWeights c = ct_weights(groups.at(it.key()), path, printable(it.key()));
+    if (have && !(c == first))
+      bad_field(path, "config_groups", "groups with different weight schemes are not supported");
+    first = c;
+    have = true;
+  }
+  if (first.bits != bits)
+    bad_field(path, "config_groups", std::to_string(first.bits) + "-bit weights do not match format '" + format + "'");
+  if (group > 0 && first.group != group)
+    bad_field(path, "config_groups", "group_size " + std::to_string(first.group) + " does not match format '" +
+                                         format + "' (" + std::to_string(group) + ")");
+  if (q.fp == FloatQuant::Fp8 && first.strategy != "channel" && first.strategy != "tensor" && first.strategy != "block")
+    bad_field(path, "config_groups", "FP8 weight strategy '" + printable(first.strategy) +
+                                         "' is not supported (channel, tensor, block)");
+  q.bits = int(bits);
+  q.group_size = first.group;
+  q.block_rows = first.block_rows;
+  q.block_cols = first.block_cols;
+  return q;
+}
+
+// AutoRound's float schemes: data_type and bits -> the stored layout.
+FloatQuant autoround_float(const JsonIn& qi, const std::string& path, int bits) {
+  const std::string dt = qi.str("data_type", "int");
+  if (dt.rfind("mx_fp", 0) == 0 && (bits == 4 || bits == 8)) return bits == 4 ? FloatQuant::Mxfp4 : FloatQuant::Mxfp8;
+  if (dt.rfind("nv_fp", 0) == 0 && bits == 4) return FloatQuant::Nvfp4;
+  if (dt == "fp" && bits == 8) return FloatQuant::Fp8;
+  bad_field(path, "data_type", "'" + printable(dt) + "' with " + std::to_string(bits) +
+                                   " bits is not a float scheme this loader reads (mx_fp 4/8, nv_fp 4, fp 8)");
+}
+
+}  // namespace
+
+QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
+  const std::string method = qi.str("quant_method", std::string());
+  if (method == "compressed-tensors") return parse_compressed_tensors(qi, path);
+  const std::string packing =
+      qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
+  if (method != "auto-round" && method != "gptq" && method != "awq")
+    bad_field(path, "quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq, compressed-tensors)");
+  QuantConfig q;
+  q.bits = int(q_int(qi, "bits", 4));
+  if (method == "auto-round" && (packing == "auto_round:llm_compressor" || packing == "auto_round:fp8_static" ||
+                                 packing == "auto_round:fp8")) {
+    q.present = true;
+    q.fp = autoround_float(qi, path, q.bits);
+    if (qi.has("group_size") && qi.at("group_size").is_array()) parse_block(qi.at("group_size"), q);
+    else q.group_size = q_int(qi, "group_size", -1);
+    return q;
+  }
+  if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&
+      packing != "auto_round:gptqmodel" && packing != "auto_round:fake" && packing != "auto_round:auto_awq" &&
+      packing != "auto_awq")
+    bad_field(path, "packing_format", "'" + printable(packing) + "' is not supported");
+  q.present = packing != "auto_round:fake";  // fake: dense QDQ weights, nothing to unpack
+  q.group_size = q_int(qi, "group_size", 128);
+  q.sym = qi.boolean("sym", true);
+  q.zero_minus_one = packing == "auto_round:auto_gptq" || packing == "auto_gptq";
+  q.awq = packing == "auto_round:auto_awq" || packing == "auto_awq";
+  if (q.awq) q.sym = qi.has("zero_point") ? !qi.boolean("zero_point", true) : q.sym;
+  if (q.present && (q.awq ? q.bits != 4 : (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 8)))
+    bad_field(path, "bits", std::to_string(q.bits) + "-bit packed weights are not supported");
+  return q;
+}
+
+}  // namespace ar
