@@ -236,6 +236,17 @@ int main(int argc, char** argv) {
     for (const char* v : {"metaspace_always_split_true", "metaspace_first_split_true"})
       if (have(golden / "tokenizer_variants" / (std::string(v) + ".tokenizer.json")))
         shrink_tokenizer_json(golden / "tokenizer_variants" / (std::string(v) + ".tokenizer.json"));
+    // Float-scheme checkpoints (committed): byte 0 picks the configuration (fuzz_float_ckpt.cpp's order).
+    const char* float_cases[] = {"mxfp4_llm_compressor", "mxfp8_llm_compressor", "nvfp4_llm_compressor",
+                                 "nvfp4_auto_round", "fp8_static_llm_compressor", "fp8_static_auto_round",
+                                 "fp8_block_llm_compressor"};
+    for (uint8_t i = 0; i < 7; ++i) {
+      const fs::path p = fs::path(AR_SOURCE_DIR) / "tests/data/float_ckpt" / float_cases[i] / "model.safetensors";
+      if (!have(p)) continue;
+      Bytes b = read(p);
+      b.insert(b.begin(), i);
+      write("float_ckpt", std::string(float_cases[i]) + ".bin", b.data(), b.size());
+    }
     if (have(fx / "stories260K/tok512.bin"))
       write("tokenizer_json", "llama2c_converted.json",
             ar::llama2c_tokenizer_json(ar::Llama2cTokenizer::load((fx / "stories260K/tok512.bin").string())));
