@@ -26,14 +26,7 @@ const char* kCases[] = {"mxfp4_llm_compressor",      "mxfp8_llm_compressor",   "
                         "nvfp4_auto_round",          "fp8_static_llm_compressor", "fp8_static_auto_round",
                         "fp8_block_llm_compressor"};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // A copy of a case with one tensor of model.safetensors replaced by `edit` (given its raw bytes).
 std::string edited_copy(const std::string& c, const std::string& tensor,

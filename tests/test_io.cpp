@@ -134,14 +134,7 @@ TEST(Safetensors, FuzzParserWithSeededMutations) {
 }
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 std::vector<std::string> all_docs(const std::string& path, const std::string& field = "text", size_t chunk = 1 << 20) {
   auto s = TextSource::open(path, field, chunk);
   std::vector<std::string> docs;

@@ -11,7 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace ar::test {
+
+// The message of the ar::Error that f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A float's bit pattern and back (bit-exact comparisons, every class of value).
 inline uint32_t bits(float f) {

@@ -44,15 +44,7 @@ std::string entry(const char* name, int64_t n, size_t b) {
   return "\"" + std::string(name) + "\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(n) + "],\"data_offsets\":[" +
          std::to_string(b) + "," + std::to_string(b + size_t(n) * 4) + "]}";
 }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 }  // namespace
 
 TEST(Validation, ZeroSizeTensorsMaySitAtBoundariesButNotInside) {
