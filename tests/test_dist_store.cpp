@@ -615,6 +615,28 @@ TEST(StoreAuth, ADifferentTokenIsRefusedBothWays) {
   EXPECT_NE(impostor_err.find("did not prove that it holds this job's token"), std::string::npos) << impostor_err;
 }
 
+// Each connection's thread ends (and frees its per-thread OpenSSL state) soon after its peer closes,
+// whether the peer authenticated or not.
+TEST(StoreAuth, ConnectionThreadsEndWithTheirPeers) {
+  StoreServer server(kLocal, 0, 2, 5s, kToken);
+  auto settle = [&] {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (server.serving_connections() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    return server.serving_connections();
+  };
+  {
+    StoreClient a(kLocal, server.port(), 2s, kToken), b(kLocal, server.port(), 2s, kToken);
+    a.set("k", {'v'});
+    EXPECT_EQ(server.serving_connections(), 2u);
+  }
+  EXPECT_EQ(settle(), 0u);
+  const int fd = fr::connect_with_retries(kLocal, server.port(), 2s);  // a stranger that says nothing
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_EQ(settle(), 0u);
+}
+
 long rss_kib() {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -666,19 +688,19 @@ TEST(StoreAuth, PendingConnectionsAreBoundedAndExpire) {
   StoreLimits lim;
   lim.pending = 6;
   lim.pending_per_peer = 4;
-  lim.auth_deadline = 1s;
-  StoreServer server(kLocal, 0, 1, 5s, kToken, lim);
+  lim.auth_deadline = 3s;  // far from "at once", even on a loaded machine
+  StoreServer server(kLocal, 0, 1, 8s, kToken, lim);
   StoreClient member(kLocal, server.port(), 2s, kToken);
   std::vector<int> silent;
   for (int i = 0; i < 4; ++i) silent.push_back(fr::connect_with_retries(kLocal, server.port(), 2s));
   std::this_thread::sleep_for(200ms);  // the accept thread has counted them
   const int fifth = fr::connect_with_retries(kLocal, server.port(), 2s);
   const auto t0 = Clock::now();
-  EXPECT_TRUE(closed_by_server(fifth, 1s)) << "the fifth pending connection from one address";
-  EXPECT_LT(ms_since(t0), 500) << "refused at once, not after the deadline";
+  EXPECT_TRUE(closed_by_server(fifth, 3s)) << "the fifth pending connection from one address";
+  EXPECT_LT(ms_since(t0), 1500) << "refused at once, not after the deadline";
   ::close(fifth);
   for (int fd : silent) {
-    EXPECT_TRUE(closed_by_server(fd, 3s)) << "a silent connection outlived the authentication deadline";
+    EXPECT_TRUE(closed_by_server(fd, 6s)) << "a silent connection outlived the authentication deadline";
     ::close(fd);
   }
   member.set("k", {'v'});

@@ -137,7 +137,7 @@ void client(int fd, std::string_view token, uint32_t rank, const std::string& wh
                                           "or rank 0 started with a different AR_JOB_TOKEN)");
 }
 
-Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd) {
+Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd, const std::function<void()>& on_verified) {
   Outcome out;
   Message challenge;
   challenge.op = Op::Challenge;
@@ -160,6 +160,7 @@ Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd) {
     send_all(fd, encode(refused("authentication failed")), dl, stop_fd);
     return out;
   }
+  if (on_verified) on_verified();
   Message proof;
   proof.op = Op::Proof;
   proof.value = mac(token, "server", req.key, challenge.value);

@@ -54,7 +54,10 @@ struct Outcome {
   uint32_t claimed_rank = kPlainClient;  // as the peer claimed it (unproven when !ok)
   std::string why;                       // for the log when !ok
 };
-Outcome server(int fd, std::string_view token, frame::Deadline dl, int stop_fd);
+// on_verified runs once the client's proof checked out, before this side's own proof is sent (the
+// store counts the connection as a member's from then on, not as one awaiting authentication).
+Outcome server(int fd, std::string_view token, frame::Deadline dl, int stop_fd,
+               const std::function<void()>& on_verified = {});
 
 // Frees the calling thread's OpenSSL state (its error queue, allocated by every HMAC) now, while the
 // thread still runs: left to the thread-exit destructors, it races the leak checker's own (a false

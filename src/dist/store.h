@@ -55,6 +55,8 @@ class StoreServer {
   // The rendezvous is over (every rank read what it needed): frees every key. Later SETs are stored again.
   void release_keys();
   size_t stored_bytes() const;  // keys + values held now
+  // Connections whose serving thread has not finished yet (it frees its OpenSSL state last).
+  size_t serving_connections() const;
 
  private:
   struct Impl;

@@ -142,6 +142,7 @@ struct StoreServer::Impl {
   StopLatch stop;
   size_t refused_conns = 0;        // the accept thread's
   std::atomic<size_t> dropped{0};  // connections that failed authentication
+  std::atomic<size_t> serving{0};  // connection threads not yet finished
 
   mutable std::mutex m;  // guards everything below
   std::condition_variable cv;  // a key set, a BYE, the verdict, stopping
@@ -220,6 +221,7 @@ void StoreServer::Impl::accept_one() {
   c->address = address;
   Conn& ref = *c;
   conns.push_back(std::move(c));
+  ++serving;
   ref.thread = std::thread([this, &ref] { serve(ref); });
 }
 
@@ -271,11 +273,9 @@ void StoreServer::Impl::check_heartbeats() {
 }
 
 bool StoreServer::Impl::authenticate(Conn& c) {
-  const auth::Outcome a = auth::server(c.fd, token, deadline_after(std::min(timeout, limits.auth_deadline)), stop.fd());
-  if (a.ok) {
-    c.authenticated.store(true);
-    return true;
-  }
+  const auth::Outcome a = auth::server(c.fd, token, deadline_after(std::min(timeout, limits.auth_deadline)), stop.fd(),
+                                       [&c] { c.authenticated.store(true); });
+  if (a.ok) return true;
   if (const size_t n = ++dropped; worth_logging(n) && !stop.fired()) {
     const std::string claim =
         a.claimed_rank == kPlainClient ? "" : " (it claims rank " + std::to_string(a.claimed_rank) + ")";
@@ -311,6 +311,7 @@ void StoreServer::Impl::serve(Conn& c) {
   ::shutdown(c.fd, SHUT_RDWR);  // the peer sees the close now; the fd itself is closed after the join
   auth::thread_done();
   c.done.store(true);
+  --serving;
 }
 
 bool StoreServer::Impl::wait_keys(int fd, const std::vector<std::string>& keys, Millis within,
@@ -477,5 +478,7 @@ size_t StoreServer::stored_bytes() const {
   std::lock_guard lk(impl_->m);
   return impl_->kv_bytes;
 }
+
+size_t StoreServer::serving_connections() const { return impl_->serving.load(); }
 
 }  // namespace ar::dist
