@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
@@ -305,18 +306,24 @@ TEST(Cli, SignalsRemoveTheTemporaryOutputAndExitWith128PlusSignal) {
 namespace {
 // SIGKILLs `pid` once its resume state records block 1 as done (polling up to 30 s); false when the
 // run ended first. Reaps the process either way.
+// Kills the run once its state file shows block 1 done; false if the run ended first. A slow run
+// (sanitizers, a loaded machine: block 1 took over 30 s under TSan next to a CI build) is waited for
+// up to 10 minutes.
 bool kill_after_first_block(pid_t pid, const std::string& state) {
-  bool killed = false;
-  for (int i = 0; i < 6000 && !killed; ++i) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  int st = 0;
+  while (std::chrono::steady_clock::now() < until) {
     if (fs::exists(state) && ar::read_text_file(state).find("\"next_block\":1") != std::string::npos) {
       kill(pid, SIGKILL);
-      killed = true;
+      waitpid(pid, &st, 0);
+      return true;
     }
+    if (waitpid(pid, &st, WNOHANG) == pid) return false;  // it finished before block 1 was seen
     usleep(5000);
   }
-  int st = 0;
+  kill(pid, SIGKILL);
   waitpid(pid, &st, 0);
-  return killed;
+  return false;
 }
 
 // Every file under `dir` (relative path -> content), to show that a refused command changed nothing.
