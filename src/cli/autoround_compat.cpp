@@ -29,9 +29,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 void register_compat_flags(CLI::App* sub, CompatFlags& f) {
   const char* g = "auto-round compatibility";
   sub->add_flag("--sym", f.sym, "symmetric quantization (the default)")->group(g);
-  sub->add_option("--data_type", f.data_type, "int (the only weight data type here)")->group(g);
+  sub->add_option("--data_type", f.data_type, "int (default), mx_fp, mx_fp_rceil, nv_fp or fp (FP8 E4M3): the weight data type")->group(g);
   sub->add_option("--nblocks", f.nblocks, "blocks tuned together: 1")->group(g);
-  sub->add_option("--act_bits", f.act_bits, "16: weight-only quantization")->group(g);
+  sub->add_option("--act_bits", f.act_bits, "16: weight-only quantization (activation quantization is not built in)")->group(g);
   sub->add_flag("--low_gpu_mem_usage", f.low_gpu_mem_usage, "accepted; one block is resident anyway")->group(g);
   sub->add_flag("--disable_eval", f.disable_eval, "accepted; no evaluation runs after quantizing")->group(g);
   sub->add_flag("--enable_torch_compile", f.torch_compile, "accepted; native kernels")->group(g);
@@ -44,12 +44,8 @@ std::vector<std::string> apply_compat_flags(const CompatFlags& f, const std::fun
                                             bool asym) {
   std::vector<std::string> notes;
   if (f.sym && asym) usage_error("--sym and --asym contradict each other");
-  if (given("--data_type") && lower(f.data_type) != "int")
-    usage_error("--data_type " + f.data_type + " is not supported (int: integer weights; mx_fp, nv_fp and fp8 are not built in)");
   if (given("--nblocks") && f.nblocks != 1)
     usage_error("--nblocks " + std::to_string(f.nblocks) + " is not supported (1: blocks are tuned one at a time)");
-  if (given("--act_bits") && f.act_bits != 16)
-    usage_error("--act_bits " + std::to_string(f.act_bits) + " is not supported (16: weight-only quantization, W*A16)");
   if (given("--tasks"))
     usage_error("--tasks: evaluation tasks are not run here; measure the output with `autoround eval --model OUT "
                 "--text FILE --ref-model MODEL`");

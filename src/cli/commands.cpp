@@ -27,6 +27,7 @@
 #include "cli/option_checks.h"
 #include "parallel/devices.h"
 #include "pipeline/option_limits.h"
+#include "pipeline/float_export.h"
 #include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
 #include <sstream>
@@ -51,24 +52,96 @@ DType parse_dtype(const std::string& s) {
   fail(ErrorKind::InvalidInput, "--dtype '" + s + "' is not supported (fp32, bf16, fp16)");
 }
 // --scheme and --recipe set defaults; explicit flags (given(name)) win.
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 std::string upper(std::string s) {
   for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
   return s;
 }
 
+// auto-round's weight schemes: bits, group size, the float family (none: int), FP8_BLOCK's block rows,
+// and the activation bits the scheme quantizes to (16: weight-only).
+struct SchemePreset {
+  const char* name;
+  int bits;
+  int64_t group;
+  std::optional<quant::FpFamily> fp;
+  int64_t block_rows;
+  int act_bits;
+};
+constexpr SchemePreset kSchemes[] = {
+    {"W4A16", 4, 128, {}, 0, 16},       {"W2A16", 2, 128, {}, 0, 16},
+    {"W3A16", 3, 128, {}, 0, 16},       {"W8A16", 8, 128, {}, 0, 16},
+    {"W2A16G64", 2, 64, {}, 0, 16},     {"W2A16G32", 2, 32, {}, 0, 16},
+    {"MXFP4", 4, 32, quant::FpFamily::Mx, 0, 4},  // MXFP4_RCEIL: rceil activations, floor weights
+    {"MXFP4_RCEIL", 4, 32, quant::FpFamily::Mx, 0, 4},
+    {"MXFP8", 8, 32, quant::FpFamily::Mx, 0, 8},  {"MXFP8_RCEIL", 8, 32, quant::FpFamily::Mx, 0, 8},
+    {"NVFP4", 4, 16, quant::FpFamily::Nvfp4, 0, 4},
+    {"FPW8A16", 8, 0, quant::FpFamily::Fp8, 0, 16},
+    {"FP8_BLOCK", 8, 128, quant::FpFamily::Fp8, 128, 8},
+    {"FP8_STATIC", 8, -1, quant::FpFamily::Fp8, 0, 8},
+};
+
+// --data_type as auto-round spells it (the bits it implies, 0: --bits decides).
+std::optional<quant::FpFamily> parse_data_type(const std::string& v, int* implied_bits) {
+  const std::string d = lower(v);
+  *implied_bits = 0;
+  if (d == "int") return std::nullopt;
+  if (d == "mx_fp" || d == "mx_fp4" || d == "mx_fp8") {
+    *implied_bits = d == "mx_fp" ? 0 : d.back() - '0';
+    return quant::FpFamily::Mx;
+  }
+  if (d == "mx_fp_rceil") return quant::FpFamily::MxRceil;
+  if (d == "nv_fp" || d == "nv_fp4") {
+    *implied_bits = 4;
+    return quant::FpFamily::Nvfp4;
+  }
+  if (d == "fp" || d == "fp8" || d == "fp8_e4m3" || d == "fp8_sym") {
+    *implied_bits = 8;
+    return quant::FpFamily::Fp8;
+  }
+  usage_error("--data_type " + v + " is not supported (int, mx_fp, mx_fp_rceil, nv_fp, fp)");
+}
+
 void apply_scheme_and_recipe(const std::string& scheme, const std::string& recipe,
                              const std::function<bool(const char*)>& given, QuantizeOptions& qo,
-                             bool& disable_opt_rtn) {
+                             bool& disable_opt_rtn, const CompatFlags& compat) {
+  const SchemePreset* sc = nullptr;
   if (!scheme.empty()) {
-    struct Scheme { const char* name; int bits; int64_t group; };
-    static const Scheme kSchemes[] = {{"W4A16", 4, 128}, {"W2A16", 2, 128}, {"W3A16", 3, 128}, {"W8A16", 8, 128},
-                                      {"W2A16G64", 2, 64}, {"W2A16G32", 2, 32}};
-    const Scheme* sc = nullptr;
     for (const auto& k : kSchemes)
       if (upper(scheme) == k.name) sc = &k;  // w4a16 as auto-round accepts it
-    if (!sc) usage_error("--scheme '" + scheme + "' is not supported (W4A16, W2A16, W3A16, W8A16, W2A16G64, W2A16G32)");
+    if (!sc) {
+      std::string names;
+      for (const auto& k : kSchemes) names += (names.empty() ? "" : ", ") + std::string(k.name);
+      usage_error("--scheme '" + scheme + "' is not supported (" + names + ")");
+    }
     if (!given("--bits")) qo.fmt.bits = sc->bits;
     if (!given("--group_size")) qo.fmt.group_size = sc->group;
+    qo.fmt.fp = sc->fp;
+    qo.fmt.block_rows = sc->block_rows;
+  }
+  if (given("--data_type")) {
+    int implied = 0;
+    const auto fam = parse_data_type(compat.data_type, &implied);
+    if (implied && given("--bits") && qo.fmt.bits != implied)
+      usage_error("--data_type " + compat.data_type + " has " + std::to_string(implied) + " bits (--bits " +
+                  std::to_string(qo.fmt.bits) + ")");
+    if (implied) qo.fmt.bits = implied;
+    if (fam != qo.fmt.fp) qo.fmt.block_rows = 0;
+    qo.fmt.fp = fam;
+    if (fam && !given("--group_size") && (!sc || sc->fp != fam))  // the family's own block, not W4A16's 128
+      qo.fmt.group_size = fam == quant::FpFamily::Nvfp4 ? 16 : fam == quant::FpFamily::Fp8 ? -1 : 32;
+  }
+  const int act_bits = given("--act_bits") ? int(compat.act_bits) : sc ? sc->act_bits : 16;
+  if (act_bits != 16) {
+    const std::string what = given("--act_bits") ? "--act_bits " + std::to_string(act_bits)
+                                                 : "--scheme " + std::string(sc->name) + " quantizes activations to " +
+                                                       std::to_string(act_bits) + " bits, which";
+    usage_error(what + " needs activation quantization (in the tuning forward and a runtime kernel), which is not "
+                "built in yet; " + (sc && !given("--act_bits") ? "add --act_bits 16 for its weights with 16-bit activations"
+                                                               : "use --act_bits 16 (weight-only)"));
   }
   if (recipe == "best") {
     if (!given("--iters")) qo.tune.iters = 1000;
@@ -115,8 +188,11 @@ std::string check_device_map(const std::string& v) {
 void check_quantize_usage(const QuantizeOptions& qo) {
   as_usage([&] { validate_quantize_options(qo); });
   const int bits = qo.fmt.bits;
+  if (qo.fmt.is_float() && bits != 4 && bits != 8)
+    usage_error("--bits " + std::to_string(bits) + " is not a float weight width (4: E2M1, 8: E4M3)");
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
     usage_error("--bits " + std::to_string(bits) + " is not supported (2, 3, 4, 8)");
+  if (qo.fmt.is_float()) as_usage([&] { check_float_scheme(qo); });
   as_usage([&] { parse_formats(qo); });  // known, not repeated, writable with these bits
   if (!qo.calib.dataset.empty()) as_usage([&] { quant::parse_dataset_spec(qo.calib.dataset); });
   const auto devices = as_usage([&] { return parallel::parse_device_list(qo.devices); });
@@ -299,7 +375,9 @@ void register_quantize(CLI::App& app) {
   auto o = std::make_shared<Opt>();
   auto& q = o->q;
   sub->add_option("--model,--model_name", q.model_dir, "HF model directory")->required();
-  sub->add_option("--scheme", o->scheme, "W4A16 (default), W2A16, W3A16, W8A16, W2A16G64, W2A16G32");
+  sub->add_option("--scheme", o->scheme, "W4A16 (default), W2A16, W3A16, W8A16, W2A16G64, W2A16G32; float weights: "
+                                         "MXFP4, MXFP8, NVFP4, FPW8A16, FP8_BLOCK, FP8_STATIC (with --act_bits 16 "
+                                         "where the scheme quantizes activations)");
   sub->add_option("--recipe", o->recipe, "default | best | light | opt-rtn | rtn (auto-round's console scripts)");
   sub->add_option("--output_dir", q.output_dir, "output directory (default ./tmp_autoround)");
   sub->add_option("--bits", q.fmt.bits, "weight bits: 2, 3, 4, 8");
@@ -317,7 +395,8 @@ void register_quantize(CLI::App& app) {
                              "SEED", "non-negative"));
   sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
   sub->add_option("--format", q.format,
-                  "auto_round (default), auto_gptq, auto_awq or fake; several comma-separated (auto_round,auto_gptq) "
+                  "auto_round (default), auto_gptq, auto_awq, llm_compressor (float schemes: compressed-tensors) "
+                  "or fake; several comma-separated (auto_round,auto_gptq) "
                   "write one subdirectory each from one tuning; or one gguf:<preset> (q2_k, q2_k_s, q2_k_mixed, "
                   "q3_k_s/m/l, q4_0, q4_1, q4_k_s/m, q5_0, q5_1, q5_k_s/m, q6_k, q8_0, bf16, f16): a llama.cpp GGUF "
                   "file (with fake alone: the file's weights dequantized; with int formats: each block tuned once "
@@ -366,7 +445,7 @@ void register_quantize(CLI::App& app) {
   sub->parse_complete_callback([o, sub] {
     auto given = [&](const char* name) { return sub->get_option(name)->count() > 0; };
     for (const auto& note : apply_compat_flags(o->compat, given, o->asym)) log_info(note);
-    apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn);
+    apply_scheme_and_recipe(o->scheme, o->recipe, given, o->q, o->disable_opt_rtn, o->compat);
     auto& qo = o->q;
     if (qo.output_dir.empty()) qo.output_dir = "./tmp_autoround";
     qo.fmt.sym = !o->asym;

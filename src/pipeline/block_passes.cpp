@@ -120,6 +120,11 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
   std::vector<Tensor*> targets;
   for (auto& [name, t] : quant::block_linears(w)) {
     if (!quantize_layer(name)) continue;
+    targets.push_back(t);
+    if (fmt.is_float()) {  // plain RTN: the QDQ at V = 0, coefficient 1
+      r.layers.push_back(quant::make_tuned_linear(home, name, t, fmt));
+      continue;
+    }
     quant::TunedLinear L;
     L.name = name;
     L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, im ? true : fmt.sym);
@@ -127,7 +132,6 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
     L.scale = Tensor::empty({ng}, DType::F32, home);
     L.zero = Tensor::zeros({ng}, DType::F32, home);
     L.weight = t;
-    targets.push_back(t);
     r.layers.push_back(std::move(L));
   }
   const int64_t M = int64_t(r.layers.size());
@@ -141,7 +145,9 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
       auto& L = r.layers[size_t(m)];
       const float* W = targets[size_t(m)]->f32();
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
-      if (im) {
+      if (L.fp) {
+        quant::tuned_fp_qdq(ctx, L, q[size_t(m)].f32(), nullptr);
+      } else if (im) {
         quant::opt_rtn_sym(ctx, L.shape, W, imatrix_for(*im, L.name).data(), q[size_t(m)].f32(), L.scale.f32());
       } else {  // plain RTN: the QDQ at V = 0, alpha = beta = 1 (what SignRound starts from)
         Tensor lo = Tensor::empty({L.scale.numel()}, DType::F32, ctx), hi = Tensor::empty({L.scale.numel()}, DType::F32, ctx);

@@ -34,7 +34,8 @@ void validate_quantize_options(const QuantizeOptions& o) {
   first(check_limit(kNsamples, o.calib.nsamples));
   first(check_limit(kSeqlen, o.calib.seqlen));
   first(check_limit(kGroupSize, o.fmt.group_size));
-  if (o.fmt.group_size == 0) first("--group_size 0 is not supported (-1 or > 0)");
+  if (o.fmt.group_size == 0 && !o.fmt.is_float())  // FP8 per tensor (FPW8A16) has group 0
+    first("--group_size 0 is not supported (-1 or > 0)");
   first(check_rate("--lr", o.tune.lr));
   first(check_rate("--minmax_lr", o.tune.minmax_lr));
   if (!why.empty()) fail(ErrorKind::InvalidInput, why);

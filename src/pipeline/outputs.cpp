@@ -11,11 +11,12 @@
 #include "quant/gguf_scheme.h"
 #include "io/mapped_file.h"
 #include "pipeline/export_format.h"
+#include "pipeline/float_export.h"
 
 namespace ar {
 
 namespace {
-const char* const kFormats[] = {"auto_round", "auto_gptq", "auto_awq", "fake"};
+const char* const kFormats[] = {"auto_round", "auto_gptq", "auto_awq", "llm_compressor", "fake"};
 
 // Values an fp16 output cannot hold are an error, not infinities.
 void check_fp16_range(const Tensor& t, const std::string& what, const std::string& format, const std::string& hint) {
@@ -42,7 +43,11 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
     if (quant::is_gguf_format(f)) {
       quant::parse_gguf_scheme(f);  // a known preset
     } else if (std::find(std::begin(kFormats), std::end(kFormats), f) == std::end(kFormats))
-      fail(ErrorKind::InvalidInput, "--format '" + f + "' is not supported (auto_round, auto_gptq, auto_awq, fake, gguf:<preset>)");
+      fail(ErrorKind::InvalidInput, "--format '" + f + "' is not supported (auto_round, auto_gptq, auto_awq, llm_compressor, fake, gguf:<preset>)");
+    if (quant::is_gguf_format(f) && opt.fmt.is_float())
+      fail(ErrorKind::InvalidInput, "--format " + f + " uses the GGUF preset's own types; it cannot be combined with " +
+                                        float_scheme_name(opt.fmt) + " weights");
+    if (!quant::is_gguf_format(f)) check_float_format(f, opt.fmt);
     if (std::find(out.begin(), out.end(), f) != out.end())
       fail(ErrorKind::InvalidInput, "--format lists '" + f + "' twice");
     if (f == "auto_awq" && opt.fmt.bits != 4)
@@ -88,7 +93,8 @@ OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64
     s.format = f;
     s.dir = plan.several ? root + "/" + format_subdir(f) : root;
     std::filesystem::create_directories(s.dir);
-    s.awq = awq_layout(f, opt.fmt);
+    s.flt = opt.fmt.is_float();
+    s.awq = !s.flt && awq_layout(f, opt.fmt);
     s.gptq = f == "auto_gptq";
     s.fp16 = s.awq || s.gptq;  // GPTQ and AWQ kernels run in fp16: those outputs are fp16 throughout
     s.writer = std::make_unique<ShardWriter>(s.dir, shard_bytes);
@@ -132,6 +138,10 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
       s.writer->add(name + ".weight", L.weight->to(DType::F16, ctx));
       continue;
     }
+    if (L.fp) {
+      pack_float_linear(ctx, *s.writer, name, L);  // lm_head is never a float Linear (quantize.cpp)
+      continue;
+    }
     pack_linear(ctx, *s.writer, name, L, sym_, !s.awq && (s.gptq || sym_), s.gptq, s.awq);
     if (lm_head && !s.gptq)
       s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"sym", sym_}, {"data_type", "int"}};
@@ -148,7 +158,8 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     QuantizeOptions fo = opt;
     fo.format = s.format;
     fo.calib.seqlen = seqlen;
-    nlohmann::ordered_json q = quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
+    nlohmann::ordered_json q = s.flt ? float_quantization_config(fo, lm_head_q, s.extra)
+                                                           : quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
     if (!gguf_preset.empty()) {  // the weights of a GGUF file: its types vary per tensor
       for (const char* k : {"bits", "group_size", "sym", "extra_config"}) q.erase(k);
       q["data_type"] = "gguf:" + gguf_preset;

@@ -67,6 +67,7 @@ class OutputSet {
   struct Sink {
     std::string format, dir;
     bool awq = false, gptq = false, fp16 = false;
+    bool flt = false;  // the float schemes (pipeline/float_export.h)
     std::unique_ptr<ShardWriter> writer;
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     std::set<std::string> in_block;  // names inside a block of the Linears it packs (mlp.down_proj)

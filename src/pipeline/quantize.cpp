@@ -11,6 +11,8 @@
 #include "pipeline/quantize.h"
 #include "pipeline/quantize_run.h"
 
+#include "pipeline/float_export.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,14 +67,17 @@ void QuantizeRun::plan() {
   opt_.tune.amp = amp_.on;
   act_dtype_ = amp_.on ? DType::BF16 : DType::F32;  // calibration activations
   parse_formats(opt_);  // known, not repeated, writable with these bits
-  quant::make_qdq_shape(1, 32, opt_.fmt.bits, opt_.fmt.group_size, opt_.fmt.sym);  // validates bits and group size
+  if (opt_.fmt.is_float())
+    check_float_scheme(opt_);
+  else
+    quant::make_qdq_shape(1, 32, opt_.fmt.bits, opt_.fmt.group_size, opt_.fmt.sym);  // validates bits and group size
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   int_track_ = !formats.int_formats.empty();
-  if (int_track_) steps::adapt_group_size(opt_, cfg, rep_);  // GGUF's groups come from its types
+  if (int_track_ && !opt_.fmt.is_float()) steps::adapt_group_size(opt_, cfg, rep_);  // float groups are the scheme's  // GGUF's groups come from its types
   lm_head_q_ = steps::decide_lm_head(opt_, *model_, rep_);
   if (lm_head_q_ && processes() > 1)
     fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
@@ -291,7 +296,8 @@ void QuantizeRun::block(int64_t b) {
   const auto t_fp = Clock::now();
   // imatrix: the opt-RTN search, and the GGUF searches (also SignRound's starting scales)
   const bool opt_rtn = (gguf_scheme_ && !opt_.disable_opt_rtn) ||
-                       (int_track_ && opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8);
+                       (int_track_ && opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8 &&
+                        !opt_.fmt.is_float());
   const int64_t rows = shard_.samples();
   quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
                                          parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());

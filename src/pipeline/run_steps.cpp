@@ -1,5 +1,7 @@
 #include "pipeline/run_steps.h"
 
+#include "pipeline/float_export.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "core/log.h"
 #include "export/shard_writer.h"
 #include "io/atomic_file.h"
+#include "pipeline/float_export.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -81,7 +84,7 @@ OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path) {
 nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::CalibData& calib, bool lm_head_q,
                                        int processes) {
   const uint64_t tokens = hash64(calib.ids.data(), calib.ids.size() * sizeof(calib.ids[0]));
-  return {{"format", opt.format}, {"bits", opt.fmt.bits},
+  nlohmann::ordered_json f = {{"format", opt.format}, {"bits", opt.fmt.bits},
           {"group_size", opt.fmt.group_size}, {"sym", opt.fmt.sym}, {"iters", opt.tune.iters}, {"lr", opt.tune.lr},
           {"minmax_lr", opt.tune.minmax_lr}, {"batch_size", opt.tune.batch_size},
           {"gas", opt.tune.gradient_accumulate_steps}, {"minmax", opt.tune.enable_minmax_tuning},
@@ -93,6 +96,9 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
           {"parallel", opt.tune.deterministic ? "any"
                                               : opt.parallel.str() + "@" + opt.devices +
                                                     (processes > 1 ? " x" + std::to_string(processes) + " processes" : "")}};
+  if (opt.fmt.is_float())  // int runs keep the fingerprint they always had
+    f["weights"] = float_scheme_name(opt.fmt);
+  return f;
 }
 
 // What a resume state's writer may hold: a model tensor with the model's shape, or the packed tensors

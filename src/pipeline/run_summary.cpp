@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "model/loader.h"
+#include "pipeline/float_export.h"
 #include "pipeline/outputs.h"
 
 namespace ar {
@@ -15,6 +16,8 @@ LayerRules LayerRules::of(const QuantizeOptions& opt) {
   r.fp_layers = opt.fp_layers;
   r.group_size = opt.fmt.group_size;
   r.formats = parse_formats(opt);
+  r.float_weights = opt.fmt.is_float();
+  r.float_groups = r.float_weights && opt.fmt.fp != quant::FpFamily::Fp8;
   return r;
 }
 
@@ -29,6 +32,13 @@ std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in
 }
 
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
+  if (rules.float_weights) {
+    for (const auto& f : rules.fp_layers)
+      if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
+    if (rules.float_groups && in % rules.group_size)
+      return "in_features " + std::to_string(in) + " not a multiple of group_size " + std::to_string(rules.group_size);
+    return "";
+  }
   if (out % 32 || in % 32) return "shape " + shape_str({out, in}) + " not a multiple of 32";
   for (const auto& f : rules.fp_layers)
     if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
@@ -90,8 +100,12 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   lines.push_back(b);
   const std::string method = opt.tune.iters > 0 ? "SignRound, " + std::to_string(opt.tune.iters) + " iterations"
                              : opt.disable_opt_rtn ? std::string("RTN") : std::string("optimized RTN");
-  std::snprintf(b, sizeof b, "quantizing W%dG%lld %s with %s, format %s%s", opt.fmt.bits, (long long)opt.fmt.group_size,
-                opt.fmt.sym ? "sym" : "asym", method.c_str(), opt.format.c_str(), lm_head_q ? ", lm_head too" : "");
+  if (opt.fmt.is_float())
+    std::snprintf(b, sizeof b, "quantizing %s weights (16-bit activations) with %s, format %s",
+                  float_scheme_name(opt.fmt).c_str(), method.c_str(), opt.format.c_str());
+  else
+    std::snprintf(b, sizeof b, "quantizing W%dG%lld %s with %s, format %s%s", opt.fmt.bits, (long long)opt.fmt.group_size,
+                  opt.fmt.sym ? "sym" : "asym", method.c_str(), opt.format.c_str(), lm_head_q ? ", lm_head too" : "");
   lines.push_back(b);
   // The layer rule per Linear, over all blocks (a --fp_layers substring may name only some blocks).
   std::string quantized, kept;

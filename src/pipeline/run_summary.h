@@ -24,6 +24,9 @@ struct LayerRules {
   std::vector<std::string> fp_layers;
   int64_t group_size = 128;
   std::vector<std::string> formats = {"auto_round"};
+  // Float schemes: AutoRound's rule for them instead of the int one (MX and NVFP4 keep Linears whose
+  // in_features is not a multiple of the group in 16 bit; FP8 tiles take any shape).
+  bool float_weights = false, float_groups = false;
   static LayerRules of(const QuantizeOptions& opt);
 };
 

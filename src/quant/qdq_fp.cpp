@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/small_float.h"
 
@@ -214,6 +216,48 @@ void fp_qdq_bwd(const FpQdqShape& sh, const float* W, const float* V, const floa
         gw += double(du) * w;
       }
     if (dbeta) dbeta[t] = beta_grad(sh, ts, amax[t], init ? init[t] : 1.0f, gq, gw);
+  }
+}
+
+FpQdqShape fp_qdq_tile_rows(const FpQdqShape& sh, int64_t t0, int64_t t1) {
+  FpQdqShape part = sh;
+  part.out = std::min(sh.out, t1 * sh.tile_rows) - t0 * sh.tile_rows;
+  return part;
+}
+
+void fp_qdq_fwd(Context& ctx, const FpQdqShape& sh, const float* W, const float* V, const float* beta,
+                const float* init, const float* amax, float* What, uint16_t* What16, float* scale) {
+  const int64_t across = sh.tiles_across(), vw = sh.padded_in();
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, sh.tile_rows * sh.in));
+  ctx.pool().parallel_for(sh.tiles_down(), [&](int64_t t0, int64_t t1) {
+    const FpQdqShape part = fp_qdq_tile_rows(sh, t0, t1);
+    const int64_t r0 = t0 * sh.tile_rows, k = t0 * across;
+    std::vector<float> tmp(What16 ? size_t(part.out * sh.in) : 0);
+    float* out = What16 ? tmp.data() : What + r0 * sh.in;
+    fp_qdq_fwd(part, W + r0 * sh.in, V ? V + r0 * vw : nullptr, beta ? beta + k : nullptr, init ? init + k : nullptr,
+               amax + k, out, scale ? scale + k : nullptr);
+    if (What16)
+      for (int64_t i = 0; i < part.out * sh.in; ++i) What16[r0 * sh.in + i] = f32_to_bf16(tmp[size_t(i)]);
+  }, grain);
+}
+
+void fp_qdq_elements(const FpQdqShape& sh, const float* What, const float* scale, float* elems) {
+  for (int64_t t = 0; t < sh.tiles(); ++t) {
+    // The step of the forward's tile (tile_scale's arithmetic, from the reported scale).
+    float mul = 0, div = 1;
+    if (sh.family == FpFamily::Nvfp4) {
+      const float inv_g = sh.global_scale == 0.0f ? 0.0f : 1.0f / sh.global_scale;
+      const float d = scale[t] * inv_g;
+      mul = d == 0.0f ? 0.0f : 1.0f / d;
+    } else {
+      div = sh.family == FpFamily::Fp8 ? scale[t] : std::ldexp(1.0f, int(scale[t]));
+    }
+    const Span s = tile_span(sh, t);
+    for (int64_t r = s.r0; r < s.r1; ++r)
+      for (int64_t c = s.c0; c < s.c1; ++c) {
+        const float w = What[r * sh.in + c];
+        elems[r * sh.in + c] = elem_round(sh.elem, sh.family == FpFamily::Nvfp4 ? w * mul : w / div);
+      }
   }
 }
 

@@ -36,6 +36,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/context.h"
+
 namespace ar::quant {
 
 enum class FpFamily : uint8_t { Mx, MxRceil, Nvfp4, Fp8 };
@@ -78,5 +80,19 @@ void fp_qdq_fwd(const FpQdqShape& sh, const float* W, const float* V, const floa
 // be null. beta is used as given (the tuner keeps it in [0, 1]).
 void fp_qdq_bwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
                 const float* amax, const float* dWhat, float* dV, float* dbeta);
+
+// Tile rows [t0, t1) of `sh` as a shape of its own (tiles are independent): its arrays start at row
+// t0 * tile_rows of W and V and at tile t0 * tiles_across of the per-tile arrays.
+FpQdqShape fp_qdq_tile_rows(const FpQdqShape& sh, int64_t t0, int64_t t1);
+
+// The forward over blocks of tile rows on the context's pool; What in fp32, or bf16 (`What16`, with
+// `What` null: the fp32 values rounded to nearest even).
+void fp_qdq_fwd(Context& ctx, const FpQdqShape& sh, const float* W, const float* V, const float* beta,
+                const float* init, const float* amax, float* What, uint16_t* What16, float* scale);
+
+// The element values (on the E2M1 / E4M3 grid) of a QDQ weight `What` whose tile scales `scale` the
+// forward reported: What / step per tile, rounded back onto the grid (exact: What is an element times
+// the step, rounded once in fp32). For packing: code = e2m1_encode / e4m3_encode of each value.
+void fp_qdq_elements(const FpQdqShape& sh, const float* What, const float* scale, float* elems);
 
 }  // namespace ar::quant

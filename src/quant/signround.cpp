@@ -94,6 +94,21 @@ TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* wei
   TunedLinear L;
   L.name = name;
   L.weight = weight;
+  if (fmt.is_float()) {
+    FpQdqShape sh = fp_shape(fmt, weight->dim(0), weight->dim(1));
+    if (sh.family == FpFamily::Nvfp4) sh.global_scale = nvfp4_global_scale(weight->f32(), weight->numel());
+    const int64_t nt = sh.tiles();
+    L.fp = sh;
+    L.V = Tensor::zeros({sh.out, sh.padded_in()}, DType::F32, ctx);
+    L.alpha = filled(nt, 1.f);
+    L.beta = filled(nt, 1.f);
+    L.wmin0 = filled(nt, 1.f);
+    L.wmax0 = Tensor::empty({nt}, DType::F32, ctx);
+    L.scale = Tensor::zeros({nt}, DType::F32, ctx);
+    L.zero = Tensor::zeros({nt}, DType::F32, ctx);
+    fp_qdq_amax(sh, weight->f32(), L.wmax0.f32());
+    return L;
+  }
   L.shape = make_qdq_shape(weight->dim(0), weight->dim(1), fmt.bits, fmt.group_size, fmt.sym);
   const int64_t ng = L.shape.out * L.shape.groups();
   L.V = Tensor::zeros({L.shape.out, L.shape.groups() * L.shape.group}, DType::F32, ctx);
@@ -105,6 +120,19 @@ TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* wei
   L.zero = Tensor::empty({ng}, DType::F32, ctx);
   qdq_minmax(ctx, L.shape, weight->f32(), L.wmin0.f32(), L.wmax0.f32());
   return L;
+}
+
+FpQdqShape fp_shape(const QuantFormat& fmt, int64_t out, int64_t in) {
+  AR_CHECK(fmt.fp.has_value(), "fp_shape of an integer format");
+  if (fmt.bits != 4 && fmt.bits != 8)
+    fail(ErrorKind::InvalidInput, "float weights have 4 (E2M1) or 8 (E4M3) bits, not " + std::to_string(fmt.bits));
+  return make_fp_qdq_shape(*fmt.fp, fmt.bits == 4 ? FpElem::E2M1 : FpElem::E4M3, out, in, fmt.group_size,
+                           fmt.block_rows);
+}
+
+void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16) {
+  fp_qdq_fwd(ctx, *L.fp, L.weight->f32(), L.V.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(), What, What16,
+             L.scale.f32());
 }
 
 int signround_tree_levels(int64_t leaves) {
@@ -222,6 +250,8 @@ class BlockTuner {
   void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr, bool save);
   template <class SignStep>
+  void step_fp(Replica& R, size_t l, const float* dw, float lr, float mm_lr, SignStep& sign_step, bool save);
+  template <class SignStep>
   void step_fixed(Replica& R, size_t l, const float* dw, float lr, SignStep& sign_step, bool save);
   void restore_best();  // the tunables of the best iteration (saved by step) back into the layers
 
@@ -283,6 +313,7 @@ void BlockTuner::build_replica(int r) {
       L.name = H.name;
       L.shape = H.shape;
       L.fixed = H.fixed;
+      L.fp = H.fp;
       L.weight = mine[lin_[l]].second;
       for (auto [dst, src] : {std::pair{&L.V, &H.V}, {&L.alpha, &H.alpha}, {&L.beta, &H.beta}, {&L.wmin0, &H.wmin0},
                               {&L.wmax0, &H.wmax0}, {&L.scale, &H.scale}, {&L.zero, &H.zero}})
@@ -332,7 +363,9 @@ void BlockTuner::build_replica(int r) {
 void BlockTuner::qdq_all(Replica& R) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
-    if (L.fixed && opt_.amp)
+    if (L.fp)
+      tuned_fp_qdq(*R.ctx, L, opt_.amp ? nullptr : R.What[l].f32(), opt_.amp ? R.Whatb[l].data<uint16_t>() : nullptr);
+    else if (L.fixed && opt_.amp)
       qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.Whatb[l].data<uint16_t>());
     else if (L.fixed)
       qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.What[l].f32());
@@ -450,6 +483,10 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool s
       step_fixed(R, l, dw + g_.w[l], lr, sign_step, save);
       continue;
     }
+    if (L.fp) {
+      step_fp(R, l, dw + g_.w[l], lr, mm_lr, sign_step, save);
+      continue;
+    }
     const QdqShape& sh = L.shape;
     const int64_t ng = sh.groups(), vw = ng * sh.group;
     // Blocks of kRows rows: a block's gradients (scratch, zero in V's padding) are applied while in cache.
@@ -503,6 +540,34 @@ void BlockTuner::step_fixed(Replica& R, size_t l, const float* dw, float lr, Sig
       sign_step(L.V.f32() + r0 * f.in, dV.data(), rows * f.in, lr);
     }
   }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, f.in)));
+}
+
+// The float layers' step: V and the max-scale coefficient beta (kept in [0, 1] as for the int
+// schemes), in blocks of tile rows (a tile's beta gradient sums over the whole tile).
+template <class SignStep>
+void BlockTuner::step_fp(Replica& R, size_t l, const float* dw, float lr, float mm_lr, SignStep& sign_step,
+                         bool save) {
+  TunedLinear& L = R.layers[l];
+  const FpQdqShape& sh = *L.fp;
+  const bool mm = opt_.enable_minmax_tuning;
+  const int64_t across = sh.tiles_across(), vw = sh.padded_in();
+  R.ctx->pool().parallel_for(sh.tiles_down(), [&](int64_t t0, int64_t t1) {
+    const FpQdqShape part = fp_qdq_tile_rows(sh, t0, t1);
+    const int64_t r0 = t0 * sh.tile_rows, k = t0 * across, nt = part.tiles();
+    if (save) {
+      std::memcpy(best_[l][0].f32() + r0 * vw, L.V.f32() + r0 * vw, size_t(part.out * vw) * 4);
+      std::memcpy(best_[l][2].f32() + k, L.beta.f32() + k, size_t(nt) * 4);
+    }
+    std::vector<float> dV(static_cast<size_t>(part.out * vw), 0.f), db(static_cast<size_t>(nt));
+    fp_qdq_bwd(part, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.beta.f32() + k, L.wmin0.f32() + k,
+               L.wmax0.f32() + k, dw + r0 * sh.in, dV.data(), mm ? db.data() : nullptr);
+    sign_step(L.V.f32() + r0 * vw, dV.data(), part.out * vw, lr);
+    if (mm) {
+      float* b = L.beta.f32() + k;
+      sign_step(b, db.data(), nt, mm_lr);
+      for (int64_t i = 0; i < nt; ++i) b[i] = std::clamp(b[i], 0.f, 1.f);
+    }
+  }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, sh.tile_rows * vw)));
 }
 
 void BlockTuner::restore_best() {
@@ -600,6 +665,11 @@ BlockTuneResult BlockTuner::run() {
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
+    if (L.fp) {
+      tuned_fp_qdq(ctx_, L, What.f32(), nullptr);
+      *L.weight = What;
+      continue;
+    }
     if (L.fixed) {
       qdq_fixed_fwd(ctx_, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), What.f32());
       *L.weight = What;

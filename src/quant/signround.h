@@ -32,14 +32,24 @@
 #include "parallel/replica_group.h"
 #include "quant/qdq.h"
 #include "quant/qdq_fixed.h"
+#include "quant/qdq_fp.h"
 
 namespace ar::quant {
 
+// The weight scheme of a run: integers (qdq.h: bits, group_size, sym) or one of the floating-point
+// families (qdq_fp.h: `fp` set; bits 4 -> E2M1 and 8 -> E4M3 elements, group_size as AutoRound's
+// reshape takes it, block_rows > 0 for FP8_BLOCK's 2-D tiles).
 struct QuantFormat {
+  QuantFormat(int b = 4, int64_t g = 128, bool s = true) : bits(b), group_size(g), sym(s) {}
   int bits = 4;
   int64_t group_size = 128;
   bool sym = true;
+  std::optional<FpFamily> fp;
+  int64_t block_rows = 0;
+  bool is_float() const { return fp.has_value(); }
 };
+// The float tile shape of `fmt` for a weight [out, in] (fmt.fp set).
+FpQdqShape fp_shape(const QuantFormat& fmt, int64_t out, int64_t in);
 
 struct TunedLinear;
 
@@ -98,6 +108,11 @@ struct TunedLinear {
   // GGUF types (qdq_fixed.h): per-group scale and offset fixed before tuning, held in `scale` and
   // `zero`; only V ([out, in]) is tuned.
   std::optional<FixedQdq> fixed;
+  // Float schemes (qdq_fp.h): V [out, padded_in] and the max-scale coefficient `beta` (one per tile)
+  // are tuned, as AutoRound's wrapper tunes value and max_scale (its min_scale gets no gradient);
+  // wmax0 holds each tile's max|w|, wmin0 the search's init coefficient (1 without one), alpha is
+  // unused (ones), `scale` gets the tile scales (MX: exponent, NVFP4: e4m3 S, FP8: s).
+  std::optional<FpQdqShape> fp;
   Tensor* weight = nullptr;  // the FP weight [out, in], replaced by its QDQ value at the end
   Tensor V, alpha, beta, wmin0, wmax0, scale, zero;
 };
@@ -125,6 +140,9 @@ std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeig
 
 // A Linear's tunables at their start: V = 0, alpha = beta = 1, the groups' min/max of `weight`.
 TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);
+// The QDQ of a float-scheme Linear (L.fp set) at its current tunables, into What (fp32) or What16
+// (bf16); L.scale gets the tile scales.
+void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16);
 // The learning rate of V: --lr, or 1/iters (2/iters for iters >= 1000 at <= 3 bits).
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
 // Gradient buffers of the deterministic tree over `leaves` per-sample leaves: a pair of leaves sums in
