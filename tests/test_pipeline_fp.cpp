@@ -3,6 +3,8 @@
 // synthetic model written as llm_compressor (and auto_round for MX/NVFP4) reads back through our loader
 // to the reference QDQ of the source weights; configs carry the format names, the ignore list and the
 // tile strategy; Linears a format cannot hold stay in 16 bit with the reason.
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -146,13 +148,22 @@ TEST(PipelineFp, LlmCompressorOutputsReadBackToTheReferenceQdq) {
       BlockWeights a = src->load_block(l, ctx), b = out->load_block(l, ctx);
       for (auto [wa, wb] : {std::pair{&a.wq, &b.wq}, std::pair{&a.wk, &b.wk}, std::pair{&a.wd, &b.wd}}) {
         FpQdqShape sh = fp_shape(s.fmt, wa->dim(0), wa->dim(1));
-        if (sh.family == FpFamily::Nvfp4) sh.global_scale = nvfp4_global_scale(wa->f32(), wa->numel());
+        if (sh.family == FpFamily::Nvfp4) {  // q, k, v share the smallest global scale
+          sh.global_scale = nvfp4_global_scale(wa->f32(), wa->numel());
+          if (wa != &a.wd)
+            for (const Tensor* t : {&a.wq, &a.wk, &a.wv})
+              sh.global_scale = std::min(sh.global_scale, nvfp4_global_scale(t->f32(), t->numel()));
+        }
         std::vector<float> amax(size_t(sh.tiles())), ref(size_t(wa->numel()));
         fp_qdq_amax(sh, wa->f32(), amax.data());
         fp_qdq_fwd(sh, wa->f32(), nullptr, nullptr, nullptr, amax.data(), ref.data(), nullptr);
         for (int64_t i = 0; i < wa->numel(); ++i) {
           const uint16_t x = f32_to_bf16(ref[size_t(i)]), y = f32_to_bf16(wb->f32()[i]);
           ASSERT_EQ(bf16_to_f32(y), wb->f32()[i]) << s.name << ": the reader's weights are bf16 values";
+          if (sh.family == FpFamily::Nvfp4 && ref[size_t(i)] == 0.0f) {  // stored as +0 (compressed-tensors)
+            ASSERT_EQ(wb->f32()[i], 0.0f) << s.name << " layer " << l << " at " << i;
+            continue;
+          }
           if (sh.family == FpFamily::Nvfp4 && x != y) {
             ASSERT_EQ(std::abs(int(x) - int(y)), 1) << s.name << " layer " << l << " at " << i;
             ++off_by_ulp;
@@ -212,6 +223,64 @@ TEST(PipelineFp, AutoRoundFormatAndKeptLinears) {
     for (auto [x, y] : {std::pair{&wa.wq, &wb.wq}, std::pair{&wa.wd, &wb.wd}})
       for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->f32()[i], y->f32()[i]) << s.name << " at " << i;
     for (const auto& d : dirs) fs::remove_all(d);
+  }
+  fs::remove_all(m);
+}
+
+// AutoRound's own RTN outputs of the weight-only schemes (tests/data/float_rtn, made by
+// tools/make_float_rtn_goldens.py with iters=0, disable_opt_rtn, act_bits=16, format llm_compressor):
+// our run on the same model writes every weight tensor with the same dtype, shape and bytes, and the
+// same weight quantization args. (The golden files hold the Linears' tensors only.) (AutoRound's configs still describe the presets' activations, and its
+// NVFP4 output carries an input_global_scale; both belong to activation quantization, not built here.)
+TEST(PipelineFp, RtnIsTensorIdenticalToAutoRound) {
+  const std::string data = std::string(AR_SOURCE_DIR) + "/tests/data/float_rtn/";
+  const std::string m = test::temp_path("fp_rtn_source");
+  fs::create_directories(m);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(data + "source/" + f, m + "/" + f);
+  for (const auto& e : fs::directory_iterator(std::string(AR_SOURCE_DIR) + "/tests/data/autoround_golden/tokenizer"))
+    fs::copy_file(e.path(), m + "/" + e.path().filename().string());
+  const std::pair<const char*, QuantFormat> cases[] = {
+      {"mxfp4", fp_format(FpFamily::Mx, 4, 32)},   {"mxfp8", fp_format(FpFamily::Mx, 8, 32)},
+      {"nvfp4", fp_format(FpFamily::Nvfp4, 4, 16)}, {"fpw8a16", fp_format(FpFamily::Fp8, 8, 0)},
+      {"fp8_channel", fp_format(FpFamily::Fp8, 8, -1)},
+  };
+  for (const auto& [name, fmt] : cases) {
+    const std::string q = test::temp_path(std::string("fp_rtn_") + name);
+    QuantizeOptions o;
+    o.model_dir = m;
+    o.output_dir = q;
+    o.fmt = fmt;
+    o.format = "llm_compressor";
+    o.tune.iters = 0;
+    o.disable_opt_rtn = true;
+    o.calib.nsamples = 4;
+    o.calib.seqlen = 32;
+    o.threads = 2;
+    quantize_model(o);
+    auto theirs = SafetensorsFile::open(data + name + "/model.safetensors");
+    auto ours = SafetensorsFile::open(q + "/model.safetensors");
+    int64_t compared = 0;
+    for (const auto& t : theirs->header().tensors) {
+      if (t.name.find(".input_") != std::string::npos) continue;  // activation quantization
+      const StTensorInfo* u = ours->find(t.name);
+      ASSERT_NE(u, nullptr) << name << ": we do not write " << t.name;
+      EXPECT_EQ(dtype_name(u->dtype), std::string(dtype_name(t.dtype))) << name << " " << t.name;
+      EXPECT_EQ(u->shape, t.shape) << name << " " << t.name;
+      ASSERT_EQ(u->end - u->begin, t.end - t.begin) << name << " " << t.name;
+      EXPECT_EQ(0, std::memcmp(ours->bytes(*u), theirs->bytes(t), size_t(t.end - t.begin))) << name << " " << t.name;
+      ++compared;
+    }
+    int64_t our_linear_tensors = 0;  // the golden files keep the Linears' tensors only
+    for (const auto& t : ours->header().tensors) our_linear_tensors += t.name.find("_proj.") != std::string::npos;
+    EXPECT_EQ(compared, our_linear_tensors) << name << ": we write Linear tensors AutoRound does not";
+    const nlohmann::json a = config_of(data + name)["quantization_config"], b = config_of(q)["quantization_config"];
+    // AutoRound writes FPW8A16 (weight-only by preset) as naive-quantized, as we write every weight-only
+    // FP8; its FP8_STATIC with act_bits 16 keeps the preset's float-quantized and activation args.
+    if (std::string(name) != "fp8_channel") {
+      EXPECT_EQ(a["format"], b["format"]) << name;
+    }
+    EXPECT_EQ(a["config_groups"]["group_0"]["weights"], b["config_groups"]["group_0"]["weights"]) << name;
+    fs::remove_all(q);
   }
   fs::remove_all(m);
 }

@@ -61,11 +61,11 @@ QuantConfig parse_compressed_tensors(const JsonIn& qi, const std::string& path) 
   if (format == "mxfp4-pack-quantized") q.fp = FloatQuant::Mxfp4, bits = 4, group = 32;
   else if (format == "nvfp4-pack-quantized") q.fp = FloatQuant::Nvfp4, bits = 4, group = 16;
   else if (format == "mxfp8-quantized") q.fp = FloatQuant::Mxfp8, group = 32;
-  else if (format == "float-quantized") q.fp = FloatQuant::Fp8;
+  else if (format == "float-quantized" || format == "naive-quantized") q.fp = FloatQuant::Fp8;  // naive: FPW8A16
   else
     bad_field(path, "format", "'" + printable(format) +
                                   "' is not supported (mxfp4-pack-quantized, nvfp4-pack-quantized, mxfp8-quantized, "
-                                  "float-quantized)");
+                                  "float-quantized, naive-quantized)");
   const JsonIn groups = qi.at("config_groups");
   if (!groups.is_object() || groups.size() == 0) groups.bad("must be an object with at least one group");
   CtWeights first;

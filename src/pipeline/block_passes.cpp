@@ -134,6 +134,7 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
     L.weight = t;
     r.layers.push_back(std::move(L));
   }
+  quant::share_fused_global_scales(r.layers);
   const int64_t M = int64_t(r.layers.size());
   quant::TuneLane l = lane;  // the plan gives at most one rank per module
   AR_CHECK(!lane.parallel() || lane.world <= M, "search world exceeds the module count");

@@ -15,10 +15,11 @@ using quant::FpQdqShape;
 bool is_mx(const quant::QuantFormat& f) { return f.fp == FpFamily::Mx || f.fp == FpFamily::MxRceil; }
 
 // compressed-tensors' format name of the scheme.
+// Weight-only FP8 is "naive-quantized" (the e4m3 weight stored as it is), as AutoRound writes FPW8A16.
 std::string ct_format(const quant::QuantFormat& f) {
   if (f.fp == FpFamily::Nvfp4) return "nvfp4-pack-quantized";
   if (is_mx(f)) return f.bits == 4 ? "mxfp4-pack-quantized" : "mxfp8-quantized";
-  return "float-quantized";
+  return "naive-quantized";
 }
 
 // The "weights" quantization args, as AutoRound's llm_compressor export writes them.
@@ -94,9 +95,13 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
   const int64_t nt = sh.tiles();
   if (sh.elem == quant::FpElem::E2M1) {
     AR_CHECK(in % 2 == 0, "E2M1 packing of an odd width");
+    // compressed-tensors' NVFP4 packer takes the sign from x < 0, so -0 is stored as +0 (AutoRound's
+    // MX packer keeps the sign bit).
+    const bool plus_zero = sh.family == FpFamily::Nvfp4;
+    auto code = [&](float v) { return plus_zero && v == 0.0f ? uint8_t(0) : e2m1_encode(v); };
     std::vector<uint8_t> packed(size_t(out * in / 2));
     for (int64_t i = 0; i < out * in; i += 2)
-      packed[size_t(i / 2)] = uint8_t(e2m1_encode(el[size_t(i)]) | (e2m1_encode(el[size_t(i + 1)]) << 4));
+      packed[size_t(i / 2)] = uint8_t(code(el[size_t(i)]) | (code(el[size_t(i + 1)]) << 4));
     w.add(prefix + ".weight_packed", u8_tensor(ctx, {out, in / 2}, packed));
   } else {
     std::vector<uint8_t> codes(el.size());
@@ -147,7 +152,7 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
     return q;
   }
   nlohmann::ordered_json group;
-  group["format"] = nullptr;
+  group["format"] = f.fp == FpFamily::Fp8 ? nlohmann::ordered_json(ct_format(f)) : nlohmann::ordered_json(nullptr);
   group["input_activations"] = nullptr;  // weight-only: activations stay 16 bit
   group["output_activations"] = nullptr;
   group["targets"] = nlohmann::ordered_json::array({"Linear"});

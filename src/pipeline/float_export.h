@@ -1,5 +1,7 @@
 // How the floating-point schemes (quant/qdq_fp.h) are written (autoround-spec.md §8): the tensors of a
-// compressed-tensors checkpoint, which vLLM and transformers load, for --format llm_compressor, and
+// compressed-tensors checkpoint, which vLLM and transformers load, for --format llm_compressor (formats
+// nvfp4-pack-quantized, mxfp4-pack-quantized, mxfp8-quantized, and naive-quantized for FP8 weights with
+// 16-bit activations, as AutoRound writes FPW8A16), and
 // the same tensors under AutoRound's own quantization_config for --format auto_round (its
 // "auto_round:llm_compressor" packing; MX and NVFP4 only, as AutoRound writes them).
 //   MXFP4  weight_packed U8 [out, in/2] (E2M1 codes, element 2k in the low nibble), weight_scale U8
@@ -7,8 +9,8 @@
 //   MXFP8  weight F8_E4M3 [out, in], weight_scale U8 [out, in/32]
 //   NVFP4  weight_packed U8 [out, in/2], weight_scale F8_E4M3 [out, in/16] (S), weight_global_scale F32 [1] (G)
 //   FP8    weight F8_E4M3 [out, in], weight_scale F32: [out, 1] per channel, [1] per tensor,
-//          [ceil(out/128), ceil(in/128)] per block. fp32 (compressed-tensors takes any float dtype) so
-//          that e4m3 * scale is the tuned QDQ value exactly; AutoRound stores it in bf16.
+//          [ceil(out/128), ceil(in/128)] per block, in fp32 as AutoRound writes them, so that
+//          e4m3 * scale is the tuned QDQ value exactly.
 // Decoded as compressed-tensors decodes (model/dequant_float.h) every element equals the tuned QDQ
 // weight, except NVFP4's, which decodes as q * (S / G) where the QDQ has q * (1 / (1 / (S * (1 / G)))):
 // the two fp32 results can differ in the last bit.

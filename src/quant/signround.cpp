@@ -130,6 +130,20 @@ FpQdqShape fp_shape(const QuantFormat& fmt, int64_t out, int64_t in) {
                            fmt.block_rows);
 }
 
+void share_fused_global_scales(std::vector<TunedLinear>& layers) {
+  for (const auto& group : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                            std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
+    std::vector<FpQdqShape*> members;
+    for (auto& L : layers)
+      if (L.fp && L.fp->family == FpFamily::Nvfp4 && std::find(group.begin(), group.end(), L.name) != group.end())
+        members.push_back(&*L.fp);
+    if (members.size() < 2) continue;
+    float g = members[0]->global_scale;
+    for (const FpQdqShape* m : members) g = std::min(g, m->global_scale);
+    for (FpQdqShape* m : members) m->global_scale = g;
+  }
+}
+
 void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16) {
   fp_qdq_fwd(ctx, *L.fp, L.weight->f32(), L.V.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(), What, What16,
              L.scale.f32());
@@ -287,6 +301,7 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
     res_.layers.push_back(make_tuned_linear(ctx_, name, t, fmt));
     if (opt_.fix_params) opt_.fix_params(ctx_, res_.layers.back());
   }
+  share_fused_global_scales(res_.layers);
   for (const auto& L : res_.layers) {
     g_.w.push_back(g_.wsize);
     g_.wsize += L.weight->numel();

@@ -140,6 +140,10 @@ std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeig
 
 // A Linear's tunables at their start: V = 0, alpha = beta = 1, the groups' min/max of `weight`.
 TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);
+// NVFP4's fused layers (AutoRound's update_fused_layer_global_scales, what vLLM's fused QKV and
+// gate-up kernels need): the tuned q/k/v projections share the smallest of their global scales, and
+// gate/up theirs. Call after make_tuned_linear, before the first QDQ; other layers are left as they are.
+void share_fused_global_scales(std::vector<TunedLinear>& layers);
 // The QDQ of a float-scheme Linear (L.fp set) at its current tunables, into What (fp32) or What16
 // (bf16); L.scale gets the tile scales.
 void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16);
