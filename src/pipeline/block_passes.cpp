@@ -6,6 +6,7 @@
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "quant/opt_rtn.h"
+#include "quant/opt_rtn_fp.h"
 
 namespace ar {
 
@@ -146,7 +147,8 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
       auto& L = r.layers[size_t(m)];
       const float* W = targets[size_t(m)]->f32();
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
-      if (L.fp) {
+      if (L.fp) {  // the search's coefficient per tile (AutoRound's opt-RTN), or 1
+        if (im) quant::fp_opt_rtn_init(ctx, *L.fp, W, imatrix_for(*im, L.name).data(), L.wmin0.f32());
         quant::tuned_fp_qdq(ctx, L, q[size_t(m)].f32(), nullptr);
       } else if (im) {
         quant::opt_rtn_sym(ctx, L.shape, W, imatrix_for(*im, L.name).data(), q[size_t(m)].f32(), L.scale.f32());

@@ -187,10 +187,6 @@ void check_float_scheme(const QuantizeOptions& opt) {
   if (opt.quant_lm_head)
     fail(ErrorKind::Unsupported, "--quant_lm_head with " + name + " weights is not supported yet (lm_head is tuned "
                                  "with int weights only); leave lm_head in 16 bit");
-  if (opt.tune.iters == 0 && !opt.disable_opt_rtn && f.fp != quant::FpFamily::Fp8)
-    fail(ErrorKind::Unsupported, "--iters 0 on " + name + " means AutoRound's optimized RTN (a per-block scale "
-                                 "search), which is not built in for float schemes yet; add --disable_opt_rtn for "
-                                 "plain RTN, or tune (--iters > 0)");
 }
 
 }  // namespace ar

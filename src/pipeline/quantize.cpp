@@ -12,6 +12,7 @@
 #include "pipeline/quantize_run.h"
 
 #include "pipeline/float_export.h"
+#include "quant/opt_rtn_fp.h"
 
 #include <unistd.h>
 
@@ -296,8 +297,8 @@ void QuantizeRun::block(int64_t b) {
   const auto t_fp = Clock::now();
   // imatrix: the opt-RTN search, and the GGUF searches (also SignRound's starting scales)
   const bool opt_rtn = (gguf_scheme_ && !opt_.disable_opt_rtn) ||
-                       (int_track_ && opt_.tune.iters == 0 && !opt_.disable_opt_rtn && opt_.fmt.sym && opt_.fmt.bits < 8 &&
-                        !opt_.fmt.is_float());
+                       (int_track_ && opt_.tune.iters == 0 && !opt_.disable_opt_rtn &&
+                        (opt_.fmt.is_float() ? quant::fp_has_opt_rtn(*opt_.fmt.fp) : opt_.fmt.sym && opt_.fmt.bits < 8));
   const int64_t rows = shard_.samples();
   quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
                                          parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
