@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "block_fixture.h"
@@ -283,6 +286,59 @@ TEST(PipelineFp, RtnIsTensorIdenticalToAutoRound) {
     fs::remove_all(q);
   }
   fs::remove_all(m);
+}
+
+// --resume with a float scheme: the state's writers hold weight_packed / weight_scale /
+// weight_global_scale tensors, which the resume check accepts as the packing of a model Linear; the
+// resumed output is byte-identical to an uninterrupted run.
+TEST(PipelineFp, ResumeAfterSigkillIsByteIdentical) {
+  const std::string m = test::temp_path("fp_resume_model"), ref = test::temp_path("fp_resume_ref"),
+                    q = test::temp_path("fp_resume_q");
+  auto cfg = tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  write_synthetic_model(m, cfg, 12);
+  QuantizeOptions o;
+  o.model_dir = m;
+  o.output_dir = ref;
+  o.fmt = fp_format(FpFamily::Nvfp4, 4, 16);
+  o.format = "llm_compressor,fake";
+  o.tune.iters = 40;
+  o.calib.nsamples = 8;
+  o.calib.seqlen = 64;
+  o.threads = 2;
+  quantize_model(o);
+  o.output_dir = q;
+  o.resume = true;
+  const std::string state = q + ".partial/resume_state.json";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      quantize_model(o);
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(0);
+  }
+  bool killed = false;
+  for (int i = 0; i < 60000 && !killed; ++i) {  // up to 10 min: kill once block 1 is checkpointed
+    if (file_exists(state) && read_text_file(state).find("\"next_block\":1") != std::string::npos) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    usleep(10000);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(killed) << "the child finished before it could be killed";
+  const QuantizeReport r = quantize_model(o);
+  EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
+  for (const char* sub : {"/llm-compressor", "/fake"}) {
+    EXPECT_EQ(read_text_file(q + sub + "/model.safetensors"), read_text_file(ref + sub + "/model.safetensors")) << sub;
+    EXPECT_EQ(read_text_file(q + sub + "/config.json"), read_text_file(ref + sub + "/config.json")) << sub;
+  }
+  for (const auto& d : {m, ref, q}) fs::remove_all(d);
 }
 
 TEST(PipelineFp, FormatsThatCannotHoldTheSchemeAreRefused) {

@@ -107,7 +107,8 @@ std::function<std::string(const std::string&, const std::vector<int64_t>&)> resu
   return [&m](const std::string& name, const std::vector<int64_t>& shape) -> std::string {
     if (const StTensorInfo* info = m.info(name))
       return info->shape == shape ? "" : "shape " + shape_str(shape) + " differs from the model's " + shape_str(info->shape);
-    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+    for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale",
+                               ".weight_global_scale"}) {  // int packings, then the float schemes
       const std::string sfx = suffix;
       if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
         return m.has(name.substr(0, name.size() - sfx.size()) + ".weight") ? "" : "packs no Linear of the model";

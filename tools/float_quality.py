@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Quality and tuning time of the float schemes (issue 25): autoround.cpp against auto-round 0.16.1 on
+identical calibration tokens, RTN (each tool's --iters 0 default: optimized RTN for MX / NVFP4, plain
+for FP8) and SignRound, weight-only (act_bits 16), written as llm_compressor and scored by our
+`autoround eval` (KL divergence against the FP model, which reads both tools' outputs).
+
+Not part of the test suite. Needs the venv outside the repository (torch, transformers, auto-round,
+compressed-tensors) and the built CLI. From the repository root (about 25 minutes on 2 cores):
+
+    /work/arvenv/bin/python tools/float_quality.py --autoround build/src/cli/autoround --work /tmp/fq
+
+The model and calibration are compare_autoround.py's (a random Llama generated with transformers,
+here hidden 256, intermediate 768, 2 layers, 4 heads / 2 KV heads, the Llama-2 tokenizer; --nsamples
+WikiText-2 documents of more than --seqlen tokens, the same token ids for both tools). Evaluation text:
+the TinyStories sample's bytes 1.0-1.1 MB, 256-token windows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_autoround as ca  # noqa: E402
+
+SCHEMES = [  # name, our flags, AutoRound kwargs
+    ("MXFP4", ["--data_type", "mx_fp", "--bits", "4"], dict(scheme="MXFP4", act_bits=16)),
+    ("MXFP8", ["--data_type", "mx_fp", "--bits", "8"], dict(scheme="MXFP8", act_bits=16)),
+    ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"], dict(scheme="NVFP4", act_bits=16)),
+    ("FPW8A16", ["--scheme", "FPW8A16"], dict(scheme="FPW8A16")),
+]
+TAG = "FQ_WORKER "
+
+
+def worker(a):
+    import torch
+    from auto_round import AutoRound
+
+    samples = json.loads(Path(a.ids_file).read_text())["samples"]
+    dataset = [torch.tensor([s], dtype=torch.long) for s in samples]
+    kw = json.loads(a.ar_kwargs)
+    t0 = time.perf_counter()
+    ar = AutoRound(a.model_dir, iters=a.iters, nsamples=len(samples), seqlen=a.seqlen, batch_size=a.batch_size,
+                   dataset=dataset, device_map="cpu", disable_model_free=True, **kw)
+    _, folders = ar.quantize_and_save(output_dir=a.out, format="llm_compressor")
+    folders = folders if isinstance(folders, (list, tuple)) else [folders]
+    print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
+
+
+def kl(a, out, model, text):
+    r = subprocess.run([a.autoround, "eval", "--model", str(out), "--ref-model", str(model), "--text", str(text),
+                        "--ctx", "256", "--json"], capture_output=True, text=True)
+    if r.returncode:
+        return None, (r.stdout + r.stderr).strip().splitlines()[-1]
+    j = json.loads(r.stdout)
+    return j, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--autoround", default=str(ca.REPO / "build/src/cli/autoround"))
+    ap.add_argument("--work", default="/tmp/fq")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--nsamples", type=int, default=16)
+    ap.add_argument("--seqlen", type=int, default=256)
+    ap.add_argument("--batch_size", type=int, default=8)
+    ap.add_argument("--schemes", default=",".join(s[0] for s in SCHEMES))
+    ap.add_argument("--_worker", action="store_true")
+    ap.add_argument("--model_dir")
+    ap.add_argument("--ids_file")
+    ap.add_argument("--out")
+    ap.add_argument("--ar_kwargs", default="{}")
+    a = ap.parse_args()
+    if a._worker:
+        return worker(a)
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    g = argparse.Namespace(hidden=256, intermediate=768, layers=2, heads=4, kv_heads=2, rope_theta=500000.0,
+                           tokenizer=str(ca.FIXTURES / "tokenizers/llama2-spm"), seed=0, seqlen=a.seqlen,
+                           nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
+    model = ca.ensure_model(g, work)
+    jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
+    ts = ca.FIXTURES / "text/tinystories/tinystories_sample.txt"
+    evaltxt = work / "eval.txt"
+    evaltxt.write_bytes(ts.read_bytes()[1_000_000:1_100_000])
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    print(f"model {model.name}; calibration {a.nsamples} x {a.seqlen} tokens; SignRound {a.iters} iters, batch {a.batch_size}")
+    print("| scheme | method | KL mean ours | KL mean AutoRound | top-1 ours / AutoRound | wall s ours / AutoRound |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for name, ours_flags, ar_kw in SCHEMES:
+        if name not in a.schemes.split(","):
+            continue
+        for method, iters in (("RTN", 0), (f"SignRound {a.iters}", a.iters)):
+            tag = f"{name}-{iters}"
+            out_ours = work / f"ours-{tag}"
+            cmd = [a.autoround, "quantize", "--model", str(model), "--iters", str(iters), "--nsamples",
+                   str(a.nsamples), "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size), "--dataset",
+                   str(jsonl), "--format", "llm_compressor", "--output_dir", str(out_ours), "--overwrite"] + ours_flags
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            w_ours = time.perf_counter() - t0
+            if r.returncode:
+                sys.exit(f"ours failed: {shlex.join(cmd)}\n{r.stderr[-2000:]}")
+            wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
+                    "--out", str(work / f"ar-{tag}"), "--iters", str(iters), "--seqlen", str(a.seqlen),
+                    "--batch_size", str(a.batch_size), "--ar_kwargs", json.dumps(ar_kw)]
+            t0 = time.perf_counter()
+            r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
+            w_ar = time.perf_counter() - t0
+            res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(TAG)]
+            if r.returncode or not res:
+                sys.exit(f"auto-round failed ({tag}):\n{(r.stdout + r.stderr)[-3000:]}")
+            ar_dir = json.loads(res[-1][len(TAG):])["dir"]
+            ko, eo = kl(a, out_ours, model, evaltxt)
+            ka, ea = kl(a, ar_dir, model, evaltxt)
+            row = {"scheme": name, "method": method, "ours": ko, "autoround": ka, "err": [eo, ea],
+                   "wall_ours": w_ours, "wall_autoround": w_ar}
+            rows.append(row)
+            f = lambda j, k, fmt: (fmt % j[k]) if j else "n/a"  # noqa: E731
+            print(f"| {name} | {method} | {f(ko, 'kl_mean', '%.5f')} | {f(ka, 'kl_mean', '%.5f')} | "
+                  f"{f(ko, 'top1_agreement', '%.4f')} / {f(ka, 'top1_agreement', '%.4f')} | "
+                  f"{w_ours:.1f} / {w_ar:.1f} |" + (f" ours: {eo}" if eo else "") + (f" AutoRound: {ea}" if ea else ""),
+                  flush=True)
+    (work / "float_quality.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
