@@ -341,6 +341,45 @@ TEST(PipelineFp, ResumeAfterSigkillIsByteIdentical) {
   for (const auto& d : {m, ref, q}) fs::remove_all(d);
 }
 
+// --quant_lm_head with a float scheme: lm_head tuned (its loss drops), packed like the block Linears,
+// absent from compressed-tensors' ignore list and listed in auto_round's extra_config, and read back by
+// our loader to the fake output's weights (fp16 of the QDQ: MXFP4's values are exact in fp16).
+TEST(PipelineFp, QuantLmHeadTunesPacksAndLoadsBack) {
+  const std::string m = test::temp_path("fp_lm_model");
+  auto cfg = tiny_llama_config(1);
+  cfg["vocab_size"] = 320;
+  write_synthetic_model(m, cfg, 14);
+  Context ctx(Device{}, 2);
+  QuantizeOptions o;
+  o.model_dir = m;
+  o.fmt = fp_format(FpFamily::Mx, 4, 32);
+  o.format = "llm_compressor,auto_round,fake";
+  o.output_dir = test::temp_path("fp_lm_out");
+  o.quant_lm_head = true;
+  o.tune.iters = 6;
+  o.calib.nsamples = 4;
+  o.calib.seqlen = 32;
+  o.threads = 2;
+  const QuantizeReport r = quantize_model(o);
+  ASSERT_TRUE(r.lm_head_quantized);
+  EXPECT_LT(r.lm_head_loss_best, r.lm_head_loss_first);
+  const std::string lc = o.output_dir + "/llm-compressor", ar = o.output_dir + "/auto-round", fk = o.output_dir + "/fake";
+  EXPECT_EQ(config_of(lc)["quantization_config"]["ignore"], nlohmann::json::array());
+  EXPECT_EQ(config_of(ar)["quantization_config"]["extra_config"]["lm_head"]["data_type"], "mx_fp");
+  auto a = HfModel::open(lc), b = HfModel::open(ar), f = HfModel::open(fk), m0 = HfModel::open(m);
+  EXPECT_TRUE(a->has("lm_head.weight_packed"));
+  const Tensor ha = a->load_lm_head(ctx), hb = b->load_lm_head(ctx), hf = f->load_lm_head(ctx), h0 = m0->load_lm_head(ctx);
+  double moved = 0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    ASSERT_EQ(ha.f32()[i], hf.f32()[i]) << i;
+    ASSERT_EQ(hb.f32()[i], hf.f32()[i]) << i;
+    moved = std::max(moved, double(std::fabs(ha.f32()[i] - h0.f32()[i])));
+  }
+  EXPECT_GT(moved, 1e-4);
+  fs::remove_all(m);
+  fs::remove_all(o.output_dir);
+}
+
 TEST(PipelineFp, FormatsThatCannotHoldTheSchemeAreRefused) {
   QuantizeOptions o;
   o.fmt = fp_format(FpFamily::Nvfp4, 4, 16);

@@ -42,7 +42,9 @@ nlohmann::ordered_json weight_args(const quant::QuantFormat& f) {
   return w;
 }
 
-std::string data_type(const quant::QuantFormat& f) {
+}  // namespace
+
+std::string float_data_type(const quant::QuantFormat& f) {
   switch (*f.fp) {
     case FpFamily::Mx: return "mx_fp";
     case FpFamily::MxRceil: return "mx_fp_rceil";
@@ -52,6 +54,7 @@ std::string data_type(const quant::QuantFormat& f) {
   return "fp";
 }
 
+namespace {
 Tensor u8_tensor(Context& ctx, const Shape& shape, const std::vector<uint8_t>& bytes) {
   Tensor t = Tensor::empty(shape, DType::U8, ctx);
   std::copy(bytes.begin(), bytes.end(), t.data<uint8_t>());
@@ -143,7 +146,7 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
     q["bits"] = f.bits;
     q["group_size"] = f.group_size;
     q["sym"] = true;
-    q["data_type"] = data_type(f);
+    q["data_type"] = float_data_type(f);
     q["act_bits"] = 16;
     q["autoround_version"] = "autoround.cpp-0.1.0";
     q["block_name_to_quantize"] = "model.layers";
@@ -184,9 +187,6 @@ void check_float_scheme(const QuantizeOptions& opt) {
   if (f.fp == quant::FpFamily::Fp8 && f.group_size > 0 && f.block_rows == 0)
     fail(ErrorKind::InvalidInput, "FP8 weights are per channel (--group_size -1), per tensor (0) or per 128x128 "
                                   "block (--scheme FP8_BLOCK), not in groups of " + std::to_string(f.group_size));
-  if (opt.quant_lm_head)
-    fail(ErrorKind::Unsupported, "--quant_lm_head with " + name + " weights is not supported yet (lm_head is tuned "
-                                 "with int weights only); leave lm_head in 16 bit");
 }
 
 }  // namespace ar

@@ -39,6 +39,9 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
 nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, bool lm_head_q,
                                                  const nlohmann::ordered_json& extra);
 
+// AutoRound's data_type of the scheme ("mx_fp", "mx_fp_rceil", "nv_fp", "fp").
+std::string float_data_type(const quant::QuantFormat& fmt);
+
 // The scheme's name in logs and errors ("MXFP4", "NVFP4", "FP8 per channel", ...).
 std::string float_scheme_name(const quant::QuantFormat& fmt);
 

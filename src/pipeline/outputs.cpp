@@ -86,7 +86,7 @@ std::string format_subdir(const std::string& format) {
 }
 
 OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes)
-    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size) {
+    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size), opt_fmt_(opt.fmt) {
   const FormatPlan plan = plan_formats(opt);
   for (const auto& f : plan.int_formats) {
     Sink s;
@@ -139,7 +139,9 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
       continue;
     }
     if (L.fp) {
-      pack_float_linear(ctx, *s.writer, name, L);  // lm_head is never a float Linear (quantize.cpp)
+      pack_float_linear(ctx, *s.writer, name, L);
+      if (lm_head && s.format == "auto_round")  // outside the blocks: listed, as for the int schemes
+        s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"data_type", float_data_type(opt_fmt_)}};
       continue;
     }
     pack_linear(ctx, *s.writer, name, L, sym_, !s.awq && (s.gptq || sym_), s.gptq, s.awq);

@@ -76,6 +76,7 @@ class OutputSet {
   bool sym_;
   int bits_;
   int64_t group_;
+  quant::QuantFormat opt_fmt_;
 };
 
 }  // namespace ar

@@ -146,8 +146,10 @@ bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeRe
   std::string why;
   if (cfg.tie_word_embeddings || !model.has("lm_head.weight"))
     why = "tied to the embeddings; AutoRound never quantizes a tied lm_head";
-  else if (cfg.vocab_size % 32 || cfg.hidden_size % 32)
+  else if (!opt.fmt.is_float() && (cfg.vocab_size % 32 || cfg.hidden_size % 32))
     why = "shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) + "] not a multiple of 32";
+  else if (opt.fmt.is_float())  // the float schemes' own rule (run_summary.h)
+    why = kept_fp_reason("lm_head", cfg.vocab_size, cfg.hidden_size, LayerRules::of(opt));
   for (const auto& f : opt.fp_layers)
     if (why.empty() && !f.empty() && std::string("lm_head").find(f) != std::string::npos) why = "--fp_layers " + f;
   for (const auto& f : formats)
