@@ -111,6 +111,30 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
   }
 }
 
+// The float schemes across processes: NVFP4 SignRound (fused global scales, V and the coefficient
+// tuned on sharded samples) and MXFP4 optimized RTN (imatrix gathered over the shards, modules divided
+// among the processes), written as llm_compressor: 2 processes write the serial bytes.
+TEST(DistJob, FloatSchemesWriteTheSerialBytes) {
+  Fixture f("dj_float", 2, 37);
+  for (const std::vector<std::string>& scheme :
+       {std::vector<std::string>{"--scheme", "NVFP4", "--act_bits", "16", "--iters", "4"},
+        std::vector<std::string>{"--data_type", "mx_fp", "--iters", "0"}}) {
+    std::vector<std::string> args = {"--model", f.model, "--output_dir", f.dir + "/serial", "--nsamples", "8",
+                                     "--seqlen", "64", "--format", "llm_compressor", "--threads", "1",
+                                     "--timeout", "20"};
+    args.insert(args.end(), scheme.begin(), scheme.end());
+    run_serial(args, f.dir);
+    const auto ref = ar::test::dir_files(f.dir + "/serial");
+    auto a = args;
+    a[3] = f.dir + "/job";
+    const auto ends = run_job(2, a, f.dir);
+    expect_all_ok(ends, scheme[1]);
+    EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ref) << scheme[1] << ": 2 processes differ from serial";
+    fs::remove_all(f.dir + "/job");
+    fs::remove_all(f.dir + "/serial");
+  }
+}
+
 // stories260K (converted), W4G32 asym, 20 iterations of 16 x 128 tokens: 2 and 4 processes equal serial
 // byte for byte; batched (--deterministic false) 2 processes at parity: every block's best loss within 5% of
 // serial's batched run (the micro-batch sums differ in order, so near-zero signs may flip).
