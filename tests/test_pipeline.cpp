@@ -32,6 +32,7 @@
 #include "quant/qdq.h"
 #include "test_util.h"
 #include "stories260k_model.h"
+#include "kill_after_block.h"
 
 using namespace ar;
 namespace fs = std::filesystem;
@@ -307,28 +308,8 @@ TEST(Pipeline, ResumeAfterSigkillIsByteIdentical) {
   o.output_dir = q;
   o.resume = true;
   const std::string state = q + ".partial/resume_state.json";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    try {
-      quantize_model(o);
-    } catch (...) {
-      _exit(3);
-    }
-    _exit(0);
-  }
-  bool killed = false;
-  for (int i = 0; i < 3000 && !killed; ++i) {  // up to 30 s: kill once block 1 is checkpointed
-    if (file_exists(state) && read_text_file(state).find("\"next_block\":1") != std::string::npos) {
-      kill(pid, SIGKILL);
-      killed = true;
-    }
-    usleep(10000);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  ASSERT_TRUE(killed) << "the child finished before it could be killed";
-  ASSERT_TRUE(WIFSIGNALED(st));
+  ASSERT_TRUE(test::kill_after_block_one([&] { quantize_model(o); }, state))
+      << "the child finished before it could be killed";
   EXPECT_FALSE(fs::exists(q));  // nothing published yet
   auto other = o;
   other.tune.seed = 99;

@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <csignal>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "block_fixture.h"
+#include "fp_schemes.h"
+#include "kill_after_block.h"
 #include "core/dtype.h"
 #include "core/small_float.h"
 #include "export/shard_writer.h"
@@ -25,27 +24,12 @@
 
 using namespace ar;
 using namespace ar::quant;
+using test::fp_format;
+using test::FpScheme;
+using test::kFpSchemes;
 namespace fs = std::filesystem;
 
 namespace {
-
-QuantFormat fp_format(FpFamily fam, int bits, int64_t group, int64_t block_rows = 0) {
-  QuantFormat f(bits, group, true);
-  f.fp = fam;
-  f.block_rows = block_rows;
-  return f;
-}
-
-struct Scheme {
-  const char* name;
-  QuantFormat fmt;
-};
-const Scheme kSchemes[] = {
-    {"MXFP4", fp_format(FpFamily::Mx, 4, 32)},      {"MXFP4_RCEIL", fp_format(FpFamily::MxRceil, 4, 32)},
-    {"MXFP8", fp_format(FpFamily::Mx, 8, 32)},      {"NVFP4", fp_format(FpFamily::Nvfp4, 4, 16)},
-    {"FPW8A16", fp_format(FpFamily::Fp8, 8, 0)},    {"FP8_CHANNEL", fp_format(FpFamily::Fp8, 8, -1)},
-    {"FP8_BLOCK32", fp_format(FpFamily::Fp8, 8, 32, 32)},
-};
 
 std::vector<float> floats(const SafetensorsFile& f, const std::string& name) {
   const StTensorInfo* t = f.find(name);
@@ -91,6 +75,22 @@ std::vector<float> decode(const SafetensorsFile& f, const std::string& p, const 
   return w;
 }
 
+// A small run of `fmt` written as `format` (4 x 32 calibration tokens, 2 threads).
+QuantizeOptions fp_opts(const std::string& model, const std::string& out, const QuantFormat& fmt,
+                        const std::string& format, int iters) {
+  QuantizeOptions o;
+  o.model_dir = model;
+  o.output_dir = out;
+  o.fmt = fmt;
+  o.format = format;
+  o.tune.iters = iters;
+  o.disable_opt_rtn = iters == 0;  // plain RTN: comparable with the reference QDQ
+  o.calib.nsamples = 4;
+  o.calib.seqlen = 32;
+  o.threads = 2;
+  return o;
+}
+
 nlohmann::json config_of(const std::string& dir) {
   return nlohmann::json::parse(read_text_file(dir + "/config.json"));
 }
@@ -99,7 +99,7 @@ nlohmann::json config_of(const std::string& dir) {
 
 TEST(PipelineFp, TunedLinearsPackToTheirQdqWeightsExactly) {
   test::Fixture fx;
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     BlockWeights b = fx.copy();
     const BlockTuneResult r = fx.tune(b, s.fmt, 6);
     const std::string dir = test::temp_path(std::string("fp_pack_") + s.name);
@@ -127,18 +127,9 @@ TEST(PipelineFp, LlmCompressorOutputsReadBackToTheReferenceQdq) {
   write_synthetic_model(m, tiny_llama_config(2), 5);
   Context ctx(Device{}, 2);
   auto src = HfModel::open(m);
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     const std::string q = test::temp_path(std::string("fp_out_") + s.name);
-    QuantizeOptions o;
-    o.model_dir = m;
-    o.output_dir = q;
-    o.fmt = s.fmt;
-    o.format = "llm_compressor";
-    o.tune.iters = 0;
-    o.disable_opt_rtn = true;
-    o.calib.nsamples = 4;
-    o.calib.seqlen = 32;
-    o.threads = 2;
+    const QuantizeOptions o = fp_opts(m, q, s.fmt, "llm_compressor", 0);
     quantize_model(o);
     const nlohmann::json qc = config_of(q)["quantization_config"];
     EXPECT_EQ(qc["quant_method"], "compressed-tensors") << s.name;
@@ -192,19 +183,11 @@ TEST(PipelineFp, AutoRoundFormatAndKeptLinears) {
   cfg["intermediate_size"] = 80;  // down_proj in = 80: not a multiple of 32 (but of 16)
   write_synthetic_model(m, cfg, 6);
   Context ctx(Device{}, 2);
-  for (const Scheme& s : {kSchemes[0], kSchemes[3]}) {
+  for (const FpScheme& s : {kFpSchemes[0], kFpSchemes[3]}) {
     std::vector<std::string> dirs;
     for (const char* format : {"llm_compressor", "auto_round"}) {
       const std::string q = test::temp_path(std::string("fp_kept_") + s.name + format);
-      QuantizeOptions o;
-      o.model_dir = m;
-      o.output_dir = q;
-      o.fmt = s.fmt;
-      o.format = format;
-      o.tune.iters = 2;
-      o.calib.nsamples = 4;
-      o.calib.seqlen = 32;
-      o.threads = 2;
+      const QuantizeOptions o = fp_opts(m, q, s.fmt, format, 2);
       quantize_model(o);
       dirs.push_back(q);
     }
@@ -249,16 +232,7 @@ TEST(PipelineFp, RtnIsTensorIdenticalToAutoRound) {
   };
   for (const auto& [name, fmt] : cases) {
     const std::string q = test::temp_path(std::string("fp_rtn_") + name);
-    QuantizeOptions o;
-    o.model_dir = m;
-    o.output_dir = q;
-    o.fmt = fmt;
-    o.format = "llm_compressor";
-    o.tune.iters = 0;
-    o.disable_opt_rtn = true;
-    o.calib.nsamples = 4;
-    o.calib.seqlen = 32;
-    o.threads = 2;
+    const QuantizeOptions o = fp_opts(m, q, fmt, "llm_compressor", 0);
     quantize_model(o);
     auto theirs = SafetensorsFile::open(data + name + "/model.safetensors");
     auto ours = SafetensorsFile::open(q + "/model.safetensors");
@@ -298,40 +272,14 @@ TEST(PipelineFp, ResumeAfterSigkillIsByteIdentical) {
   cfg["hidden_size"] = 128;
   cfg["intermediate_size"] = 256;
   write_synthetic_model(m, cfg, 12);
-  QuantizeOptions o;
-  o.model_dir = m;
-  o.output_dir = ref;
-  o.fmt = fp_format(FpFamily::Nvfp4, 4, 16);
-  o.format = "llm_compressor,fake";
-  o.tune.iters = 40;
+  QuantizeOptions o = fp_opts(m, ref, fp_format(FpFamily::Nvfp4, 4, 16), "llm_compressor,fake", 40);
   o.calib.nsamples = 8;
   o.calib.seqlen = 64;
-  o.threads = 2;
   quantize_model(o);
   o.output_dir = q;
   o.resume = true;
-  const std::string state = q + ".partial/resume_state.json";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    try {
-      quantize_model(o);
-    } catch (...) {
-      _exit(3);
-    }
-    _exit(0);
-  }
-  bool killed = false;
-  for (int i = 0; i < 60000 && !killed; ++i) {  // up to 10 min: kill once block 1 is checkpointed
-    if (file_exists(state) && read_text_file(state).find("\"next_block\":1") != std::string::npos) {
-      kill(pid, SIGKILL);
-      killed = true;
-    }
-    usleep(10000);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  ASSERT_TRUE(killed) << "the child finished before it could be killed";
+  ASSERT_TRUE(test::kill_after_block_one([&] { quantize_model(o); }, q + ".partial/resume_state.json"))
+      << "the child finished before it could be killed";
   const QuantizeReport r = quantize_model(o);
   EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
   for (const char* sub : {"/llm-compressor", "/fake"}) {
@@ -350,16 +298,9 @@ TEST(PipelineFp, QuantLmHeadTunesPacksAndLoadsBack) {
   cfg["vocab_size"] = 320;
   write_synthetic_model(m, cfg, 14);
   Context ctx(Device{}, 2);
-  QuantizeOptions o;
-  o.model_dir = m;
-  o.fmt = fp_format(FpFamily::Mx, 4, 32);
-  o.format = "llm_compressor,auto_round,fake";
-  o.output_dir = test::temp_path("fp_lm_out");
+  QuantizeOptions o = fp_opts(m, test::temp_path("fp_lm_out"), fp_format(FpFamily::Mx, 4, 32),
+                              "llm_compressor,auto_round,fake", 6);
   o.quant_lm_head = true;
-  o.tune.iters = 6;
-  o.calib.nsamples = 4;
-  o.calib.seqlen = 32;
-  o.threads = 2;
   const QuantizeReport r = quantize_model(o);
   ASSERT_TRUE(r.lm_head_quantized);
   EXPECT_LT(r.lm_head_loss_best, r.lm_head_loss_first);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "block_fixture.h"
+#include "fp_schemes.h"
 #include "core/dtype.h"
 #include "parallel/devices.h"
 #include "parallel/replica_group.h"
@@ -14,31 +15,10 @@ using namespace ar;
 using namespace ar::quant;
 
 using test::Fixture;
+using test::FpScheme;
+using test::kFpSchemes;
 
 namespace {
-
-struct Scheme {
-  const char* name;
-  QuantFormat fmt;
-};
-
-QuantFormat fp_format(FpFamily fam, int bits, int64_t group, int64_t block_rows = 0) {
-  QuantFormat f;
-  f.bits = bits;
-  f.group_size = group;
-  f.fp = fam;
-  f.block_rows = block_rows;
-  return f;
-}
-
-// AutoRound's float schemes with the fixture's widths (64, 128): FP8_BLOCK's 128 x 128 tiles shrink to
-// 32 x 32 so that a weight has several tiles in both directions.
-const Scheme kSchemes[] = {
-    {"MXFP4", fp_format(FpFamily::Mx, 4, 32)},        {"MXFP4_RCEIL", fp_format(FpFamily::MxRceil, 4, 32)},
-    {"MXFP8", fp_format(FpFamily::Mx, 8, 32)},        {"NVFP4", fp_format(FpFamily::Nvfp4, 4, 16)},
-    {"FPW8A16", fp_format(FpFamily::Fp8, 8, 0)},      {"FP8_CHANNEL", fp_format(FpFamily::Fp8, 8, -1)},
-    {"FP8_BLOCK32", fp_format(FpFamily::Fp8, 8, 32, 32)},
-};
 
 std::vector<float> weights_of(const BlockWeights& w) {
   std::vector<float> v;
@@ -61,7 +41,7 @@ std::vector<float> reference_qdq(const QuantFormat& fmt, const Tensor& W, const 
 
 TEST(SignRoundFp, ZeroItersIsTheReferenceQdq) {
   Fixture f;
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     BlockWeights a = f.copy();
     f.tune(a, s.fmt, 0);
     const std::vector<float> ref = reference_qdq(s.fmt, f.w.wd);
@@ -71,7 +51,7 @@ TEST(SignRoundFp, ZeroItersIsTheReferenceQdq) {
 
 TEST(SignRoundFp, TuningBeatsRtnOnBlockOutput) {
   Fixture f;
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     BlockWeights rtn = f.copy(), sr = f.copy();
     f.tune(rtn, s.fmt, 0);
     const BlockTuneResult r = f.tune(sr, s.fmt, 100);
@@ -87,7 +67,7 @@ TEST(SignRoundFp, TuningBeatsRtnOnBlockOutput) {
 // weights' MSE is loss_best; and they are the serial QDQ of the kept V and beta, bit for bit.
 TEST(SignRoundFp, KeptWeightsAreTheQdqOfTheBestIterate) {
   Fixture f;
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     BlockWeights a = f.copy();
     SignRoundOptions o;
     o.batch_size = int(f.n);
@@ -103,7 +83,7 @@ TEST(SignRoundFp, KeptWeightsAreTheQdqOfTheBestIterate) {
 
 TEST(SignRoundFp, MaxScaleCoefficientsMoveWithinTheUnitInterval) {
   Fixture f;
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     BlockWeights a = f.copy();
     SignRoundOptions o;
     o.lr = 0.05;
@@ -125,7 +105,7 @@ TEST(SignRoundFp, RowParallelForwardEqualsSerial) {
   Context ctx{Device{}, 2};
   const Tensor W = test::random_tensor(ctx, {96, 128}, 5, 0.05);
   const Tensor V = test::random_tensor(ctx, {96, 128}, 6, 0.3);
-  for (const Scheme& s : kSchemes) {
+  for (const FpScheme& s : kFpSchemes) {
     FpQdqShape sh = fp_shape(s.fmt, 96, 128);
     sh.global_scale = sh.family == FpFamily::Nvfp4 ? nvfp4_global_scale(W.f32(), W.numel()) : 0.f;
     ASSERT_EQ(sh.padded_in(), 128);
@@ -148,7 +128,7 @@ TEST(SignRoundFp, DeterministicWorldsWriteIdenticalWeights) {
   std::vector<Device> cpus;
   for (int i = 0; i < 4; ++i) cpus.push_back({DeviceKind::CPU, i});
   parallel::ReplicaGroup group(parallel::cpu_device_slots(parallel::CpuTopology::detect(), cpus));
-  for (const Scheme& s : {kSchemes[0], kSchemes[3], kSchemes[6]}) {
+  for (const FpScheme& s : {kFpSchemes[0], kFpSchemes[3], kFpSchemes[6]}) {
     BlockWeights serial = f.copy();
     const BlockTuneResult rs = f.tune(serial, s.fmt, 10);
     for (int W : {1, 2, 4}) {

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
+from make_float_ckpt_goldens import make_model  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
@@ -40,23 +41,6 @@ SCHEMES = {  # directory: AutoRound arguments
     "fpw8a16": dict(scheme="FPW8A16"),
     "fp8_channel": dict(scheme="FP8_STATIC", act_bits=16),
 }
-
-
-def make_model(d: str, tok_src: str) -> None:
-    """make_float_ckpt_goldens.py's tiny Llama with the golden tokenizer's 512-token vocabulary."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(7)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
-    m = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.ndim == 2:
-                p.normal_(0, 0.05)
-    m.save_pretrained(d)
-    for f in glob.glob(os.path.join(tok_src, "*")):
-        shutil.copy(f, d)
 
 
 def quantize(src: str, kwargs: dict, out: str) -> str:
@@ -75,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "model_fp")
-        make_model(src, args.tokenizer)
+        make_model(src, args.tokenizer, vocab=512)  # the tokenizer's vocabulary
         dst = os.path.join(args.out, "source")
         shutil.rmtree(dst, ignore_errors=True)
         os.makedirs(dst)

@@ -1,0 +1,27 @@
+// The float schemes the tuning and pipeline tests run (AutoRound's presets with the test models'
+// widths: FP8_BLOCK's 128 x 128 tiles shrink to 32 x 32 so a weight has several in both directions).
+#pragma once
+#include "quant/signround.h"
+
+namespace ar::test {
+
+inline quant::QuantFormat fp_format(quant::FpFamily fam, int bits, int64_t group, int64_t block_rows = 0) {
+  quant::QuantFormat f(bits, group, true);
+  f.fp = fam;
+  f.block_rows = block_rows;
+  return f;
+}
+
+struct FpScheme {
+  const char* name;
+  quant::QuantFormat fmt;
+};
+
+inline const FpScheme kFpSchemes[] = {
+    {"MXFP4", fp_format(quant::FpFamily::Mx, 4, 32)},   {"MXFP4_RCEIL", fp_format(quant::FpFamily::MxRceil, 4, 32)},
+    {"MXFP8", fp_format(quant::FpFamily::Mx, 8, 32)},   {"NVFP4", fp_format(quant::FpFamily::Nvfp4, 4, 16)},
+    {"FPW8A16", fp_format(quant::FpFamily::Fp8, 8, 0)}, {"FP8_CHANNEL", fp_format(quant::FpFamily::Fp8, 8, -1)},
+    {"FP8_BLOCK32", fp_format(quant::FpFamily::Fp8, 8, 32, 32)},
+};
+
+}  // namespace ar::test
