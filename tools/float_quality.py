@@ -28,10 +28,14 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_autoround as ca  # noqa: E402
 
+# AutoRound gets the weight type through data_type on its default W4A16 scheme (act_bits 16 on every
+# layer, checked in the worker). Its llm_compressor export labels MX / NVFP4 checkpoints with the
+# compressed-tensors presets' 4- or 8-bit input activations even then (0.16.1, export_to_fp.py
+# _get_scheme); our eval reads the weights only.
 SCHEMES = [  # name, our flags, AutoRound kwargs
-    ("MXFP4", ["--data_type", "mx_fp", "--bits", "4"], dict(scheme="MXFP4", act_bits=16)),
-    ("MXFP8", ["--data_type", "mx_fp", "--bits", "8"], dict(scheme="MXFP8", act_bits=16)),
-    ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"], dict(scheme="NVFP4", act_bits=16)),
+    ("MXFP4", ["--data_type", "mx_fp", "--bits", "4"], dict(bits=4, group_size=32, data_type="mx_fp", act_bits=16)),
+    ("MXFP8", ["--data_type", "mx_fp", "--bits", "8"], dict(bits=8, group_size=32, data_type="mx_fp", act_bits=16)),
+    ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"], dict(bits=4, group_size=16, data_type="nv_fp", act_bits=16)),
     ("FPW8A16", ["--scheme", "FPW8A16"], dict(scheme="FPW8A16")),
 ]
 TAG = "FQ_WORKER "
@@ -49,6 +53,9 @@ def worker(a):
                    dataset=dataset, device_map="cpu", disable_model_free=True, **kw)
     _, folders = ar.quantize_and_save(output_dir=a.out, format="llm_compressor")
     folders = folders if isinstance(folders, (list, tuple)) else [folders]
+    acts = sorted({getattr(m, "act_bits", 16) for m in ar.model.modules() if hasattr(m, "act_bits")})
+    if acts != [16]:  # the comparison is weight-only
+        sys.exit(f"auto-round quantizes activations: act_bits {acts}")
     print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
 
 
