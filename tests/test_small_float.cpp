@@ -139,6 +139,41 @@ TEST(FpCodes, E4M3EncodesToTheNearestEvenCode) {
   EXPECT_EQ(e4m3_round(15.5f), 16.f);  // mantissa carry into the next binade
 }
 
+// The inline rounding the QDQ uses equals decode(encode(x)) bit for bit (sign of zero included): on
+// every grid value, every midpoint between neighbours and one ulp either side of both, and a sweep
+// over every 97th fp32 bit pattern of either sign (all binades, subnormals, Inf and NaN included).
+TEST(FpCodes, FastRoundingEqualsDecodeOfEncode) {
+  auto same = [](float a, float b) {
+    uint32_t x, y;
+    std::memcpy(&x, &a, 4);
+    std::memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);
+  };
+  auto check = [&](float v) {
+    ASSERT_TRUE(same(e2m1_round(v), e2m1_decode(e2m1_encode(v)))) << "e2m1 " << v;
+    ASSERT_TRUE(same(e4m3_round(v), e4m3_decode(e4m3_encode(v)))) << "e4m3 " << v;
+  };
+  std::vector<float> grid;
+  for (int c = 0; c < 16; ++c) grid.push_back(e2m1_decode(uint8_t(c)));
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7F) != 0x7F) grid.push_back(e4m3_decode(uint8_t(c)));
+  std::sort(grid.begin(), grid.end());
+  for (size_t i = 0; i < grid.size(); ++i) {
+    std::vector<float> pts = {grid[i]};
+    if (i + 1 < grid.size()) pts.push_back(grid[i] + (grid[i + 1] - grid[i]) / 2);  // exact midpoint
+    for (float p : pts)
+      for (float v : {p, std::nextafter(p, -INFINITY), std::nextafter(p, INFINITY)}) check(v);
+  }
+  int64_t n = 0;
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 97, ++n) {
+    float v;
+    const auto b = uint32_t(u);
+    std::memcpy(&v, &b, 4);
+    check(v);
+  }
+  EXPECT_GT(n, 44000000);
+}
+
 TEST(FpCodes, SaturationSignedZeroAndNan) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (float big : {6.f, 7.f, 1e30f, inf}) {
