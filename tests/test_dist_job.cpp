@@ -113,12 +113,15 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
 
 // The float schemes across processes: NVFP4 SignRound (fused global scales, V and the coefficient
 // tuned on sharded samples) and MXFP4 optimized RTN (imatrix gathered over the shards, modules divided
-// among the processes), written as llm_compressor: 2 processes write the serial bytes.
+// among the processes), FP8_STATIC (activation maxima folded by max over the shards), written as
+// llm_compressor: 2 processes write the serial bytes.
 TEST(DistJob, FloatSchemesWriteTheSerialBytes) {
   Fixture f("dj_float", 2, 37);
   for (const std::vector<std::string>& scheme :
        {std::vector<std::string>{"--scheme", "NVFP4", "--act_bits", "16", "--iters", "4"},
-        std::vector<std::string>{"--data_type", "mx_fp", "--iters", "0"}}) {
+        std::vector<std::string>{"--data_type", "mx_fp", "--iters", "0"},
+        // the activation maxima: each process's shard, folded by max
+        std::vector<std::string>{"--scheme", "FP8_STATIC", "--iters", "3"}}) {
     std::vector<std::string> args = {"--model", f.model, "--output_dir", f.dir + "/serial", "--nsamples", "8",
                                      "--seqlen", "64", "--format", "llm_compressor", "--threads", "1",
                                      "--timeout", "20"};

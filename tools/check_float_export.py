@@ -36,6 +36,7 @@ SCHEMES = [
     ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"]),
     ("FPW8A16", ["--scheme", "FPW8A16"]),
     ("FP8 channel", ["--data_type", "fp"]),
+    ("FP8_STATIC", ["--scheme", "FP8_STATIC"]),  # W8A8: input_scale per Linear
 ]
 
 

@@ -45,10 +45,10 @@ LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_att
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 
 
-def make_model(d: str, tok_src: str, vocab: int = 64) -> None:
+def make_model(d: str, tok_src: str, vocab: int = 64, layers: int = 1) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(7)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     m = LlamaForCausalLM(cfg).to(torch.bfloat16)

@@ -31,7 +31,7 @@ void register_compat_flags(CLI::App* sub, CompatFlags& f) {
   sub->add_flag("--sym", f.sym, "symmetric quantization (the default)")->group(g);
   sub->add_option("--data_type", f.data_type, "int (default), mx_fp, mx_fp_rceil, nv_fp or fp (FP8 E4M3): the weight data type")->group(g);
   sub->add_option("--nblocks", f.nblocks, "blocks tuned together: 1")->group(g);
-  sub->add_option("--act_bits", f.act_bits, "16: weight-only quantization (activation quantization is not built in)")->group(g);
+  sub->add_option("--act_bits", f.act_bits, "16: weight-only; 8 with --scheme FP8_STATIC (static FP8 activations)")->group(g);
   sub->add_flag("--low_gpu_mem_usage", f.low_gpu_mem_usage, "accepted; one block is resident anyway")->group(g);
   sub->add_flag("--disable_eval", f.disable_eval, "accepted; no evaluation runs after quantizing")->group(g);
   sub->add_flag("--enable_torch_compile", f.torch_compile, "accepted; native kernels")->group(g);

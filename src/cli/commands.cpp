@@ -135,13 +135,17 @@ void apply_scheme_and_recipe(const std::string& scheme, const std::string& recip
       qo.fmt.group_size = fam == quant::FpFamily::Nvfp4 ? 16 : fam == quant::FpFamily::Fp8 ? -1 : 32;
   }
   const int act_bits = given("--act_bits") ? int(compat.act_bits) : sc ? sc->act_bits : 16;
-  if (act_bits != 16) {
+  const bool fp8_static = sc && std::string(sc->name) == "FP8_STATIC" && qo.fmt.fp == quant::FpFamily::Fp8;
+  if (act_bits == 8 && fp8_static) {
+    qo.fmt.act_bits = 8;  // static per-tensor E4M3 activations: a scale per Linear input from calibration
+  } else if (act_bits != 16) {
     const std::string what = given("--act_bits") ? "--act_bits " + std::to_string(act_bits)
                                                  : "--scheme " + std::string(sc->name) + " quantizes activations to " +
                                                        std::to_string(act_bits) + " bits, which";
-    usage_error(what + " needs activation quantization (in the tuning forward and a runtime kernel), which is not "
-                "built in yet; " + (sc && !given("--act_bits") ? "add --act_bits 16 for its weights with 16-bit activations"
-                                                               : "use --act_bits 16 (weight-only)"));
+    usage_error(what + " needs dynamic activation quantization (a runtime kernel), which is not built in yet; " +
+                (sc && !given("--act_bits") ? "add --act_bits 16 for its weights with 16-bit activations"
+                                            : "use --act_bits 16 (weight-only), or --scheme FP8_STATIC for static FP8 "
+                                              "activations"));
   }
   if (recipe == "best") {
     if (!given("--iters")) qo.tune.iters = 1000;
@@ -376,8 +380,8 @@ void register_quantize(CLI::App& app) {
   auto& q = o->q;
   sub->add_option("--model,--model_name", q.model_dir, "HF model directory")->required();
   sub->add_option("--scheme", o->scheme, "W4A16 (default), W2A16, W3A16, W8A16, W2A16G64, W2A16G32; float weights: "
-                                         "MXFP4, MXFP8, NVFP4, FPW8A16, FP8_BLOCK, FP8_STATIC (with --act_bits 16 "
-                                         "where the scheme quantizes activations)");
+                                         "MXFP4, MXFP8, NVFP4, FPW8A16, FP8_BLOCK, FP8_STATIC (W8A8, static "
+                                         "activation scales; the others that quantize activations need --act_bits 16)");
   sub->add_option("--recipe", o->recipe, "default | best | light | opt-rtn | rtn (auto-round's console scripts)");
   sub->add_option("--output_dir", q.output_dir, "output directory (default ./tmp_autoround)");
   sub->add_option("--bits", q.fmt.bits, "weight bits: 2, 3, 4, 8");

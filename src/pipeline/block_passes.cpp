@@ -1,6 +1,8 @@
 #include "pipeline/block_passes.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -38,6 +40,18 @@ std::vector<float> gather_rows(parallel::ProcessLink& procs, const std::vector<f
   return out;
 }
 
+float abs_max(const float* x, int64_t n, float m) {
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+// The maxima of every process, folded by max (order-free, so any world gives the serial value).
+void fold_max_over_processes(parallel::ProcessLink& procs, std::array<float, 4>& m) {
+  std::vector<float> all(m.size() * size_t(procs.size()));
+  procs.allgather(m.data(), sizeof m, all.data());
+  for (size_t i = 0; i < all.size(); ++i) m[i % m.size()] = std::max(m[i % m.size()], all[i]);
+}
+
 void dispatch(Context& home, const quant::TuneLane& lane, const std::function<void(Context&, int, int)>& fn) {
   if (!lane.parallel()) return fn(home, 0, 1);
   lane.run([&](int r) { fn(lane.ctx(r), r, lane.world); });
@@ -46,11 +60,13 @@ void dispatch(Context& home, const quant::TuneLane& lane, const std::function<vo
 
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat) {
+                       Imatrix* imat, ActMax* amax) {
   const int64_t per = aux.T * dims.C;
   const int64_t widths[] = {dims.C, dims.H * dims.D, dims.C, dims.I};  // attn_in, o_in, mlp_in, down_in
   const int64_t width = widths[0] + widths[1] + widths[2] + widths[3];
   std::vector<float> per_sample(imat ? size_t(n * width) : 0, 0.f);
+  std::vector<std::array<float, 4>> rank_max(size_t(std::max(lane.parallel() ? lane.world : 1, 1)),
+                                             std::array<float, 4>{});
   dispatch(home, lane, [&](Context& ctx, int r, int world) {
     const int64_t s_begin = n * r / world, s_end = n * (r + 1) / world;
     BlockWeights mirror;
@@ -69,7 +85,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
         operands.bind(t->f32(), {wb.back().data<uint16_t>(), &p, nullptr});
       }
     cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
-    ops.keep_fp32 = imat != nullptr;  // the imatrix reads the Linears' fp32 inputs
+    ops.keep_fp32 = imat || amax;  // the statistics read the Linears' fp32 inputs
     BlockRunner<cpu::CpuOps> run(ops, dims);
     BlockAux<float> a = aux;
     const bool bx = x.dtype() == DType::BF16, by = y.dtype() == DType::BF16;
@@ -82,8 +98,11 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       float* yp = by ? ys.f32() : y.f32() + s0 * per;
       run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c);
       if (by) cpu::fp32_to_bf16(ctx, yp, y.data<uint16_t>() + s0 * per, a.B * per);
-      if (!imat) continue;
       const float* acts[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};  // fp32 (keep_fp32)
+      if (amax)
+        for (int k = 0; k < 4; ++k)
+          rank_max[size_t(r)][size_t(k)] = abs_max(acts[k], a.B * a.T * widths[k], rank_max[size_t(r)][size_t(k)]);
+      if (!imat) continue;
       for (int64_t b = 0; b < a.B; ++b) {
         float* row = per_sample.data() + (s0 + b) * width;
         for (int k = 0; k < 4; ++k) {
@@ -93,10 +112,17 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       }
     }
   });
+  const char* keys[] = {"attn_in", "o_in", "mlp_in", "down_in"};
+  if (amax) {
+    std::array<float, 4> m{};
+    for (const auto& rm : rank_max)
+      for (size_t k = 0; k < 4; ++k) m[k] = std::max(m[k], rm[k]);
+    if (lane.procs) fold_max_over_processes(*lane.procs, m);
+    for (size_t k = 0; k < 4; ++k) (*amax)[keys[k]] = m[k];
+  }
   if (!imat) return;
   if (lane.procs) per_sample = gather_rows(*lane.procs, per_sample, width);
   n = int64_t(per_sample.size()) / width;
-  const char* keys[] = {"attn_in", "o_in", "mlp_in", "down_in"};
   int64_t off = 0;
   for (int k = 0; k < 4; ++k) {
     std::vector<float>& acc = (*imat)[keys[k]];
@@ -107,11 +133,15 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
   }
 }
 
+const char* linear_input_key(const std::string& linear) {
+  if (linear == "self_attn.o_proj") return "o_in";
+  if (linear == "mlp.down_proj") return "down_in";
+  if (linear.rfind("mlp.", 0) == 0) return "mlp_in";
+  return "attn_in";
+}
+
 const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
-  if (linear == "self_attn.o_proj") return im.at("o_in");
-  if (linear == "mlp.down_proj") return im.at("down_in");
-  if (linear.rfind("mlp.", 0) == 0) return im.at("mlp_in");
-  return im.at("attn_in");
+  return im.at(linear_input_key(linear));
 }
 
 quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,

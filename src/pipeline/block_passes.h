@@ -23,13 +23,21 @@ namespace ar {
 using Imatrix = std::map<std::string, std::vector<float>>;
 // The imatrix entry a Linear (short name, e.g. mlp.down_proj) sees.
 const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear);
+// The input key (attn_in, o_in, mlp_in, down_in) of a Linear's short name.
+const char* linear_input_key(const std::string& linear);
+
+// Static activation statistics of a block (QuantFormat::act_static): the maximum |x| over every
+// calibration token of each Linear input, keyed as the imatrix. Folded by max over the lane's ranks
+// and the job's processes, so it does not depend on the world.
+using ActMax = std::map<std::string, float>;
 
 // x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
 // In a multi-process job (lane.procs) x and y hold this process's shard, and the imatrix is the sum over
-// the whole pool: every process's per-sample sums are gathered and added in sample order, as serially.
+// the whole pool: every process's per-sample sums are gathered and added in sample order, as serially;
+// likewise `amax` is the whole pool's.
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat = nullptr);
+                       Imatrix* imat = nullptr, ActMax* amax = nullptr);
 
 // --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
 // is given, else plain RTN (min/max scale, rounding to nearest). In a multi-process job process p

@@ -15,11 +15,18 @@ using quant::FpQdqShape;
 bool is_mx(const quant::QuantFormat& f) { return f.fp == FpFamily::Mx || f.fp == FpFamily::MxRceil; }
 
 // compressed-tensors' format name of the scheme.
-// Weight-only FP8 is "naive-quantized" (the e4m3 weight stored as it is), as AutoRound writes FPW8A16.
+// Weight-only FP8 is "naive-quantized" (the e4m3 weight stored as it is), as AutoRound writes FPW8A16;
+// FP8_STATIC (static FP8 activations too) "float-quantized".
 std::string ct_format(const quant::QuantFormat& f) {
   if (f.fp == FpFamily::Nvfp4) return "nvfp4-pack-quantized";
   if (is_mx(f)) return f.bits == 4 ? "mxfp4-pack-quantized" : "mxfp8-quantized";
-  return "naive-quantized";
+  return f.act_static() ? "float-quantized" : "naive-quantized";
+}
+
+// FP8_STATIC's "input_activations": one static E4M3 scale per Linear input.
+nlohmann::ordered_json static_fp8_input_args() {
+  return {{"dynamic", false}, {"group_size", nullptr}, {"num_bits", 8}, {"strategy", "tensor"},
+          {"symmetric", true}, {"type", "float"}};
 }
 
 // The "weights" quantization args, as AutoRound's llm_compressor export writes them.
@@ -81,14 +88,16 @@ void check_float_format(const std::string& format, const quant::QuantFormat& fmt
   }
   const std::string name = float_scheme_name(fmt);
   if (format == "llm_compressor") return;
-  if (format == "auto_round" && fmt.fp != FpFamily::Fp8) return;
+  const bool ar_holds = fmt.fp != FpFamily::Fp8 || fmt.act_static();  // auto_round:llm_compressor / fp8_static
+  if (format == "auto_round" && ar_holds) return;
   fail(ErrorKind::InvalidInput, "--format " + format + " cannot hold " + name + " weights (" +
-                                    (format == "auto_round" ? std::string("FP8 is written as llm_compressor here")
+                                    (format == "auto_round" ? std::string("weight-only FP8 is written as llm_compressor here")
                                                             : std::string("it packs integers")) +
-                                    "); use llm_compressor" + (fmt.fp != FpFamily::Fp8 ? ", auto_round" : "") + " or fake");
+                                    "); use llm_compressor" + (ar_holds ? ", auto_round" : "") + " or fake");
 }
 
-void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L) {
+void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L,
+                       bool flat_channel_scale) {
   AR_CHECK(L.fp.has_value(), "pack_float_linear of an int Linear");
   const FpQdqShape& sh = *L.fp;
   const int64_t out = sh.out, in = sh.in;
@@ -124,7 +133,7 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
     w.add(prefix + ".weight_global_scale", g);
   } else if (sh.family == FpFamily::Fp8) {
     const Shape shape = sh.tile_rows == out && sh.tile_cols == in ? Shape{1}
-                        : sh.tile_rows == 1                       ? Shape{out, 1}
+                        : sh.tile_rows == 1                       ? (flat_channel_scale ? Shape{out} : Shape{out, 1})
                                                                   : Shape{sh.tiles_down(), sh.tiles_across()};
     Tensor st = Tensor::empty(shape, DType::F32, ctx);
     std::copy(scale, scale + nt, st.f32());
@@ -133,6 +142,11 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
     std::vector<uint8_t> s(static_cast<size_t>(nt));
     for (int64_t t = 0; t < nt; ++t) s[size_t(t)] = e8m0_encode(int(scale[t]));
     w.add(prefix + ".weight_scale", u8_tensor(ctx, {out, sh.tiles_across()}, s));
+  }
+  if (L.input_scale > 0) {  // FP8_STATIC: the activation scale, fp32 [1] as AutoRound writes it
+    Tensor is = Tensor::empty({1}, DType::F32, ctx);
+    is.f32()[0] = L.input_scale;
+    w.add(prefix + ".input_scale", is);
   }
 }
 
@@ -147,7 +161,18 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
     q["group_size"] = f.group_size;
     q["sym"] = true;
     q["data_type"] = float_data_type(f);
-    q["act_bits"] = 16;
+    if (f.act_static()) {  // as AutoRound writes FP8_STATIC
+      q["packing_format"] = opt.format == "fake" ? "auto_round:fake" : "auto_round:fp8_static";
+      q["act_bits"] = 8;
+      q["act_data_type"] = "fp";
+      q["act_dynamic"] = false;
+      q["act_group_size"] = 0;
+      q["act_sym"] = true;
+      q["activation_scheme"] = "static";
+      q["fmt"] = "e4m3";
+    } else {
+      q["act_bits"] = 16;
+    }
     q["autoround_version"] = "autoround.cpp-0.1.0";
     q["block_name_to_quantize"] = "model.layers";
     if (opt.tune.iters != 200) q["iters"] = opt.tune.iters;
@@ -156,7 +181,7 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
   }
   nlohmann::ordered_json group;
   group["format"] = f.fp == FpFamily::Fp8 ? nlohmann::ordered_json(ct_format(f)) : nlohmann::ordered_json(nullptr);
-  group["input_activations"] = nullptr;  // weight-only: activations stay 16 bit
+  group["input_activations"] = f.act_static() ? static_fp8_input_args() : nullptr;  // null: 16-bit activations
   group["output_activations"] = nullptr;
   group["targets"] = nlohmann::ordered_json::array({"Linear"});
   group["weights"] = weight_args(f);
@@ -184,6 +209,14 @@ void check_float_scheme(const QuantizeOptions& opt) {
     fail(ErrorKind::InvalidInput, name + " has blocks of 32 (--group_size " + std::to_string(f.group_size) + ")");
   if (f.fp == quant::FpFamily::Nvfp4 && f.group_size != 16)
     fail(ErrorKind::InvalidInput, "NVFP4 has blocks of 16 (--group_size " + std::to_string(f.group_size) + ")");
+  if (!f.sym) fail(ErrorKind::InvalidInput, name + " is symmetric (--asym is for int weights)");
+  if (f.act_bits != 16 && f.act_bits != 8)
+    fail(ErrorKind::InvalidInput, "--act_bits " + std::to_string(f.act_bits) + ": activations are 16 bit, or 8 bit "
+                                  "with FP8_STATIC");
+  if (f.act_static() && (f.fp != quant::FpFamily::Fp8 || f.block_rows > 0))
+    fail(ErrorKind::Unsupported, name + " with 8-bit activations needs a runtime activation quantizer (dynamic "
+                                        "scales), which is not built in; static FP8 activations are FP8_STATIC's "
+                                        "(FP8 weights per channel or per tensor)");
   if (f.fp == quant::FpFamily::Fp8 && f.group_size > 0 && f.block_rows == 0)
     fail(ErrorKind::InvalidInput, "FP8 weights are per channel (--group_size -1), per tensor (0) or per 128x128 "
                                   "block (--scheme FP8_BLOCK), not in groups of " + std::to_string(f.group_size));

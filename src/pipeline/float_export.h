@@ -10,7 +10,9 @@
 //   NVFP4  weight_packed U8 [out, in/2], weight_scale F8_E4M3 [out, in/16] (S), weight_global_scale F32 [1] (G)
 //   FP8    weight F8_E4M3 [out, in], weight_scale F32: [out, 1] per channel, [1] per tensor,
 //          [ceil(out/128), ceil(in/128)] per block, in fp32 as AutoRound writes them, so that
-//          e4m3 * scale is the tuned QDQ value exactly.
+//          e4m3 * scale is the tuned QDQ value exactly. FP8_STATIC adds input_scale F32 [1] (the
+//          static activation scale, "float-quantized" with tensor-wise input_activations; in
+//          auto_round's "auto_round:fp8_static" the channel scale is [out]).
 // Decoded as compressed-tensors decodes (model/dequant_float.h) every element equals the tuned QDQ
 // weight, except NVFP4's, which decodes as q * (S / G) where the QDQ has q * (1 / (1 / (S * (1 / G)))):
 // the two fp32 results can differ in the last bit.
@@ -31,8 +33,11 @@ void check_float_scheme(const QuantizeOptions& opt);
 // format otherwise (an int format with float weights, or llm_compressor with int weights).
 void check_float_format(const std::string& format, const quant::QuantFormat& fmt);
 
-// Packs one tuned float Linear (L.fp set; L.weight its QDQ value, L.scale the tile scales) under `prefix`.
-void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L);
+// Packs one tuned float Linear (L.fp set; L.weight its QDQ value, L.scale the tile scales) under `prefix`,
+// with its input_scale when it has one (FP8_STATIC). flat_channel_scale: an FP8 per-channel scale as
+// [out] (AutoRound's auto_round:fp8_static), not compressed-tensors' [out, 1].
+void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const quant::TunedLinear& L,
+                       bool flat_channel_scale = false);
 
 // config.json's "quantization_config" of a float-scheme output; `extra` names the Linears kept in 16
 // bit (compressed-tensors: the `ignore` list, with lm_head unless it is quantized).

@@ -139,7 +139,7 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
       continue;
     }
     if (L.fp) {
-      pack_float_linear(ctx, *s.writer, name, L);
+      pack_float_linear(ctx, *s.writer, name, L, /*flat_channel_scale=*/s.format == "auto_round");
       if (lm_head && s.format == "auto_round")  // outside the blocks: listed, as for the int schemes
         s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"data_type", float_data_type(opt_fmt_)}};
       continue;
@@ -161,7 +161,7 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     fo.format = s.format;
     fo.calib.seqlen = seqlen;
     nlohmann::ordered_json q = s.flt ? float_quantization_config(fo, lm_head_q, s.extra)
-                                                           : quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
+                                     : quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
     if (!gguf_preset.empty()) {  // the weights of a GGUF file: its types vary per tensor
       for (const char* k : {"bits", "group_size", "sym", "extra_config"}) q.erase(k);
       q["data_type"] = "gguf:" + gguf_preset;

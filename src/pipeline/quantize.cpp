@@ -11,9 +11,6 @@
 #include "pipeline/quantize.h"
 #include "pipeline/quantize_run.h"
 
-#include "pipeline/float_export.h"
-#include "quant/opt_rtn_fp.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +33,7 @@
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
+#include "pipeline/float_export.h"
 #include "pipeline/gguf_output.h"
 #include "pipeline/job_identity.h"
 #include "pipeline/lane_planner.h"
@@ -46,6 +44,7 @@
 #include "pipeline/run_estimate.h"
 #include "pipeline/run_steps.h"
 #include "pipeline/shard_stream.h"
+#include "quant/opt_rtn_fp.h"
 
 namespace ar {
 
@@ -78,7 +77,7 @@ void QuantizeRun::plan() {
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   int_track_ = !formats.int_formats.empty();
-  if (int_track_ && !opt_.fmt.is_float()) steps::adapt_group_size(opt_, cfg, rep_);  // float groups are the scheme's  // GGUF's groups come from its types
+  if (int_track_ && !opt_.fmt.is_float()) steps::adapt_group_size(opt_, cfg, rep_);  // float and GGUF groups are their types'
   lm_head_q_ = steps::decide_lm_head(opt_, *model_, rep_);
   if (lm_head_q_ && processes() > 1)
     fail(ErrorKind::Unsupported, "--quant_lm_head is not supported in a multi-process job yet (lm_head is tuned on "
@@ -305,8 +304,17 @@ void QuantizeRun::block(int64_t b) {
   collect.procs = procs_;
   BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   Imatrix imat;
-  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp, opt_rtn ? &imat : nullptr);
+  // FP8_STATIC's activation maxima: on the quantized chain when tuning reads it, as AutoRound collects
+  // them (its RTN runs without that chain), else here on the FP chain.
+  const bool act_on_q = opt_.fmt.act_static() && opt_.tune.iters > 0 && opt_.quanted_input && x_q_.defined();
+  act_max_.clear();
+  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp, opt_rtn ? &imat : nullptr,
+                    opt_.fmt.act_static() && !act_on_q ? &act_max_ : nullptr);
   steps::check_finite(y_fp_, "block " + std::to_string(b) + " (" + prefix + ") FP output");
+  if (act_on_q) {  // the FP block over the quantized input; only the statistics are kept
+    if (!tmp_.defined() || tmp_.shape() != x_q_.shape()) tmp_ = Tensor::empty(x_q_.shape(), x_q_.dtype(), *ctx_);
+    block_forward_all(*ctx_, collect, dims_, w, aux, x_q_, tmp_, rows, kPassSamples, opt_.tune.amp, nullptr, &act_max_);
+  }
   BlockReport br;
   br.index = b;
   br.world_collect = (collect.parallel() ? collect.world : 1) * processes();
@@ -342,6 +350,8 @@ quant::BlockTuneResult QuantizeRun::track(BlockWeights& w, int64_t b, const Imat
       gguf_active_ ? gguf_tuned_layers(w, prefix, &tuned_elems) : steps::plan_block_layers(w, prefix, rules_, br, &tuned_elems);
   const auto t_tune = Clock::now();
   quant::BlockTuneResult tr = tune_or_search(w, selected, tuned_elems, imat, br);
+  if (opt_.fmt.act_static())
+    for (auto& L : tr.layers) L.input_scale = quant::fp8_static_input_scale(act_max_.at(linear_input_key(L.name)));
   const auto t_q = Clock::now();
   br.phase_seconds[tag + "tune"] = std::chrono::duration<double>(t_q - t_tune).count();
   if (track_index_ == 0) steps::record_tuning(tr, br);

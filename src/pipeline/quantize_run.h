@@ -105,6 +105,7 @@ class QuantizeRun {
   std::string gguf_prefix_;                                    // the block being tuned
   std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
   const Imatrix* gguf_imat_ = nullptr;                         // its imatrix (null: data-free searches)
+  ActMax act_max_;  // QuantFormat::act_static: the running block's activation maxima
   quant::CalibData calib_;
   nlohmann::ordered_json fingerprint_;  // with --resume or in a job: run_identity (options, model files, calibration)
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;

@@ -1,7 +1,5 @@
 #include "pipeline/run_steps.h"
 
-#include "pipeline/float_export.h"
-
 #include <unistd.h>
 
 #include <chrono>
@@ -18,7 +16,6 @@
 #include "core/log.h"
 #include "export/shard_writer.h"
 #include "io/atomic_file.h"
-#include "pipeline/float_export.h"
 #include "io/json_file.h"
 #include "io/mapped_file.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -29,6 +26,7 @@
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
 #include "pipeline/export_format.h"
+#include "pipeline/float_export.h"
 #include "pipeline/lane_planner.h"
 #include "pipeline/outputs.h"
 #include "pipeline/option_limits.h"
@@ -37,6 +35,7 @@
 #include "pipeline/resume_state.h"
 #include "pipeline/run_estimate.h"
 #include "pipeline/run_summary.h"
+#include "quant/qdq_fp.h"
 #include "quant/tune_linear.h"
 
 namespace ar {
@@ -98,6 +97,7 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
                                                     (processes > 1 ? " x" + std::to_string(processes) + " processes" : "")}};
   if (opt.fmt.is_float())  // int runs keep the fingerprint they always had
     f["weights"] = float_scheme_name(opt.fmt);
+  if (opt.fmt.act_static()) f["activations"] = "fp8 static";
   return f;
 }
 
@@ -108,7 +108,7 @@ std::function<std::string(const std::string&, const std::vector<int64_t>&)> resu
     if (const StTensorInfo* info = m.info(name))
       return info->shape == shape ? "" : "shape " + shape_str(shape) + " differs from the model's " + shape_str(info->shape);
     for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale",
-                               ".weight_global_scale"}) {  // int packings, then the float schemes
+                               ".weight_global_scale", ".input_scale"}) {  // int packings, then the float schemes
       const std::string sfx = suffix;
       if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
         return m.has(name.substr(0, name.size() - sfx.size()) + ".weight") ? "" : "packs no Linear of the model";
@@ -173,6 +173,11 @@ void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt
   cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
   cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
   quant::BlockTuneResult tr = quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
+  if (opt.fmt.act_static()) {  // its input's maximum on the chain it was tuned on (AutoRound's q or FP inputs)
+    float amax = 0;
+    for (int64_t i = 0; i < h_in.numel(); ++i) amax = std::max(amax, std::fabs(h_in.f32()[i]));
+    tr.layers[0].input_scale = quant::fp8_static_input_scale(amax);
+  }
   outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
   rep.lm_head_quantized = true;
   rep.lm_head_loss_first = tr.loss_first;

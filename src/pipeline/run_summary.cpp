@@ -100,9 +100,15 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   lines.push_back(b);
   const std::string method = opt.tune.iters > 0 ? "SignRound, " + std::to_string(opt.tune.iters) + " iterations"
                              : opt.disable_opt_rtn ? std::string("RTN") : std::string("optimized RTN");
+  // FP8_STATIC: AutoRound also quantizes the activations in its tuning forward (and tunes a scale of
+  // their maximum); here the tuning forward keeps them in 16 bit.
+  const char* acts = !opt.fmt.act_static() ? "16-bit activations"
+                     : opt.tune.iters > 0  ? "static FP8 activations: scales from the calibration maxima, tuned with "
+                                             "16-bit activations"
+                                           : "static FP8 activations: scales from the calibration maxima";
   if (opt.fmt.is_float())
-    std::snprintf(b, sizeof b, "quantizing %s weights (16-bit activations) with %s, format %s",
-                  float_scheme_name(opt.fmt).c_str(), method.c_str(), opt.format.c_str());
+    std::snprintf(b, sizeof b, "quantizing %s weights (%s) with %s, format %s", float_scheme_name(opt.fmt).c_str(),
+                  acts, method.c_str(), opt.format.c_str());
   else
     std::snprintf(b, sizeof b, "quantizing W%dG%lld %s with %s, format %s%s", opt.fmt.bits, (long long)opt.fmt.group_size,
                   opt.fmt.sym ? "sym" : "asym", method.c_str(), opt.format.c_str(), lm_head_q ? ", lm_head too" : "");

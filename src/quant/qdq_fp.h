@@ -34,6 +34,7 @@
 // Layout: W [out, in]; V [out, padded_in] with padded_in = tiles across * tile width (zero-padded
 // columns ignored, as in qdq_ref.h); beta, init, amax, scale: one per tile, row-major over the tiles.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "core/context.h"
@@ -94,5 +95,11 @@ void fp_qdq_fwd(Context& ctx, const FpQdqShape& sh, const float* W, const float*
 // forward reported: What / step per tile, rounded back onto the grid (exact: What is an element times
 // the step, rounded once in fp32). For packing: code = e2m1_encode / e4m3_encode of each value.
 void fp_qdq_elements(const FpQdqShape& sh, const float* What, const float* scale, float* elems);
+
+// FP8_STATIC's activation scale from the calibration maximum |x| of a Linear's input, as AutoRound
+// computes it: amax / 448 in fp32, at least vLLM's floor 1 / (448 * 512).
+inline float fp8_static_input_scale(float amax) {
+  return std::max(amax / 448.0f, float(1.0 / (448.0 * 512.0)));
+}
 
 }  // namespace ar::quant

@@ -46,7 +46,11 @@ struct QuantFormat {
   bool sym = true;
   std::optional<FpFamily> fp;
   int64_t block_rows = 0;
+  // 8: FP8_STATIC's activations, E4M3 with one static scale per Linear input (its calibration maximum
+  // / 448, written as input_scale); 16: weight-only.
+  int act_bits = 16;
   bool is_float() const { return fp.has_value(); }
+  bool act_static() const { return act_bits == 8; }
 };
 // The float tile shape of `fmt` for a weight [out, in] (fmt.fp set).
 FpQdqShape fp_shape(const QuantFormat& fmt, int64_t out, int64_t in);
@@ -115,6 +119,7 @@ struct TunedLinear {
   std::optional<FpQdqShape> fp;
   Tensor* weight = nullptr;  // the FP weight [out, in], replaced by its QDQ value at the end
   Tensor V, alpha, beta, wmin0, wmax0, scale, zero;
+  float input_scale = 0;  // QuantFormat::act_static: the activation scale written beside the weight
 };
 
 struct BlockTuneResult {
