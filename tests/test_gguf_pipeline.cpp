@@ -230,13 +230,17 @@ TEST(GgufPipeline, FakeCompanionHoldsTheFileDequantized) {
 
 // --format auto_round,gguf:q4_k_m: one run, two tunings per block (the int scheme's and the GGUF
 // types'), each on its own quantized-input chain from one load, calibration and FP pass. Each output
-// is byte for byte the one its format alone writes; fake goes with the int formats.
+// is byte for byte the one its format alone writes; fake goes with the int formats. Each track gets
+// the statistics it asks for: an asymmetric int scheme (plain RTN at --iters 0) beside the GGUF search
+// (imatrix-weighted) is not handed the imatrix (before the scheme tracks it was, and its symmetric
+// search overflowed the asymmetric codes: "code out of range").
 TEST(GgufPipeline, IntAndGgufFormatsFromOneRunEqualSeparateRuns) {
   const std::string m = test::temp_path("ggi_model"), out = test::temp_path("ggi_out");
   write_synthetic_model(m, wide_config(), 9);
-  for (int iters : {0, 3}) {
-    SCOPED_TRACE("iters " + std::to_string(iters));
+  for (auto [iters, sym] : {std::pair{0, true}, {0, false}, {3, true}}) {
+    SCOPED_TRACE("iters " + std::to_string(iters) + (sym ? " sym" : " asym"));
     auto o = gguf_opts(m, out + "/int", "q4_k_m", iters);
+    o.fmt.sym = sym;
     o.format = "auto_round,fake";
     quantize_model(o);
     o.output_dir = out + "/gguf";

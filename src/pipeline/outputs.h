@@ -22,6 +22,8 @@
 
 namespace ar {
 
+constexpr uint64_t kOutputShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
+
 // The formats of a --format list, in order; InvalidInput for an unknown or repeated one, one the
 // options cannot be written in (auto_awq needs 4 bits and keeps lm_head in 16 bit), or a second GGUF.
 std::vector<std::string> parse_formats(const QuantizeOptions& opt);

@@ -1,10 +1,9 @@
 // The quantization run's object, internal to the pipeline (the entry point is quantize_model,
-// pipeline/quantize.h): its stages and per-block tracks are in quantize.cpp, the GGUF output's steps
-// in quantize_gguf.cpp.
+// pipeline/quantize.h): its stages in quantize.cpp, the per-block passes over its scheme tracks
+// (scheme_track.h) in quantize_block.cpp.
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -20,16 +19,14 @@
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
-#include "pipeline/gguf_output.h"
 #include "pipeline/lane_planner.h"
 #include "pipeline/outputs.h"
 #include "pipeline/progress.h"
 #include "pipeline/quantize.h"
 #include "pipeline/resume_state.h"
+#include "pipeline/scheme_track.h"
 #include "pipeline/run_summary.h"
 #include "quant/calib.h"
-#include "quant/gguf_rtn.h"
-#include "quant/gguf_scheme.h"
 #include "quant/signround.h"
 
 namespace ar {
@@ -37,7 +34,11 @@ namespace ar {
 class QuantizeRun {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr uint64_t kShardBytes = 5ull << 30;  // <= 5 GB per shard, as AutoRound writes
+  // The block passes (FP targets, q-chain) run one sample at a time: a sample's activations fit the
+  // allocator's cache, so the passes reuse their buffers instead of faulting in fresh pages per
+  // micro-batch (8 samples of 512 tokens of a 1B block need ~1.2 GB of activations); the GEMMs keep
+  // >= 256 rows per unit either way.
+  static constexpr int64_t kPassSamples = 1;
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
   QuantizeRun(const QuantizeOptions& requested, dist::Job* job)
       : requested_(requested), job_(job), procs_(job ? &job->link() : nullptr) {}
@@ -46,7 +47,9 @@ class QuantizeRun {
  private:
   bool root() const { return !job_ || job_->rank() == 0; }
   int processes() const { return job_ ? job_->size() : 1; }
+  int tracks() const { return int(tracks_.size()); }
   void plan();
+  void plan_tracks(const FormatPlan& formats);
   void calibrate();
   void check_process_split() const;
   void summary_head();
@@ -54,26 +57,17 @@ class QuantizeRun {
   void start();
   bool restore();
   void block(int64_t b);
-  quant::BlockTuneResult track(BlockWeights& w, int64_t b, const Imatrix* imat, BlockReport& br);
-  Tensor& x_q() { return gguf_active_ ? gguf_x_q_ : x_q_; }
-  int tracks() const { return int(int_track_) + int(gguf_scheme_.has_value()); }
-  quant::BlockTuneResult tune_or_search(BlockWeights& w, const std::set<std::string>& selected, int64_t tuned_elems,
-                                        const Imatrix* imat, BlockReport& br);
+  bool act_max_on_chain(SchemeTrack& t) const;
+  quant::BlockTuneResult track(SchemeTrack& t, BlockWeights& w, int64_t b, const BlockStats& fp_stats, BlockReport& br);
+  quant::BlockTuneResult tune_or_search(SchemeTrack& t, BlockWeights& w, const std::set<std::string>& selected,
+                                        int64_t tuned_elems, const BlockStats& st, BlockReport& br);
   void save_resume(int64_t next_block);
   void gather_rank_metrics(BlockReport& br);
   void finish();
-  void gguf_run();
-  void gguf_open();
-  void gguf_embeddings(const Tensor& emb);
-  std::set<std::string> gguf_tuned_layers(BlockWeights& w, const std::string& prefix, int64_t* tuned_elems);
-  void gguf_fix_params(Context& c, quant::TunedLinear& L);
-  quant::BlockTuneResult gguf_search_block(BlockWeights& w, const std::set<std::string>& selected);
-  quant::GgufLayerParams gguf_layer_params(Context& c, const std::string& short_name, const Tensor& W);
-  std::map<std::string, int> gguf_write_block(BlockWeights& w, const std::string& prefix,
-                                              const quant::BlockTuneResult& tr);
-  void gguf_finish_file();
-  void gguf_add(Context& c, const std::string& name, const Tensor& t);
+  void run_data_free();
   std::vector<size_t> shard_bytes() const;
+  // The track whose outputs and chain the resume state keeps (the run's only track when it resumes).
+  SchemeTrack& resumable() { return *tracks_.front(); }
 
   const QuantizeOptions& requested_;
   dist::Job* job_;
@@ -89,23 +83,14 @@ class QuantizeRun {
   LayerRules rules_;
   std::string report_path_;
   std::optional<AtomicDir> out_;           // rank 0
-  std::unique_ptr<OutputSet> outputs_;     // rank 0
   std::unique_ptr<ResumeKeeper> keeper_;   // rank 0 with --resume
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<LanePlanner> lanes_;
   std::unique_ptr<Progress> progress_;     // rank 0
-  // The run's quantizations (outputs.h FormatPlan), each tuned once per block on its own quantized-
-  // input chain: the int formats' (outputs_, x_q_) and a GGUF preset's (gguf_, gguf_x_q_).
-  bool int_track_ = true;
-  bool gguf_active_ = false;                      // the GGUF track is the one running (x_q(), tune_or_search)
-  int track_index_ = 0;                           // of the running track in this block (progress)
-  std::optional<quant::GgufScheme> gguf_scheme_;  // --format gguf:<preset>
-  std::unique_ptr<GgufOutput> gguf_;
-  std::unique_ptr<OutputSet> gguf_fake_;  // --format gguf:<preset>,fake: the file's dequantized tensors
-  std::string gguf_prefix_;                                    // the block being tuned
-  std::map<std::string, quant::GgufLayerParams> gguf_params_;  // its tuned Linears' fixed parameters
-  const Imatrix* gguf_imat_ = nullptr;                         // its imatrix (null: data-free searches)
-  ActMax act_max_;  // QuantFormat::act_static: the running block's activation maxima
+  // The run's quantizations (scheme_track.h), in --format order of their families, each tuned once per
+  // block on its own quantized-input chain.
+  std::vector<std::unique_ptr<SchemeTrack>> tracks_;
+  int track_index_ = 0;  // of the running track in this block (progress)
   quant::CalibData calib_;
   nlohmann::ordered_json fingerprint_;  // with --resume or in a job: run_identity (options, model files, calibration)
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
@@ -114,7 +99,7 @@ class QuantizeRun {
   RopeTable rope_;
   std::vector<int32_t> pos_;
   std::vector<uint8_t> loss_mask_;         // the whole pool's [n * T]
-  Tensor x_fp_, y_fp_, x_q_, gguf_x_q_, tmp_;  // this process's shard: [samples, T, C]
+  Tensor x_fp_, y_fp_, tmp_;               // this process's shard: [samples, T, C]
 };
 
 }  // namespace ar

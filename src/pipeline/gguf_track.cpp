@@ -1,0 +1,195 @@
+#include "pipeline/gguf_track.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/log.h"
+#include "pipeline/run_steps.h"
+#include "quant/gguf_search.h"
+
+namespace ar {
+
+std::string GgufTrack::summary_line() const {
+  return "quantizing to gguf:" + scheme_.preset + " (llama.cpp's per-tensor types) with " +
+         (env_.opt.tune.iters > 0 ? "SignRound through the GGUF types, " + std::to_string(env_.opt.tune.iters) + " iterations"
+                                  : std::string("AutoRound's imatrix-weighted scale search"));
+}
+
+// The file (in the output directory, or in its subdirectory beside fake's when fake is asked for too).
+void GgufTrack::open(const std::string& dir) {
+  dir_ = dir;
+  std::string file_dir = dir;
+  if (subdir_) {
+    file_dir += "/" + format_subdir("gguf:" + scheme_.preset);
+    std::filesystem::create_directories(file_dir);
+  }
+  if (with_fake_) {
+    QuantizeOptions fo = env_.opt;
+    fo.format = "fake";
+    fake_ = std::make_unique<OutputSet>(fo, dir + "/" + format_subdir("fake"), kOutputShardBytes);
+  }
+  file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_);
+}
+
+// The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h), 1-D as f32.
+void GgufTrack::add(const std::string& name, const Tensor& t) {
+  if (!file_->expects(name)) return;
+  Context& c = env_.ctx;
+  if (t.shape().size() == 1) {
+    if (fake_) fake_->copy_tensor(env_.model, name, c);
+    return file_->add_f32(name, t.f32(), t.numel());
+  }
+  Tensor deq = fake_ ? Tensor::empty(t.shape(), DType::F32, c) : Tensor();
+  file_->add(name, quant::gguf_quantize_rtn(c, file_->type_of(name), t.f32(), t.dim(0), t.dim(1),
+                                            fake_ ? deq.f32() : nullptr));
+  if (fake_) fake_->add_tensor(c, name, deq);
+}
+
+// The embeddings in the preset's type; the chain starts from their dequantized values.
+void GgufTrack::embeddings(const Tensor& emb, const std::function<void(const Tensor&, Tensor&)>& embed) {
+  const std::string name = "model.embed_tokens.weight";
+  Context& c = env_.ctx;
+  Tensor deq = Tensor::empty(emb.shape(), DType::F32, c);
+  file_->add(name, quant::gguf_quantize_rtn(c, file_->type_of(name), emb.f32(), emb.dim(0), emb.dim(1), deq.f32()));
+  if (fake_) fake_->add_tensor(c, name, deq);
+  if (env_.opt.quanted_input) embed(deq, x_q_);
+}
+
+// The block's Linears whose preset type has scales (the others are written as f16/bf16/f32).
+std::set<std::string> GgufTrack::select(BlockWeights& w, const std::string& prefix, BlockReport&, int64_t* elems) {
+  std::set<std::string> selected;
+  *elems = 0;
+  prefix_ = prefix;
+  params_.clear();
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    const quant::GgmlType type = file_->type_of(prefix + nm + ".weight");
+    if (!quant::ggml_is_kquant(type) && !quant::ggml_is_legacy(type)) continue;
+    selected.insert(nm);
+    *elems += t->numel();
+  }
+  return selected;
+}
+
+// A Linear's block parameters by AutoRound's search for the type, weighted by the block's imatrix when
+// there is one (round-to-nearest with --disable_opt_rtn).
+quant::GgufLayerParams GgufTrack::layer_params(Context& c, const std::string& short_name, const Tensor& W,
+                                               const Imatrix* imat) {
+  const quant::GgmlType t = file_->type_of(prefix_ + short_name + ".weight");
+  if (env_.opt.disable_opt_rtn) return quant::gguf_params_rtn(c, t, W.f32(), W.dim(0), W.dim(1));
+  const float* im = imat ? imatrix_for(*imat, short_name).data() : nullptr;
+  return quant::gguf_params_from_bytes(t, W.dim(0), W.dim(1),
+                                       quant::gguf_quantize_search(c, t, W.f32(), W.dim(0), W.dim(1), im));
+}
+
+// A tuned Linear's scales and mins fixed before tuning; only V is tuned.
+void GgufTrack::fix_params(Context& c, quant::TunedLinear& L, const Imatrix* imat) {
+  const Tensor& W = *L.weight;
+  quant::GgufLayerParams p = layer_params(c, L.name, W, imat);
+  L.fixed = p.qdq();
+  const int64_t ng = L.fixed->out * L.fixed->groups();
+  L.V = Tensor::zeros({W.dim(0), W.dim(1)}, DType::F32, c);
+  L.scale = Tensor::empty({ng}, DType::F32, c);
+  L.zero = Tensor::empty({ng}, DType::F32, c);
+  quant::gguf_group_scales(p, L.scale.f32(), L.zero.f32());
+  params_[L.name] = std::move(p);
+}
+
+std::function<void(Context&, quant::TunedLinear&)> GgufTrack::tuning_hook(const BlockStats& st) {
+  const Imatrix* imat = st.imatrix;
+  return [this, imat](Context& c, quant::TunedLinear& L) { fix_params(c, L, imat); };
+}
+
+// --iters 0: the search's result replaces each selected Linear (packed later by write_block).
+quant::BlockTuneResult GgufTrack::search(const quant::TuneLane&, BlockWeights& w, const std::set<std::string>& selected,
+                                         const BlockStats& st) {
+  quant::BlockTuneResult r;
+  params_.clear();
+  for (auto& [nm, t] : quant::block_linears(w)) {
+    if (!selected.count(nm)) continue;
+    quant::GgufLayerParams p = layer_params(env_.ctx, nm, *t, st.imatrix);
+    Tensor deq = Tensor::empty(t->shape(), DType::F32, env_.ctx);
+    quant::gguf_pack_codes(env_.ctx, p, t->f32(), nullptr, deq.f32());  // the codes the search chose
+    *t = deq;
+    quant::TunedLinear L;
+    L.name = nm;
+    L.weight = t;
+    r.layers.push_back(std::move(L));
+    params_[nm] = std::move(p);
+  }
+  return r;
+}
+
+// A finished block into the file. The tuned Linears hold s q - m; their codes are recovered from those
+// values exactly ((w^ + m) / s is within 1e-6 of the integer q) and packed with the fixed scales; the
+// other tensors go through add(). Returns the tensors written per ggml type, for the log.
+std::map<std::string, int> GgufTrack::write_tensors(BlockWeights& w, const std::string& prefix,
+                                                    const quant::BlockTuneResult& tr) {
+  std::set<std::string> done;
+  std::map<std::string, int> types;
+  auto count = [&](const std::string& name) {
+    if (file_->expects(name)) types[quant::ggml_type_name(file_->type_of(name))]++;
+  };
+  for (const auto& L : tr.layers) {
+    quant::GgufLayerParams& p = params_.at(L.name);
+    file_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(env_.ctx, p, L.weight->f32(), nullptr));
+    if (fake_) fake_->add_tensor(env_.ctx, prefix + L.name + ".weight", *L.weight);
+    count(prefix + L.name + ".weight");
+    done.insert(L.name);
+  }
+  const std::pair<const char*, const Tensor*> rest[] = {
+      {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
+      {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk}, {"self_attn.v_proj.bias", &w.bv},
+      {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
+  for (const auto& [nm, t] : rest)
+    if (t->defined()) add(prefix + nm, *t), count(prefix + nm);
+  for (auto& [nm, t] : quant::block_linears(w))  // untuned: float fallbacks, or every Linear of a plain RTN run
+    if (!done.count(nm)) add(prefix + nm + ".weight", *t), count(prefix + nm + ".weight");
+  return types;
+}
+
+void GgufTrack::write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport&,
+                            const BlockStats&) {
+  write_tensors(w, prefix, tr);
+}
+
+void GgufTrack::report_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
+  br.gguf = {tr.loss_first, tr.loss_best, tr.best_iter};
+}
+
+// The final norm and lm_head (unless tied), then the file is complete.
+void GgufTrack::finish(const TrackFinish& in) {
+  add("model.norm.weight", env_.model.load_final_norm(env_.ctx));
+  if (file_->expects("lm_head.weight")) add("lm_head.weight", env_.model.load_lm_head(env_.ctx));
+  file_->finish();
+  if (fake_) fake_->finish(env_.opt, in.seqlen, false, scheme_.preset);
+}
+
+// --iters 0 --disable_opt_rtn: every tensor in its preset type, block by block.
+std::string GgufTrack::write_data_free() {
+  const ModelConfig& cfg = env_.model.config();
+  log_info(label() + ": round-to-nearest of every tensor in llama.cpp's per-tensor types; no calibration data");
+  add("model.embed_tokens.weight", env_.model.load_embeddings(env_.ctx));
+  for (int64_t b = 0; b < cfg.num_layers; ++b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string prefix = HfModel::layer_prefix(b);
+    BlockWeights w = env_.model.load_block(b, env_.ctx);
+    const std::map<std::string, int> types = write_tensors(w, prefix, quant::BlockTuneResult{});
+    BlockReport br;
+    br.index = b;
+    br.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    br.peak_rss_mb = peak_rss_mb();
+    std::string line = "block " + std::to_string(b + 1) + "/" + std::to_string(cfg.num_layers) + ":";
+    for (const auto& [type, n] : types) line += " " + type + " x" + std::to_string(n);
+    char tail[64];
+    std::snprintf(tail, sizeof tail, ", %.1f s, peak mem %.0f MiB", br.seconds, br.peak_rss_mb);
+    log_info(line + tail);
+    env_.rep.blocks.push_back(std::move(br));
+  }
+  const Tensor no_chain;
+  const std::vector<uint8_t> no_mask;
+  finish(TrackFinish{no_chain, env_.opt.calib.seqlen, no_mask});
+  return std::filesystem::relative(file_->path(), dir_).string();
+}
+
+}  // namespace ar

@@ -1,0 +1,65 @@
+#include "pipeline/weight_track.h"
+
+#include <cstdio>
+
+#include "pipeline/float_export.h"
+#include "quant/opt_rtn_fp.h"
+#include "quant/qdq_fp.h"
+
+namespace ar {
+
+std::string WeightTrack::label() const {
+  const quant::QuantFormat& f = env_.opt.fmt;
+  if (f.is_float()) return float_scheme_name(f);
+  char s[48];
+  std::snprintf(s, sizeof s, "W%dG%lld", f.bits, static_cast<long long>(f.group_size));
+  return s;
+}
+
+// The imatrix feeds --iters 0's optimized RTN: the symmetric int search below 8 bits, the float
+// families that have one.
+bool WeightTrack::wants_imatrix() const {
+  const QuantizeOptions& o = env_.opt;
+  if (o.tune.iters > 0 || o.disable_opt_rtn) return false;
+  return o.fmt.is_float() ? quant::fp_has_opt_rtn(*o.fmt.fp) : o.fmt.sym && o.fmt.bits < 8;
+}
+
+void WeightTrack::open(const std::string& dir) {
+  outputs_ = std::make_unique<OutputSet>(env_.opt, dir, kOutputShardBytes);
+  if (env_.opt.resume) outputs_->keep_files();
+}
+
+void WeightTrack::embeddings(const Tensor&, const std::function<void(const Tensor&, Tensor&)>&) {
+  if (env_.root) outputs_->copy_tensor(env_.model, "model.embed_tokens.weight", env_.ctx);
+}
+
+std::set<std::string> WeightTrack::select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) {
+  return steps::plan_block_layers(w, prefix, rules_, br, elems);
+}
+
+quant::BlockTuneResult WeightTrack::search(const quant::TuneLane& lane, BlockWeights& w,
+                                           const std::set<std::string>& selected, const BlockStats& st) {
+  return rtn_block(env_.ctx, lane, w, env_.opt.fmt, st.imatrix,
+                   [&](const std::string& short_name) { return selected.count(short_name) > 0; });
+}
+
+void WeightTrack::write_block(BlockWeights&, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
+                              const BlockStats& st) {
+  if (env_.opt.fmt.act_static())
+    for (auto& L : tr.layers) L.input_scale = quant::fp8_static_input_scale(st.act_max->at(linear_input_key(L.name)));
+  if (env_.root) steps::write_block(env_.ctx, env_.model, prefix, tr, br, *outputs_);
+}
+
+void WeightTrack::finish(const TrackFinish& in) {
+  if (!env_.root) return;
+  outputs_->copy_tensor(env_.model, "model.norm.weight", env_.ctx);
+  if (lm_head_q_) {
+    steps::tune_lm_head(env_.ctx, env_.model, env_.opt, in.x_fp, x_q_, in.seqlen, in.loss_mask, *outputs_,
+                        env_.rep);
+  } else if (env_.model.has("lm_head.weight")) {
+    outputs_->copy_tensor(env_.model, "lm_head.weight", env_.ctx);
+  }
+  outputs_->finish(env_.opt, in.seqlen, lm_head_q_);
+}
+
+}  // namespace ar
