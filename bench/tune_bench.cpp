@@ -11,12 +11,14 @@
 // steady rate is the median of the later iterations.
 //   tune_bench [--amp] [--both] [--hidden 2048] [--inter 8192] [--heads 32] [--kv 8] [--head_dim 64]
 //              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1]
+//              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8]   (the weight scheme tuned; default w4g128)
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
 #include <algorithm>
 #include <chrono>
 #include <vector>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -35,6 +37,28 @@ using bench::arg;
 using bench::rnd;
 
 namespace {
+const char* str_arg(int argc, char** argv, const char* name, const char* def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
+// --scheme: the weight format tuned (AutoRound's presets; the float ones weight-only).
+quant::QuantFormat scheme_format(const std::string& s) {
+  auto fp = [](int bits, int64_t block, quant::FpFamily fam) {
+    quant::QuantFormat f(bits, block, true);
+    f.fp = fam;
+    return f;
+  };
+  if (s == "w4g128") return quant::QuantFormat(4, 128, true);
+  if (s == "mxfp4") return fp(4, 32, quant::FpFamily::Mx);
+  if (s == "mxfp8") return fp(8, 32, quant::FpFamily::Mx);
+  if (s == "nvfp4") return fp(4, 16, quant::FpFamily::Nvfp4);
+  if (s == "fp8") return fp(8, -1, quant::FpFamily::Fp8);
+  std::fprintf(stderr, "tune_bench: --scheme %s: w4g128, mxfp4, mxfp8, nvfp4 or fp8\n", s.c_str());
+  std::exit(2);
+}
+
 bool flag(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;
@@ -63,7 +87,7 @@ struct Run {
   quant::TunePhases ph;
 };
 
-Run tune(Context& ctx, bench::BenchBlock& blk, bool amp, int iters, bool deterministic) {
+Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bool amp, int iters, bool deterministic) {
   BlockAux<float> aux = blk.aux();
   quant::SignRoundOptions o;
   o.batch_size = blk.n;
@@ -73,7 +97,7 @@ Run tune(Context& ctx, bench::BenchBlock& blk, bool amp, int iters, bool determi
   o.iters = 1;  // warm-up: allocator, primitive caches
   {
     BlockWeights w2 = quant::clone_block(blk.w, ctx);
-    quant::signround_tune_block(ctx, blk.d, w2, {4, 128, true}, aux, blk.x, blk.y, blk.mask, o);
+    quant::signround_tune_block(ctx, blk.d, w2, fmt, aux, blk.x, blk.y, blk.mask, o);
   }
   o.iters = iters;
   BlockWeights w = quant::clone_block(blk.w, ctx);
@@ -84,7 +108,7 @@ Run tune(Context& ctx, bench::BenchBlock& blk, bool amp, int iters, bool determi
     walls.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
   };
-  quant::BlockTuneResult r = quant::signround_tune_block(ctx, blk.d, w, {4, 128, true}, aux, blk.x, blk.y, blk.mask, o);
+  quant::BlockTuneResult r = quant::signround_tune_block(ctx, blk.d, w, fmt, aux, blk.x, blk.y, blk.mask, o);
   Run run{std::chrono::duration<double>(Clock::now() - t0).count() / iters, walls.at(0), walls.at(0), r.phases};
   if (walls.size() > 1) {
     std::vector<double> rest(walls.begin() + 1, walls.end());
@@ -100,6 +124,8 @@ int main(int argc, char** argv) {
   const bool both = flag(argc, argv, "--both"), amp_only = flag(argc, argv, "--amp");
   const bool deterministic = arg(argc, argv, "--deterministic", 1) != 0;
   const int iters = int(arg(argc, argv, "--iters", 3));
+  const std::string scheme = str_arg(argc, argv, "--scheme", "w4g128");
+  const quant::QuantFormat fmt = scheme_format(scheme);
   if ((both || amp_only) && !cpu::bf16_gemm_supported()) {
     std::printf("tune_bench: --amp needs bf16 GEMMs: %s\n", cpu::bf16_support_summary().c_str());
     return 1;
@@ -110,9 +136,9 @@ int main(int argc, char** argv) {
   const double fp32_peak = bench::fp32_peak_gflops(ctx), dp_loop = bench::dpbf16_peak_gflops(ctx, has_bf16);
   const double bf16_limit = 2 * fp32_peak;
   const double sgemm = gemm_rate(ctx, false), bgemm = cpu::bf16_gemm_supported() ? gemm_rate(ctx, true) : 0.0;
-  std::printf("tune_bench: hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s\n",
-              (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D, (long long)blk.n,
-              (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves");
+  std::printf("tune_bench: %s, hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s\n",
+              scheme.c_str(), (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D,
+              (long long)blk.n, (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves");
   std::printf("%s\n", cpu::isa_summary().c_str());
   std::printf("limits: fp32 FMA peak (%s) %.1f GFLOP/s, bf16 limit %.1f (VDPBF16PS loop %.1f); GEMM 2048^3: fp32 %.1f (%s), "
               "bf16 %.1f (%s)\n",
@@ -122,7 +148,7 @@ int main(int argc, char** argv) {
   double fp32_iter = 0;
   for (bool amp : {false, true}) {
     if (amp ? !(both || amp_only) : amp_only) continue;
-    const Run r = tune(ctx, blk, amp, iters, deterministic);
+    const Run r = tune(ctx, blk, fmt, amp, iters, deterministic);
     const auto& p = r.ph;
     const double q = p.qdq / iters, f = p.forward / iters, b = p.backward / iters, s = p.step / iters;
     const double gf = flops / r.iter_s / 1e9;
@@ -137,11 +163,11 @@ int main(int argc, char** argv) {
                 "peak RSS %.0f MiB\n",
                 gf, 100 * gf / bf16_limit, 100 * gf / fp32_peak, 100 * gf / (amp ? bgemm : sgemm),
                 amp ? "bf16" : "fp32", peak_rss_mb());
-    std::printf("{\"bench\":\"signround_iteration\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
+    std::printf("{\"bench\":\"signround_iteration\",\"scheme\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
                 "\"first_iter_s\":%.4f,\"steady_iter_s\":%.4f,\"steady_gflops\":%.2f,\"qdq_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,"
                 "\"fp32_peak_gflops\":%.2f,\"bf16_limit_gflops\":%.2f,\"gemm_fp32_gflops\":%.2f,"
                 "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f%s}\n",
-                amp ? "amp" : "fp32", (long long)(blk.n * blk.T), r.iter_s, r.first_s, r.steady_s, gs, q, f, b, s, gf, fp32_peak, bf16_limit, sgemm,
+                scheme.c_str(), amp ? "amp" : "fp32", (long long)(blk.n * blk.T), r.iter_s, r.first_s, r.steady_s, gs, q, f, b, s, gf, fp32_peak, bf16_limit, sgemm,
                 bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(),
                 amp && fp32_iter > 0 ? (",\"steady_speedup_vs_fp32\":" + std::to_string(fp32_iter / r.steady_s)).c_str() : "");
   }

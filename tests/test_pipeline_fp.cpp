@@ -10,7 +10,7 @@
 
 #include "block_fixture.h"
 #include "fp_schemes.h"
-#include "kill_after_block.h"
+#include "resume_check.h"
 #include "core/dtype.h"
 #include "core/small_float.h"
 #include "export/shard_writer.h"
@@ -275,17 +275,7 @@ TEST(PipelineFp, ResumeAfterSigkillIsByteIdentical) {
   QuantizeOptions o = fp_opts(m, ref, fp_format(FpFamily::Nvfp4, 4, 16), "llm_compressor,fake", 40);
   o.calib.nsamples = 8;
   o.calib.seqlen = 64;
-  quantize_model(o);
-  o.output_dir = q;
-  o.resume = true;
-  ASSERT_TRUE(test::kill_after_block_one([&] { quantize_model(o); }, q + ".partial/resume_state.json"))
-      << "the child finished before it could be killed";
-  const QuantizeReport r = quantize_model(o);
-  EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
-  for (const char* sub : {"/llm-compressor", "/fake"}) {
-    EXPECT_EQ(read_text_file(q + sub + "/model.safetensors"), read_text_file(ref + sub + "/model.safetensors")) << sub;
-    EXPECT_EQ(read_text_file(q + sub + "/config.json"), read_text_file(ref + sub + "/config.json")) << sub;
-  }
+  test::expect_resume_matches_uninterrupted(o, q, 4, {"/llm-compressor", "/fake"});
   for (const auto& d : {m, ref, q}) fs::remove_all(d);
 }
 

@@ -10,7 +10,7 @@
 
 #include "block_fixture.h"
 #include "fp_schemes.h"
-#include "kill_after_block.h"
+#include "resume_check.h"
 #include "core/dtype.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -195,16 +195,6 @@ TEST(PipelineFp8Static, ResumeAfterSigkillIsByteIdentical) {
   QuantizeOptions o = static_opts(m, ref, "llm_compressor,auto_round", 30);
   o.calib.nsamples = 8;
   o.calib.seqlen = 64;
-  quantize_model(o);
-  o.output_dir = q;
-  o.resume = true;
-  ASSERT_TRUE(test::kill_after_block_one([&] { quantize_model(o); }, q + ".partial/resume_state.json"))
-      << "the child finished before it could be killed";
-  const QuantizeReport r = quantize_model(o);
-  EXPECT_LT(r.blocks.size(), 4u);  // finished blocks were not redone
-  for (const char* sub : {"/llm-compressor", "/auto-round"}) {
-    EXPECT_EQ(read_text_file(q + sub + "/model.safetensors"), read_text_file(ref + sub + "/model.safetensors")) << sub;
-    EXPECT_EQ(read_text_file(q + sub + "/config.json"), read_text_file(ref + sub + "/config.json")) << sub;
-  }
+  test::expect_resume_matches_uninterrupted(o, q, 4, {"/llm-compressor", "/auto-round"});
   for (const auto& d : {m, ref, q}) fs::remove_all(d);
 }

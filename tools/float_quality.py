@@ -8,11 +8,15 @@ Not part of the test suite. Needs the venv outside the repository (torch, transf
 compressed-tensors) and the built CLI. From the repository root (about 25 minutes on 2 cores):
 
     /work/arvenv/bin/python tools/float_quality.py --autoround build/src/cli/autoround --work /tmp/fq
+    /work/arvenv/bin/python tools/float_quality.py --stories260k --seqlen 128 --work /tmp/fq260   # the fixture
 
 The model and calibration are compare_autoround.py's (a random Llama generated with transformers,
 here hidden 256, intermediate 768, 2 layers, 4 heads / 2 KV heads, the Llama-2 tokenizer; --nsamples
-WikiText-2 documents of more than --seqlen tokens, the same token ids for both tools). Evaluation text:
-the TinyStories sample's bytes 1.0-1.1 MB, 256-token windows.
+WikiText-2 documents of more than --seqlen tokens, the same token ids for both tools). With --stories260k:
+the stories260K fixture converted by our CLI (hidden 64, intermediate 172, 5 layers, its 512-token
+SentencePiece vocabulary, which transformers reads from the converted directory; our ids checked equal to
+transformers' on the first documents), calibrated on the TinyStories sample. Evaluation text: the
+TinyStories sample's bytes 1.0-1.1 MB, 256-token windows.
 """
 from __future__ import annotations
 
@@ -77,6 +81,8 @@ def main():
     ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--batch_size", type=int, default=8)
     ap.add_argument("--schemes", default=",".join(s[0] for s in SCHEMES))
+    ap.add_argument("--stories260k", action="store_true",
+                    help="the stories260K fixture (converted by our CLI) calibrated on TinyStories, not the random Llama")
     ap.add_argument("--_worker", action="store_true")
     ap.add_argument("--model_dir")
     ap.add_argument("--ids_file")
@@ -90,8 +96,19 @@ def main():
     g = argparse.Namespace(hidden=256, intermediate=768, layers=2, heads=4, kv_heads=2, rope_theta=500000.0,
                            tokenizer=str(ca.FIXTURES / "tokenizers/llama2-spm"), seed=0, seqlen=a.seqlen,
                            nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
-    model = ca.ensure_model(g, work)
-    jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
+    if a.stories260k:  # the real model, calibrated on its own training distribution
+        model = work / "stories260K"
+        if not (model / "config.json").exists():
+            f = ca.FIXTURES / "stories260K"
+            subprocess.run([a.autoround, "convert", "--llama2c", str(f / "stories260K.bin"), "--tokenizer",
+                            str(f / "tok512.bin"), "--out", str(model)], check=True, capture_output=True)
+        g.text = str(ca.FIXTURES / "text/tinystories/tinystories_sample.txt")
+        g.verify_docs, g.autoround = 4, a.autoround
+        jsonl, ids_file, docs, full_ids = ca.build_calibration(g, work, model)
+        ca.verify_tokenizer(g, work, model, docs, full_ids)  # both tools read the same ids
+    else:
+        model = ca.ensure_model(g, work)
+        jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
     ts = ca.FIXTURES / "text/tinystories/tinystories_sample.txt"
     evaltxt = work / "eval.txt"
     evaltxt.write_bytes(ts.read_bytes()[1_000_000:1_100_000])

@@ -52,6 +52,17 @@ def quantize(src: str, kwargs: dict, out: str) -> str:
     return os.path.dirname(glob.glob(os.path.join(out, "**", "model.safetensors"), recursive=True)[0])
 
 
+def keep_linears(src: str, dst: str) -> dict:
+    """An output's config.json and its Linears' tensors (the goldens keep no more) into dst, anew."""
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    shutil.copy(os.path.join(src, "config.json"), dst)
+    with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
+        keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k}
+    save_file(keep, os.path.join(dst, "model.safetensors"))
+    return keep
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -68,12 +79,7 @@ def main() -> None:
         for name, kw in SCHEMES.items():
             d = quantize(src, kw, os.path.join(tmp, name))
             dst = os.path.join(args.out, name)
-            shutil.rmtree(dst, ignore_errors=True)
-            os.makedirs(dst)
-            shutil.copy(os.path.join(d, "config.json"), dst)
-            with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:  # the Linears' tensors only
-                keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k}
-            save_file(keep, os.path.join(dst, "model.safetensors"))
+            keep_linears(d, dst)
             print(f"{name}: {sorted(os.listdir(dst))}")
 
 

@@ -35,8 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 from make_float_ckpt_goldens import make_model  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from make_float_rtn_goldens import keep_linears  # noqa: E402
 
 SEQLEN = 32
 DOCS = [
@@ -107,13 +106,7 @@ def main() -> None:
         maxima = fp_chain_maxima(src, dataset)
         for fmt in ("llm_compressor", "auto_round"):
             d = quantize(src, dataset, fmt, os.path.join(tmp, fmt))
-            dst = os.path.join(args.out, fmt)
-            shutil.rmtree(dst, ignore_errors=True)
-            os.makedirs(dst)
-            shutil.copy(os.path.join(d, "config.json"), dst)
-            with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:  # the Linears' tensors only
-                keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k}
-            save_file(keep, os.path.join(dst, "model.safetensors"))
+            keep = keep_linears(d, os.path.join(args.out, fmt))
             for k, v in sorted(keep.items()):
                 if k.endswith("input_scale"):
                     name = k[: -len(".input_scale")]
