@@ -2,7 +2,8 @@
 // activation maxima of the calibration tokens, written as input_scale, against AutoRound 0.16.1's own
 // RTN outputs of the same model and calibration (tests/data/fp8_static, made by
 // tools/make_fp8_static_goldens.py); the maxima are the same for every lane world; SignRound runs and
-// writes scales from the quantized chain's maxima; a killed --resume run ends byte-identical.
+// writes scales from the quantized chain's maxima; a killed --resume run ends byte-identical;
+// lm_head gets its input's scale.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,9 @@
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/transformer.h"
+#include "quant/calib.h"
 #include "pipeline/quantize.h"
 
 using namespace ar;
@@ -197,4 +201,33 @@ TEST(PipelineFp8Static, ResumeAfterSigkillIsByteIdentical) {
   o.calib.seqlen = 64;
   test::expect_resume_matches_uninterrupted(o, q, 4, {"/llm-compressor", "/auto-round"});
   for (const auto& d : {m, ref, q}) fs::remove_all(d);
+}
+
+// --quant_lm_head: lm_head is packed with its own input scale. RTN reads the FP chain, so lm_head's
+// input is the FP model's final-norm output, which the inference forward (model/transformer.h)
+// computes on its own: input_scale = its maximum over the calibration tokens / 448.
+TEST(PipelineFp8Static, QuantLmHeadWritesItsInputMaximum) {
+  const std::string m = test::temp_path("fp8s_lm_model"), q = test::temp_path("fp8s_lm_out");
+  auto cfg = tiny_llama_config(1);
+  cfg["vocab_size"] = 320;
+  write_synthetic_model(m, cfg, 25);
+  QuantizeOptions o = static_opts(m, q, "llm_compressor", 0);
+  o.quant_lm_head = true;
+  ASSERT_TRUE(quantize_model(o).lm_head_quantized);
+  auto out = SafetensorsFile::open(q + "/model.safetensors");
+  const float ours = f32_at(*out, "lm_head.input_scale");
+  EXPECT_EQ(quant_config(q)["ignore"], nlohmann::json::array());
+
+  auto model = HfModel::open(m);
+  auto tok = load_tokenizer(m);
+  quant::CalibOptions co = o.calib;
+  co.max_context = model->config().max_position_embeddings;
+  const quant::CalibData cd = quant::build_calibration(*tok, co);
+  Context ctx(Device{}, 2);
+  Transformer tf(*model, ctx, false);
+  const Tensor h = tf.forward_hidden(cd.ids.data(), nullptr, cd.n, cd.seqlen);
+  float amax = 0;
+  for (int64_t i = 0; i < h.numel(); ++i) amax = std::max(amax, std::fabs(h.f32()[i]));
+  EXPECT_NEAR(ours, amax / 448.0f, 1e-5f * amax / 448.0f);
+  for (const auto& d : {m, q}) fs::remove_all(d);
 }
