@@ -2,12 +2,13 @@
 // HfModel::open and load). Byte 0 picks one of the committed tests/data/float_ckpt configurations
 // (MXFP4, MXFP8, NVFP4, FP8 per channel / block, AutoRound's packings); the rest is the safetensors
 // image. Every Linear of the block and lm_head is read, so the part checks and the dequantization
-// both run.
+// both run, and (FP8_STATIC) the Linears' static activation scales.
 #include <filesystem>
 
 #include "core/context.h"
 #include "fuzz_util.h"
 #include "io/mapped_file.h"
+#include "model/dequant_float.h"
 #include "model/loader.h"
 
 namespace {
@@ -43,5 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ar::Context ctx({}, 1);
     (void)m->load_block(0, ctx);
     (void)m->load_lm_head(ctx);
+    (void)ar::block_input_scales(*m, 0);
+    const ar::ModelConfig& c = m->config();
+    (void)ar::static_input_scale(*m, "lm_head", {c.vocab_size, c.hidden_size});
   });
 }

@@ -1,7 +1,9 @@
 // Whole decoder block: reference backward (double) vs central finite differences for the input and
 // every weight, and the fp32 CPU block vs the double reference block (forward and all gradients).
 // Variants: plain Llama, Qwen2-style q/k/v bias (+ o bias as Llama attention_bias), Qwen3 q/k norm,
-// padding mask.
+// padding mask. With FP8_STATIC's activation QDQ in front of every Linear (ActQdq), the straight-
+// through gradients against finite differences of the surrogate they are the exact gradients of, and
+// the fp32 block against the double one.
 #include <map>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -137,6 +139,148 @@ TEST_P(BlockTest, CpuBlockMatchesReference) {
       EXPECT_TRUE(v == gf[k]) << "d" << k << " differs without dx";
     }
   }
+}
+
+// The reference ops with the activation QDQ replaced by the surrogate whose exact gradients are the
+// straight-through ones: record() keeps each Linear's input x0 and QDQ q0; afterwards a Linear reads
+//   q0 + mask (x - x0) + eps[k] r(x0),  mask: |u| < 448, r = e4m3(u) - u there, 448 sign(u) elsewhere
+// (dq/ds of the QDQ at x0), so d loss / d x, d W and d eps[k] (= dL/ds) are what backward must give.
+struct SurrogateOps : ref::RefOps<double> {
+  bool recording = true;
+  int call = 0;
+  std::vector<std::vector<double>> x0, q0;
+  double eps[7] = {};
+  double max_abs[7] = {};
+  Operand act_qdq_operand(const Operand& x, double s, int64_t n) {
+    const int k = call++ % 7;
+    if (recording) {
+      Operand q = ref::RefOps<double>::act_qdq_operand(x, s, n);
+      x0[size_t(k)].assign(x.x, x.x + n);
+      q0[size_t(k)].assign(q.x, q.x + n);
+      for (int64_t i = 0; i < n; ++i) max_abs[k] = std::max(max_abs[k], std::abs(x.x[i]));
+      return q;
+    }
+    Buf y = alloc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = x0[size_t(k)][size_t(i)];
+      const double u = xi / s;
+      const bool pass = std::abs(u) < 448.0;
+      const double r = pass ? double(e4m3_round(float(u))) - u : std::copysign(448.0, u);
+      y[size_t(i)] = q0[size_t(k)][size_t(i)] + (pass ? x.x[i] - xi : 0.0) + eps[k] * r;
+    }
+    Operand o;
+    o.own = std::move(y);
+    o.x = o.own.data();
+    return o;
+  }
+  SurrogateOps() : x0(7), q0(7) {}
+};
+
+// Every Linear quantized; scales from a first pass's input maxima, some below them (clipping).
+ActQdq<double> clipping_scales(BlockCase& s, SurrogateOps& ops, BlockRunner<SurrogateOps>& run,
+                               const BlockAux<double>& aux) {
+  ActQdq<double> probe;
+  for (double& v : probe.s) v = 1.0;
+  std::vector<double> y(s.x.size());
+  BlockRunner<SurrogateOps>::Cache c;
+  run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), c, nullptr, &probe);
+  const double factor[7] = {0.7, 1.5, 0.6, 0.8, 1.2, 0.7, 0.5};
+  ActQdq<double> a;
+  for (int k = 0; k < 7; ++k) a.s[k] = factor[k] * ops.max_abs[k] / 448.0;
+  return a;
+}
+
+TEST_P(BlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
+  BlockCase s(GetParam());
+  SurrogateOps ops;
+  BlockRunner<SurrogateOps> run(ops, s.d);
+  BlockAux<double> aux{s.B, s.T, s.pos.data(), s.cs.data(), s.sn.data(), s.key_mask()};
+  const ActQdq<double> act = clipping_scales(s, ops, run, aux);
+  std::vector<double> y(s.x.size()), dx(s.x.size());
+  ops.recording = true;
+  BlockRunner<SurrogateOps>::Cache c;
+  run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), c, nullptr, &act);
+  int clipped = 0;
+  for (int k = 0; k < 7; ++k)
+    for (double v : ops.x0[size_t(k)]) clipped += std::abs(v / act.s[k]) > 448.0;
+  EXPECT_GT(clipped, 0) << "no element clipped: the clamp's mask goes untested";
+  std::map<std::string, std::vector<double>> grads;
+  for (auto& [k, v] : s.w.t) grads[k].assign(v.size(), 0.0);
+  double dscale[7] = {};
+  run.backward(Weights::ptrs<const double*>(s.w.t), aux, c, s.R.data(), dx.data(), Weights::ptrs<double*>(grads),
+               true, dscale);
+  ops.recording = false;
+  auto loss = [&] {
+    BlockRunner<SurrogateOps>::Cache cc;
+    ops.call = 0;
+    run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), cc, nullptr, &act);
+    return dot(y, s.R);
+  };
+  expect_grad_matches_fd("dx", s.x, dx, loss, 1e-6, 200);
+  for (auto& [k, v] : s.w.t) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 200);
+  for (int k = 0; k < 7; ++k) {
+    std::vector<double> e{0.0}, de{dscale[k]};
+    auto loss_k = [&] {
+      ops.eps[k] = e[0];
+      const double l = loss();
+      ops.eps[k] = 0;
+      return l;
+    };
+    expect_grad_matches_fd("dscale[" + std::to_string(k) + "]", e, de, loss_k, 1e-6, 1);
+  }
+}
+
+TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) {
+  BlockCase s(GetParam());
+  std::map<std::string, std::vector<float>> wf;
+  for (auto& [k, v] : s.w.t) { wf[k] = cast<float>(v); v = cast<double>(wf[k]); }
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
+  SurrogateOps probe_ops;
+  BlockRunner<SurrogateOps> probe(probe_ops, s.d);
+  BlockAux<double> raux{s.B, s.T, s.pos.data(), s.cs.data(), s.sn.data(), s.key_mask()};
+  ActQdq<double> act = clipping_scales(s, probe_ops, probe, raux);
+  ActQdq<float> actf;
+  for (int k = 0; k < 7; ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
+
+  ref::RefOps<double> rops;
+  BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
+  std::vector<double> y(s.x.size()), dx(s.x.size());
+  std::map<std::string, std::vector<double>> g;
+  for (auto& [k, v] : s.w.t) g[k].assign(v.size(), 0.0);
+  double ds[7] = {};
+  BlockRunner<ref::RefOps<double>>::Cache rc;
+  rrun.forward(Weights::ptrs<const double*>(s.w.t), raux, s.x.data(), y.data(), rc, nullptr, &act);
+  rrun.backward(Weights::ptrs<const double*>(s.w.t), raux, rc, s.R.data(), dx.data(), Weights::ptrs<double*>(g),
+                true, ds);
+
+  Context ctx(Device{}, 2);
+  cpu::CpuOps cops{ctx};
+  BlockRunner<cpu::CpuOps> crun(cops, s.d);
+  BlockAux<float> caux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), s.key_mask()};
+  std::vector<float> yf(xf.size()), dxf(xf.size());
+  std::map<std::string, std::vector<float>> gf;
+  for (auto& [k, v] : wf) gf[k].assign(v.size(), 0.f);
+  float dsf[7] = {};
+  BlockRunner<cpu::CpuOps>::Cache cc;
+  crun.forward(Weights::ptrs<const float*>(wf), caux, xf.data(), yf.data(), cc, nullptr, &actf);
+  crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), dxf.data(), Weights::ptrs<float*>(gf), true,
+                dsf);
+  EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
+  EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
+  for (auto& [k, v] : g) EXPECT_LT(rel_err(gf[k].data(), v.data(), v.size()), 1e-5) << "d" << k;
+  EXPECT_LT(rel_err(dsf, ds, 7), 1e-5) << "dscale";
+
+  // Without dx (tuning): the weight gradients and dL/ds are the same bits.
+  std::map<std::string, std::vector<float>> gn;
+  for (auto& [k, v] : wf) gn[k].assign(v.size(), 0.f);
+  auto gp = Weights::ptrs<float*>(gn);
+  gp.ln1 = nullptr;
+  float dsn[7] = {};
+  crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), nullptr, gp, true, dsn);
+  for (auto& [k, v] : gn)
+    if (k != "ln1") EXPECT_TRUE(v == gf[k]) << "d" << k << " differs without dx";
+  for (int k = 0; k < 7; ++k) EXPECT_EQ(dsn[k], dsf[k]) << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,

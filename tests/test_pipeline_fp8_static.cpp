@@ -3,7 +3,7 @@
 // RTN outputs of the same model and calibration (tests/data/fp8_static, made by
 // tools/make_fp8_static_goldens.py); the maxima are the same for every lane world; SignRound runs and
 // writes scales from the quantized chain's maxima; a killed --resume run ends byte-identical;
-// lm_head gets its input's scale.
+// lm_head gets its input's scale; eval computes W8A8 with the stored scales and refuses bad ones.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +17,7 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
+#include "model/rope_table.h"
 #include "model/synthetic.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
@@ -229,5 +230,115 @@ TEST(PipelineFp8Static, QuantLmHeadWritesItsInputMaximum) {
   float amax = 0;
   for (int64_t i = 0; i < h.numel(); ++i) amax = std::max(amax, std::fabs(h.f32()[i]));
   EXPECT_NEAR(ours, amax / 448.0f, 1e-5f * amax / 448.0f);
+  for (const auto& d : {m, q}) fs::remove_all(d);
+}
+
+namespace {
+
+// The logits of `dir` computed block by block with the CPU block runner, each Linear's input through the
+// activation QDQ at the input_scale read here straight from the file (slot order q, k, v, o, gate, up,
+// down), and lm_head's dense GEMM: what Transformer must compute for a W8A8 checkpoint.
+std::vector<float> composed_logits(const std::string& dir, const std::vector<int32_t>& ids, bool with_act) {
+  auto model = HfModel::open(dir);
+  auto file = SafetensorsFile::open(dir + "/model.safetensors");
+  const ModelConfig& c = model->config();
+  Context ctx(Device{}, 2);
+  const int64_t T = int64_t(ids.size()), C = c.hidden_size;
+  Tensor x = Tensor::empty({T, C}, DType::F32, ctx), y = Tensor::empty({T, C}, DType::F32, ctx);
+  const Tensor E = model->load_embeddings(ctx);
+  for (int64_t t = 0; t < T; ++t) std::memcpy(x.f32() + t * C, E.f32() + ids[size_t(t)] * C, size_t(C) * 4);
+  const RopeTable rope = make_rope_table(c, c.max_position_embeddings);
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
+  BlockAux<float> aux{1, T, pos.data(), rope.cos.data(), rope.sin.data(), nullptr};
+  cpu::CpuOps ops{ctx};
+  BlockRunner<cpu::CpuOps> run(ops, c.block_dims());
+  const char* slots[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                         "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    ActQdq<float> act;
+    for (int k = 0; k < 7; ++k) act.s[k] = f32_at(*file, HfModel::layer_prefix(l) + slots[k] + ".input_scale");
+    BlockRunner<cpu::CpuOps>::Cache cache;
+    run.forward(model->load_block(l, ctx).ptrs(), aux, x.f32(), y.f32(), cache, nullptr, with_act ? &act : nullptr);
+    std::swap(x, y);
+  }
+  cpu::rmsnorm_fwd(ctx, x.f32(), model->load_final_norm(ctx).f32(), y.f32(), nullptr, T, C, c.rms_norm_eps);
+  std::vector<float> logits(size_t(T * c.vocab_size));
+  cpu::linear_fwd(ctx, y.f32(), model->load_lm_head(ctx).f32(), nullptr, logits.data(), T, C, c.vocab_size);
+  return logits;
+}
+
+// Overwrites the 4 bytes of tensor `name` in a single-file checkpoint (a tampered input_scale).
+void poke_f32(const std::string& path, const std::string& name, float v) {
+  std::string bytes = read_text_file(path);
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data(), 8);
+  auto f = SafetensorsFile::open(path);
+  const StTensorInfo* t = f->find(name);
+  ASSERT_NE(t, nullptr) << name;
+  std::memcpy(bytes.data() + 8 + hlen + t->begin, &v, 4);
+  f.reset();
+  write_file_atomic(path, bytes);
+}
+
+}  // namespace
+
+// eval reads a W8A8 checkpoint as one: in both formats the config says static FP8 activations, and the
+// inference forward (model/transformer.h) gives the bits of the block-by-block composition with the
+// file's input scales in their slots, which are not the weight-only logits. A tampered scale (NaN,
+// negative) or a missing one is refused naming the tensor.
+TEST(PipelineFp8Static, EvalQuantizesTheActivationsWithTheStoredScales) {
+  const std::string m = test::temp_path("fp8s_eval_model"), q = test::temp_path("fp8s_eval_out");
+  auto cfg = tiny_llama_config(2);
+  write_synthetic_model(m, cfg, 27);
+  QuantizeOptions o = static_opts(m, q, "llm_compressor,auto_round", 3);
+  quantize_model(o);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(int32_t((i * 37 + 5) % cfg["vocab_size"].get<int>()));
+  for (const std::string dir : {q + "/llm-compressor", q + "/auto-round"}) {
+    SCOPED_TRACE(dir);
+    auto model = HfModel::open(dir);
+    ASSERT_TRUE(model->config().quant.act_static);
+    Context ctx(Device{}, 2);
+    Transformer tf(*model, ctx, false);
+    const Tensor z = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));
+    const std::vector<float> want = composed_logits(dir, ids, true), w_only = composed_logits(dir, ids, false);
+    ASSERT_EQ(size_t(z.numel()), want.size());
+    EXPECT_EQ(0, std::memcmp(z.f32(), want.data(), want.size() * 4)) << "eval is not the W8A8 composition";
+    EXPECT_NE(want, w_only);
+    Transformer gen(*model, ctx, true);  // generate's incremental path agrees on the last position
+    const std::vector<float> last = gen.decode(ids.data(), int64_t(ids.size()));
+    const int64_t V = cfg["vocab_size"].get<int>();
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_NEAR(last[size_t(v)], z.f32()[(int64_t(ids.size()) - 1) * V + v], 1e-4f) << v;
+  }
+  const std::string file = q + "/llm-compressor/model.safetensors", name = "model.layers.1.mlp.up_proj.input_scale";
+  const std::string good = read_text_file(file);
+  for (float bad : {-1.0f, NAN}) {
+    poke_f32(file, name, bad);
+    auto model = HfModel::open(q + "/llm-compressor");
+    Context ctx(Device{}, 1);
+    try {
+      Transformer tf(*model, ctx, false);
+      ADD_FAILURE() << "a scale of " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+    write_file_atomic(file, good);
+  }
+  // The same bytes under another name: the Linear's scale is missing.
+  std::string renamed = good;
+  const size_t at = renamed.find(name);
+  ASSERT_NE(at, std::string::npos);
+  renamed[at + name.size() - 1] = 'f';  // ".input_scalf"
+  write_file_atomic(file, renamed);
+  try {
+    auto model = HfModel::open(q + "/llm-compressor");
+    Context ctx(Device{}, 1);
+    Transformer tf(*model, ctx, false);
+    ADD_FAILURE() << "a missing input_scale was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
   for (const auto& d : {m, q}) fs::remove_all(d);
 }

@@ -2,10 +2,15 @@
 // iters 0 is the reference QDQ (RTN) of each family; tuning V and the max-scale coefficient lowers the
 // block-output error below RTN's; the kept weights are the best iterate's and the fp32 QDQ of the kept
 // tunables; the coefficients stay in [0, 1]; the row-parallel forward equals the serial one (fp32 and
-// bf16); the in-process lane writes the serial run's bits at worlds 1, 2 and 4.
+// bf16); the in-process lane writes the serial run's bits at worlds 1, 2 and 4. FP8_STATIC: the tuning
+// forward reads every Linear's input through its activation QDQ, the coefficients of the maxima move
+// in [0, 1] and set the kept input scales, the same bits at every world.
+#include <array>
+#include <cmath>
 #include <cstring>
 
 #include "block_fixture.h"
+#include "quant/tune_linear.h"
 #include "fp_schemes.h"
 #include "core/dtype.h"
 #include "parallel/devices.h"
@@ -37,7 +42,128 @@ std::vector<float> reference_qdq(const QuantFormat& fmt, const Tensor& W, const 
   return out;
 }
 
+// FP8_STATIC (per-channel FP8 weights, static E4M3 activations).
+QuantFormat fp8_static() {
+  QuantFormat f = test::fp_format(FpFamily::Fp8, 8, -1);
+  f.act_bits = 8;
+  return f;
+}
+
+// The maxima |x| of the four Linear inputs (q/k/v, o, gate/up, down) of the FP block over the pool.
+std::array<float, 4> input_maxima(Fixture& f) {
+  cpu::CpuOps ops{f.ctx};
+  ops.keep_fp32 = true;
+  BlockRunner<cpu::CpuOps> r(ops, f.dims);
+  BlockRunner<cpu::CpuOps>::Cache c;
+  Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
+  r.forward(f.w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c);
+  const float* in[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};
+  const int64_t width[] = {64, 64, 64, 128};
+  std::array<float, 4> m{};
+  for (int k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < f.n * f.T * width[k]; ++i) m[size_t(k)] = std::max(m[size_t(k)], std::fabs(in[k][i]));
+  return m;
+}
+
+// SignRound's options with the hook that hands each Linear its input maximum (WeightTrack's role).
+SignRoundOptions with_act_max(const std::array<float, 4>& m, SignRoundOptions o = {}) {
+  o.fix_params = [m](Context&, TunedLinear& L) {
+    const size_t k = L.name == "self_attn.o_proj" ? 1 : L.name == "mlp.down_proj" ? 3 : L.name.rfind("mlp.", 0) == 0 ? 2 : 0;
+    L.act_max = m[k];
+  };
+  return o;
+}
+
+// The block MSE of weights `w` whose Linears read their inputs through the activation QDQ at `act`.
+double mse_with_act(Fixture& f, const BlockWeights& w, const ActQdq<float>& act) {
+  cpu::CpuOps ops{f.ctx};
+  BlockRunner<cpu::CpuOps> r(ops, f.dims);
+  BlockRunner<cpu::CpuOps>::Cache c;
+  Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
+  r.forward(w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c, nullptr, &act);
+  double s = 0;
+  int64_t cnt = 0;
+  for (int64_t i = 0; i < f.n * f.T; ++i) {
+    if (!f.mask[size_t(i)]) continue;
+    for (int64_t k = 0; k < 64; ++k) {
+      const double d = double(out.f32()[i * 64 + k]) - double(f.y.f32()[i * 64 + k]);
+      s += d * d;
+    }
+    cnt += 64;
+  }
+  return s / double(cnt);
+}
+
+ActQdq<float> act_of(const BlockTuneResult& r) {
+  ActQdq<float> a;
+  for (size_t l = 0; l < r.layers.size(); ++l) a.s[l] = r.layers[l].input_scale;  // all seven, in slot order
+  return a;
+}
+
 }  // namespace
+
+// With the whole pool as the batch, iteration 0's loss is the RTN block's MSE with every Linear's input
+// through its activation QDQ at coefficient 1 (an error the weight-only forward does not have).
+TEST(SignRoundFp8Static, TheTuningForwardQuantizesTheActivations) {
+  Fixture f;
+  const auto m = input_maxima(f);
+  SignRoundOptions o = with_act_max(m);
+  o.batch_size = int(f.n);
+  BlockWeights a = f.copy(), rtn = f.copy();
+  const BlockTuneResult r = f.tune(a, fp8_static(), 2, 42, o);
+  f.tune(rtn, test::fp_format(FpFamily::Fp8, 8, -1), 0);
+  ActQdq<float> at1;
+  const float in_max[7] = {m[0], m[0], m[0], m[1], m[2], m[2], m[3]};
+  for (int k = 0; k < 7; ++k) at1.s[k] = fp8_static_input_scale(in_max[k]);
+  const double with_act = mse_with_act(f, rtn, at1), weights_only = f.mse(rtn);
+  EXPECT_NEAR(r.loss_first, with_act, 1e-5 * with_act);
+  EXPECT_GT(std::fabs(with_act - weights_only), 1e-3 * weights_only) << "the activation QDQ changes nothing here";
+}
+
+// The coefficients stay in [0, 1] and move; each kept input scale is fp8_static_input_scale(max * coef)
+// of the best iterate's coefficient, whose block MSE (with those scales) is loss_best.
+TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
+  Fixture f;
+  const auto m = input_maxima(f);
+  SignRoundOptions o = with_act_max(m);
+  o.batch_size = int(f.n);
+  o.lr = 0.05;
+  BlockWeights a = f.copy();
+  const BlockTuneResult r = f.tune(a, fp8_static(), 30, 3, o);
+  ASSERT_EQ(r.layers.size(), 7u);
+  int moved = 0;
+  for (const TunedLinear& L : r.layers) {
+    EXPECT_TRUE(L.act_coef >= 0.f && L.act_coef <= 1.f) << L.name << " " << L.act_coef;
+    moved += L.act_coef != 1.f;
+    EXPECT_EQ(L.input_scale, fp8_static_input_scale(L.act_max * L.act_coef)) << L.name;
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_NEAR(mse_with_act(f, a, act_of(r)), r.loss_best, 1e-5 * r.loss_best);
+  // --disable_minmax_tuning keeps them at 1 (AutoRound's act_max_scale sits in the min/max group).
+  BlockWeights b = f.copy();
+  o.enable_minmax_tuning = false;
+  for (const TunedLinear& L : f.tune(b, fp8_static(), 5, 3, o).layers) EXPECT_EQ(L.act_coef, 1.f) << L.name;
+}
+
+TEST(SignRoundFp8Static, DeterministicWorldsWriteIdenticalWeightsAndScales) {
+  Fixture f;
+  const auto m = input_maxima(f);
+  std::vector<Device> cpus;
+  for (int i = 0; i < 4; ++i) cpus.push_back({DeviceKind::CPU, i});
+  parallel::ReplicaGroup group(parallel::cpu_device_slots(parallel::CpuTopology::detect(), cpus));
+  SignRoundOptions o = with_act_max(m);
+  o.lr = 0.05;
+  BlockWeights serial = f.copy();
+  const BlockTuneResult rs = f.tune(serial, fp8_static(), 10, 42, o);
+  for (int W : {2, 4}) {
+    BlockWeights a = f.copy();
+    const BlockTuneResult r = f.tune(a, fp8_static(), 10, 42, o, {&group, W, {}});
+    EXPECT_EQ(r.loss_best, rs.loss_best) << "world " << W;
+    EXPECT_TRUE(weights_of(a) == weights_of(serial)) << "world " << W;
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      EXPECT_EQ(r.layers[l].input_scale, rs.layers[l].input_scale) << r.layers[l].name << " world " << W;
+  }
+}
 
 TEST(SignRoundFp, ZeroItersIsTheReferenceQdq) {
   Fixture f;
@@ -138,4 +264,38 @@ TEST(SignRoundFp, DeterministicWorldsWriteIdenticalWeights) {
       EXPECT_TRUE(weights_of(a) == weights_of(serial)) << s.name << " world " << W << " differs from serial";
     }
   }
+}
+
+// lm_head's layer-wise tuning (quant/tune_linear.h) under FP8_STATIC: iteration 0's loss is the RTN
+// weight on the activation QDQ of x_in at coefficient 1 against the FP Linear on x_fp; the coefficient
+// moves in [0, 1] and sets input_scale.
+TEST(SignRoundFp8Static, LinearTuningQuantizesItsInput) {
+  Context ctx{Device{}, 2};
+  const int64_t n = 4, T = 8, in = 64, out = 48;
+  const Tensor x_in = test::random_tensor(ctx, {n, T, in}, 31, 1.0), x_fp = test::random_tensor(ctx, {n, T, in}, 32, 1.0);
+  const Tensor w0 = test::random_tensor(ctx, {out, in}, 33, 0.1);
+  std::vector<uint8_t> mask(size_t(n * T), 1);
+  float amax = 0;
+  for (int64_t i = 0; i < x_in.numel(); ++i) amax = std::max(amax, std::fabs(x_in.f32()[i]));
+  SignRoundOptions o;
+  o.batch_size = int(n);
+  o.lr = 0.05;
+  Tensor rtn = w0.clone(ctx), w = w0.clone(ctx);
+  signround_tune_linear(ctx, "lm_head", rtn, fp8_static(), x_in, x_fp, T, mask, [] { SignRoundOptions z; z.iters = 0; return z; }(), amax);
+  o.iters = 20;
+  const BlockTuneResult r = signround_tune_linear(ctx, "lm_head", w, fp8_static(), x_in, x_fp, T, mask, o, amax);
+  // The loss at iteration 0, composed here.
+  const float s = fp8_static_input_scale(amax);
+  std::vector<float> xq(size_t(x_in.numel()));
+  cpu::act_qdq_fwd(ctx, x_in.f32(), s, xq.data(), x_in.numel());
+  std::vector<float> y(size_t(n * T * out)), yf(y.size());
+  cpu::gemm(ctx, false, true, n * T, out, in, 1.f, xq.data(), in, rtn.f32(), in, 0.f, y.data(), out);
+  cpu::gemm(ctx, false, true, n * T, out, in, 1.f, x_fp.f32(), in, w0.f32(), in, 0.f, yf.data(), out);
+  double l0 = 0;
+  for (size_t i = 0; i < y.size(); ++i) l0 += (double(y[i]) - yf[i]) * (double(y[i]) - yf[i]);
+  l0 /= double(y.size());
+  EXPECT_NEAR(r.loss_first, l0, 1e-5 * l0);
+  const TunedLinear& L = r.layers[0];
+  EXPECT_TRUE(L.act_coef >= 0.f && L.act_coef < 1.f) << L.act_coef;
+  EXPECT_EQ(L.input_scale, fp8_static_input_scale(amax * L.act_coef));
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Quality and tuning time of the float schemes (issue 25): autoround.cpp against auto-round 0.16.1 on
 identical calibration tokens, RTN (each tool's --iters 0 default: optimized RTN for MX / NVFP4, plain
-for FP8) and SignRound, weight-only (act_bits 16), written as llm_compressor and scored by our
-`autoround eval` (KL divergence against the FP model, which reads both tools' outputs).
+for FP8) and SignRound, weight-only (act_bits 16) except FP8_STATIC (W8A8 with static activation
+scales), written as llm_compressor and scored by our `autoround eval` (KL divergence against the FP
+model, which reads both tools' outputs; FP8_STATIC's with every quantized Linear's input through the
+E4M3 QDQ of its stored input_scale).
 
 Not part of the test suite. Needs the venv outside the repository (torch, transformers, auto-round,
 compressed-tensors) and the built CLI. From the repository root (about 25 minutes on 2 cores):
@@ -41,7 +43,10 @@ SCHEMES = [  # name, our flags, AutoRound kwargs
     ("MXFP8", ["--data_type", "mx_fp", "--bits", "8"], dict(bits=8, group_size=32, data_type="mx_fp", act_bits=16)),
     ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"], dict(bits=4, group_size=16, data_type="nv_fp", act_bits=16)),
     ("FPW8A16", ["--scheme", "FPW8A16"], dict(scheme="FPW8A16")),
+    # W8A8: both tools tune with the activations fake-quantized; eval reads both outputs as W8A8.
+    ("FP8_STATIC", ["--scheme", "FP8_STATIC"], dict(scheme="FP8_STATIC")),
 ]
+ACT_BITS = {"FP8_STATIC": [8]}  # the schemes whose activations are quantized; the others are weight-only
 TAG = "FQ_WORKER "
 
 
@@ -58,7 +63,12 @@ def worker(a):
     _, folders = ar.quantize_and_save(output_dir=a.out, format="llm_compressor")
     folders = folders if isinstance(folders, (list, tuple)) else [folders]
     acts = sorted({getattr(m, "act_bits", 16) for m in ar.model.modules() if hasattr(m, "act_bits")})
-    if acts != [16]:  # the comparison is weight-only
+    if a.scheme_name in ACT_BITS:  # its packed layers drop act_bits: read the exported config instead
+        cfg = json.loads((Path(folders[0]) / "config.json").read_text())["quantization_config"]
+        groups = [g.get("input_activations") for g in cfg.get("config_groups", {}).values()]
+        if not groups or any(not g or g.get("num_bits") not in ACT_BITS[a.scheme_name] or g.get("dynamic") for g in groups):
+            sys.exit(f"auto-round's input_activations {groups}, expected static {ACT_BITS[a.scheme_name]}-bit")
+    elif acts != [16]:  # the comparison is weight-only
         sys.exit(f"auto-round quantizes activations: act_bits {acts}")
     print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
 
@@ -88,6 +98,7 @@ def main():
     ap.add_argument("--ids_file")
     ap.add_argument("--out")
     ap.add_argument("--ar_kwargs", default="{}")
+    ap.add_argument("--scheme_name", default="")
     a = ap.parse_args()
     if a._worker:
         return worker(a)
@@ -133,7 +144,7 @@ def main():
                 sys.exit(f"ours failed: {shlex.join(cmd)}\n{r.stderr[-2000:]}")
             wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
                     "--out", str(work / f"ar-{tag}"), "--iters", str(iters), "--seqlen", str(a.seqlen),
-                    "--batch_size", str(a.batch_size), "--ar_kwargs", json.dumps(ar_kw)]
+                    "--batch_size", str(a.batch_size), "--ar_kwargs", json.dumps(ar_kw), "--scheme_name", name]
             t0 = time.perf_counter()
             r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
             w_ar = time.perf_counter() - t0

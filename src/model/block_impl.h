@@ -9,6 +9,9 @@
 //   a = silu(h2 Wg^T) * (h2 Wu^T)  [N, I];   y = x1 + a Wd^T
 // Backward walks the same graph in reverse; weight gradients accumulate into the Grad pointers
 // that are non-null (so a caller can ask for input gradients only).
+// FP8_STATIC (ActQdq): a Linear with a static activation scale reads the QDQ of its input
+// (kernels/ref/act_qdq_ref.h) instead of the input; its input gradient goes back through that QDQ,
+// and backward adds dL/ds per Linear.
 #pragma once
 #include <cstdint>
 
@@ -28,6 +31,13 @@ struct BlockPtrs {
   P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
   P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
     wd = nullptr;
+};
+
+// The static activation scale s of each Linear, in the order q, k, v, o, gate, up, down; 0: the
+// Linear reads its input as is. Under amp the input operands must keep their fp32 values (keep_fp32).
+template <class T>
+struct ActQdq {
+  T s[7] = {};
 };
 
 // Inputs shared by every block of a batch: rope tables [maxpos, D/2], positions [N], key mask [B, T].
@@ -52,6 +62,9 @@ class BlockRunner {
     Buf rstd1, q, k, v, qpre, kpre, rstdq, rstdk, o, lse, x1, rstd2, g, u;
     // The Linears' inputs in their GEMM operand form: h1 = rmsnorm(x), o, h2 = rmsnorm(x1), a = swiglu.
     typename Ops::Operand h1o, oo, h2o, ao;
+    // With activation QDQ: the scales, and the QDQ operand each quantized Linear read.
+    const ActQdq<T>* act = nullptr;
+    typename Ops::Operand xq[7];
   };
 
   // Keys/values of earlier positions for incremental decoding (batch 1): [capacity, Hkv*D] each.
@@ -68,15 +81,16 @@ class BlockRunner {
   // With `kv` (batch 1, no key mask): the T new tokens sit at positions kv->len.. (aux.pos must say
   // so), attend to the cached keys too, and are appended to the cache. Backward needs kv == null.
   void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c,
-               KvCache* kv = nullptr) {
+               KvCache* kv = nullptr, const ActQdq<T>* act = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     c.x = x;
+    c.act = act;
     c.rstd1 = ops_.alloc(N);
     c.h1o = ops_.rmsnorm_operand(x, w.ln1, p(c.rstd1), N, C, d_.eps);
     c.q = ops_.alloc(N * QD); c.k = ops_.alloc(N * KD); c.v = ops_.alloc(N * KD);
-    ops_.linear_fwd(c.h1o, w.wq, w.bq, p(c.q), N, C, QD);
-    ops_.linear_fwd(c.h1o, w.wk, w.bk, p(c.k), N, C, KD);
-    ops_.linear_fwd(c.h1o, w.wv, w.bv, p(c.v), N, C, KD);
+    ops_.linear_fwd(input(c, 0, c.h1o, N * C), w.wq, w.bq, p(c.q), N, C, QD);
+    ops_.linear_fwd(input(c, 1, c.h1o, N * C), w.wk, w.bk, p(c.k), N, C, KD);
+    ops_.linear_fwd(input(c, 2, c.h1o, N * C), w.wv, w.bv, p(c.v), N, C, KD);
     if (d_.qk_norm) {
       c.qpre = ops_.alloc(N * QD); c.kpre = ops_.alloc(N * KD);
       c.rstdq = ops_.alloc(N * d_.H); c.rstdk = ops_.alloc(N * d_.Hkv);
@@ -99,38 +113,43 @@ class BlockRunner {
     }
     c.x1 = ops_.alloc(N * C);
     c.oo = ops_.operand(p(c.o), N * QD);
-    ops_.linear_fwd(c.oo, w.wo, w.bo, p(c.x1), N, QD, C);
+    ops_.linear_fwd(input(c, 3, c.oo, N * QD), w.wo, w.bo, p(c.x1), N, QD, C);
     ops_.add(x, p(c.x1), p(c.x1), N * C);
     c.rstd2 = ops_.alloc(N);
     c.h2o = ops_.rmsnorm_operand(p(c.x1), w.ln2, p(c.rstd2), N, C, d_.eps);
     c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I);
-    ops_.linear_fwd(c.h2o, w.wg, nullptr, p(c.g), N, C, I);
-    ops_.linear_fwd(c.h2o, w.wu, nullptr, p(c.u), N, C, I);
+    ops_.linear_fwd(input(c, 4, c.h2o, N * C), w.wg, nullptr, p(c.g), N, C, I);
+    ops_.linear_fwd(input(c, 5, c.h2o, N * C), w.wu, nullptr, p(c.u), N, C, I);
     c.ao = ops_.swiglu_operand(p(c.g), p(c.u), N * I);
-    ops_.linear_fwd(c.ao, w.wd, nullptr, y, N, I, C);
+    ops_.linear_fwd(input(c, 6, c.ao, N * I), w.wd, nullptr, y, N, I, C);
     ops_.add(p(c.x1), y, y, N * C);
   }
 
   // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g, or
   // with accumulate = false the Linears' weight gradients are written (the others still accumulate).
-  // dx = null (and no ln1 gradient) skips the input-gradient GEMMs of q/k/v (tuning needs none).
+  // dx = null (and no ln1 gradient) skips the input-gradient GEMMs of q/k/v (tuning needs none) unless
+  // they have activation QDQ. dscale (7 entries, may be null) accumulates dL/ds of the Linears' QDQ.
   void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
-                const BlockPtrs<T*>& g, bool accumulate = true) {
+                const BlockPtrs<T*>& g, bool accumulate = true, T* dscale = nullptr) {
     const bool acc = accumulate;
+    auto lin = [&](int slot, const typename Ops::Operand& dY, const typename Ops::Operand& X, const T* W, T* dX,
+                   bool acc_dx, T* dW, T* db, int64_t in, int64_t out) {
+      linear_bwd(c, slot, dY, X, W, dX, acc_dx, dW, acc, db, aux.B * aux.T, in, out, dscale);
+    };
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     Buf dx1 = ops_.alloc(N * C);
     ops_.copy(dy, p(dx1), N * C);
     {  // MLP
       Buf da = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
-      ops_.linear_bwd(ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, acc, nullptr, N, I, C);
+      lin(6, ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, nullptr, I, C);
       const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I);
-      ops_.linear_bwd(dg, c.h2o, w.wg, p(dh2), false, g.wg, acc, nullptr, N, C, I);
-      ops_.linear_bwd(du, c.h2o, w.wu, p(dh2), true, g.wu, acc, nullptr, N, C, I);
+      lin(4, dg, c.h2o, w.wg, p(dh2), false, g.wg, nullptr, C, I);
+      lin(5, du, c.h2o, w.wu, p(dh2), true, g.wu, nullptr, C, I);
       ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
     }
     // Attention
     Buf dob = ops_.alloc(N * QD), dq = ops_.alloc(N * QD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * KD);
-    ops_.linear_bwd(ops_.operand(p(dx1), N * C), c.oo, w.wo, p(dob), false, g.wo, acc, g.bo, N, QD, C);
+    lin(3, ops_.operand(p(dx1), N * C), c.oo, w.wo, p(dob), false, g.wo, g.bo, QD, C);
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
     ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, d_.D);
@@ -145,9 +164,9 @@ class BlockRunner {
     const bool need_dx = dx || g.ln1;
     Buf dh1 = ops_.alloc(need_dx ? N * C : 1);
     T* dh = need_dx ? p(dh1) : nullptr;
-    ops_.linear_bwd(ops_.operand(p(dq), N * QD), c.h1o, w.wq, dh, false, g.wq, acc, g.bq, N, C, QD);
-    ops_.linear_bwd(ops_.operand(p(dk), N * KD), c.h1o, w.wk, dh, true, g.wk, acc, g.bk, N, C, KD);
-    ops_.linear_bwd(ops_.operand(p(dv), N * KD), c.h1o, w.wv, dh, true, g.wv, acc, g.bv, N, C, KD);
+    lin(0, ops_.operand(p(dq), N * QD), c.h1o, w.wq, dh, false, g.wq, g.bq, C, QD);
+    lin(1, ops_.operand(p(dk), N * KD), c.h1o, w.wk, dh, true, g.wk, g.bk, C, KD);
+    lin(2, ops_.operand(p(dv), N * KD), c.h1o, w.wv, dh, true, g.wv, g.bv, C, KD);
     if (!need_dx) return;
     Buf scratch = ops_.alloc(dx ? 1 : N * C);
     if (!dx) dx = p(scratch);  // only ln1's gradient wanted
@@ -157,6 +176,24 @@ class BlockRunner {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
+  bool quantized(const Cache& c, int slot) const { return c.act && c.act->s[slot] != T(0); }
+  // The operand Linear `slot` reads: x, or its activation QDQ (kept in the cache for backward).
+  const typename Ops::Operand& input(Cache& c, int slot, const typename Ops::Operand& x, int64_t n) {
+    if (!quantized(c, slot)) return x;
+    c.xq[slot] = ops_.act_qdq_operand(x, c.act->s[slot], n);
+    return c.xq[slot];
+  }
+  // A Linear's backward from its output gradient dy; x is the input before any activation QDQ. With
+  // QDQ, dW comes from the operand it read, and the input gradient (taken even with dx null, for
+  // dL/ds) goes back through the QDQ.
+  void linear_bwd(Cache& c, int slot, const typename Ops::Operand& dy, const typename Ops::Operand& x, const T* W,
+                  T* dx, bool acc_dx, T* dW, bool acc_dW, T* db, int64_t n, int64_t in, int64_t out, T* dscale) {
+    if (!quantized(c, slot)) return ops_.linear_bwd(dy, x, W, dx, acc_dx, dW, acc_dW, db, n, in, out);
+    Buf dxq = ops_.alloc(n * in);
+    ops_.linear_bwd(dy, c.xq[slot], W, p(dxq), false, dW, acc_dW, db, n, in, out);
+    const T ds = ops_.act_qdq_bwd(x.x, c.act->s[slot], p(dxq), dx, acc_dx, n, in);
+    if (dscale) dscale[slot] += ds;
+  }
   ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }
 
   Ops& ops_;

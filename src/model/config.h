@@ -35,6 +35,10 @@ struct QuantConfig {
   bool awq = false;            // AWQ GEMM layout (auto_round:auto_awq, quant_method awq)
   FloatQuant fp = FloatQuant::None;  // compressed-tensors float formats (and AutoRound's llm_compressor packing)
   int64_t block_rows = 0, block_cols = 0;  // FP8 per-block scales (block_structure / weight_block_size)
+  // FP8_STATIC: E4M3 activations with one static scale per Linear input ("<prefix>.input_scale"). Other
+  // activation schemes (dynamic ones, which need a runtime quantizer) are not applied: eval scores
+  // their weights.
+  bool act_static = false;
 };
 
 struct ModelConfig {

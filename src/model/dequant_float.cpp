@@ -169,4 +169,34 @@ Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, cons
   return w;
 }
 
+float static_input_scale(const HfModel& m, const std::string& prefix, const Shape& expect) {
+  if (!m.config().quant.act_static || !check_float_linear(m, prefix, expect)) return 0.f;
+  const std::string name = prefix + ".input_scale";
+  std::string file;
+  if (!m.info(name, &file))
+    fail(ErrorKind::InvalidInput, m.dir() + ": tensor '" + name + "' is missing (the config has static FP8 "
+                                            "activations: every quantized Linear needs its input scale)");
+  expect_part(m, name, {DType::F32, DType::BF16, DType::F16}, {{1}, {}});
+  const float s = values(m, name, false)[0];
+  if (!std::isfinite(s) || s <= 0.f)
+    fail(ErrorKind::InvalidInput, file + ": tensor '" + name + "' is " + std::to_string(s) +
+                                      "; an activation scale must be finite and positive");
+  return s;
+}
+
+ActQdq<float> block_input_scales(const HfModel& m, int64_t layer) {
+  ActQdq<float> a;
+  const ModelConfig& c = m.config();
+  if (!c.quant.act_static) return a;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
+                KD = c.num_kv_heads * c.head_dim;
+  const std::pair<const char*, Shape> slots[7] = {
+      {"self_attn.q_proj", {QD, C}}, {"self_attn.k_proj", {KD, C}}, {"self_attn.v_proj", {KD, C}},
+      {"self_attn.o_proj", {C, QD}}, {"mlp.gate_proj", {I, C}},     {"mlp.up_proj", {I, C}},
+      {"mlp.down_proj", {C, I}}};
+  for (int k = 0; k < 7; ++k)
+    a.s[k] = static_input_scale(m, HfModel::layer_prefix(layer) + slots[k].first, slots[k].second);
+  return a;
+}
+
 }  // namespace ar

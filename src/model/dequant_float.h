@@ -10,6 +10,7 @@
 #pragma once
 #include <string>
 
+#include "model/block_impl.h"
 #include "model/loader.h"
 
 namespace ar {
@@ -22,5 +23,14 @@ bool check_float_linear(const HfModel& m, const std::string& prefix, const Shape
 // The fp32 weight of a Linear for which check_float_linear is true; a non-finite result (a NaN code,
 // an E8M0 255, a zero global scale) is refused naming the tensor.
 Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx);
+
+// FP8_STATIC (QuantConfig::act_static): the static activation scale of a Linear stored in the float
+// scheme, "<prefix>.input_scale" (F32, BF16 or F16, [1] or []); missing, non-finite or not positive is
+// refused naming the tensor. 0 for a Linear stored dense (a layer kept in 16 bit reads its input as is).
+float static_input_scale(const HfModel& m, const std::string& prefix, const Shape& expect);
+
+// The static activation scales of a block's Linears in BlockRunner's slot order (all 0 without
+// act_static).
+ActQdq<float> block_input_scales(const HfModel& m, int64_t layer);
 
 }  // namespace ar

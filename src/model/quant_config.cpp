@@ -34,6 +34,15 @@ struct CtWeights {
   bool operator==(const CtWeights&) const = default;
 };
 
+// Whether a config group's input_activations are FP8_STATIC's: float, 8 bits, static, one scale per
+// tensor. Absent or null: 16-bit activations.
+bool ct_static_fp8_activations(const JsonIn& group) {
+  if (!group.has("input_activations") || group.at("input_activations").json().is_null()) return false;
+  const JsonIn a = group.at("input_activations");
+  return a.str("type", "") == "float" && q_int(a, "num_bits", 0) == 8 && !a.boolean("dynamic", true) &&
+         a.str("strategy", "") == "tensor";
+}
+
 CtWeights ct_weights(const JsonIn& group, const std::string& path, const std::string& name) {
   const JsonIn w = group.at("weights");
   const std::string type = w.str("type", "");
@@ -72,9 +81,11 @@ QuantConfig parse_compressed_tensors(const JsonIn& qi, const std::string& path) 
   bool have = false;
   for (auto it = groups.json().begin(); it != groups.json().end(); ++it) {
     const CtWeights c = ct_weights(groups.at(it.key()), path, printable(it.key()));
-    if (have && !(c == first))
-      bad_field(path, "config_groups", "groups with different weight schemes are not supported");
+    const bool acts = ct_static_fp8_activations(groups.at(it.key()));
+    if (have && (!(c == first) || acts != q.act_static))
+      bad_field(path, "config_groups", "groups with different weight or activation schemes are not supported");
     first = c;
+    q.act_static = acts;
     have = true;
   }
   if (first.bits != bits)
@@ -119,6 +130,8 @@ QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
     q.fp = autoround_float(qi, path, q.bits);
     if (qi.has("group_size") && qi.at("group_size").is_array()) parse_block(qi.at("group_size"), q);
     else q.group_size = q_int(qi, "group_size", -1);
+    q.act_static = q_int(qi, "act_bits", 16) == 8 && !qi.boolean("act_dynamic", true) &&
+                   qi.str("act_data_type", "").rfind("fp", 0) == 0;
     return q;
   }
   if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round" &&

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "model/dequant_float.h"
 
 namespace ar {
 
@@ -40,6 +41,10 @@ Transformer::Transformer(const HfModel& model, Context& ctx, bool resident)
   norm_ = model.load_final_norm(ctx);
   lm_head_ = c.tie_word_embeddings ? embed_ : model.load_lm_head(ctx);
   rope_ = make_rope_table(c, c.max_position_embeddings);
+  if (c.quant.act_static) {
+    for (int64_t l = 0; l < c.num_layers; ++l) act_.push_back(block_input_scales(model, l));
+    if (!c.tie_word_embeddings) lm_head_act_ = static_input_scale(model, "lm_head", {c.vocab_size, c.hidden_size});
+  }
   if (resident)
     for (int64_t l = 0; l < c.num_layers; ++l) blocks_.push_back(model.load_block(l, ctx));
 }
@@ -79,14 +84,14 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
   BlockAux<float> aux{1, n, pos.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     BlockRunner<cpu::CpuOps>::Cache cache;
-    runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)]);
+    runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)], act(l));
     check_activations(model_, y.f32(), n * C, block_stage(l));
     std::swap(x, y);
   }
   decode_->pos += n;
   std::vector<float> h(static_cast<size_t>(C)), logits(static_cast<size_t>(c.vocab_size));
   cpu::rmsnorm_fwd(ctx_, x.f32() + (n - 1) * C, norm_.f32(), h.data(), nullptr, 1, C, c.rms_norm_eps);
-  cpu::linear_fwd(ctx_, h.data(), lm_head_.f32(), nullptr, logits.data(), 1, C, c.vocab_size);
+  lm_head(h.data(), logits.data(), 1);
   check_activations(model_, logits.data(), c.vocab_size, "final norm and lm_head output (logits)");
   return logits;
 }
@@ -121,7 +126,7 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockWeights& w = block(l, scratch);
     BlockRunner<cpu::CpuOps>::Cache cache;
-    runner.forward(w.ptrs(), aux, x.f32(), y.f32(), cache);
+    runner.forward(w.ptrs(), aux, x.f32(), y.f32(), cache, nullptr, act(l));
     check_activations(model_, y.f32(), N * C, block_stage(l));
     std::swap(x, y);
   }
@@ -133,9 +138,21 @@ Tensor Transformer::forward_logits(const int32_t* ids, const uint8_t* key_mask, 
   const auto& c = model_.config();
   Tensor h = forward_hidden(ids, key_mask, B, T);
   Tensor logits = Tensor::empty({B * T, c.vocab_size}, DType::F32, ctx_);
-  cpu::linear_fwd(ctx_, h.f32(), lm_head_.f32(), nullptr, logits.f32(), B * T, c.hidden_size, c.vocab_size);
+  lm_head(h.f32(), logits.f32(), B * T);
   check_activations(model_, logits.f32(), B * T * c.vocab_size, "final norm and lm_head output (logits)");
   return logits;
+}
+
+void Transformer::lm_head(const float* h, float* logits, int64_t rows) {
+  const auto& c = model_.config();
+  const int64_t C = c.hidden_size;
+  Tensor hq;
+  if (lm_head_act_ > 0) {  // its input through the activation QDQ
+    hq = Tensor::empty({rows, C}, DType::F32, ctx_);
+    cpu::act_qdq_fwd(ctx_, h, lm_head_act_, hq.f32(), rows * C);
+    h = hq.f32();
+  }
+  cpu::linear_fwd(ctx_, h, lm_head_.f32(), nullptr, logits, rows, C, c.vocab_size);
 }
 
 }  // namespace ar

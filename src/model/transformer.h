@@ -1,9 +1,10 @@
 // Whole-model forward (inference): embedding -> decoder blocks -> final norm -> lm_head logits.
 // Blocks are materialized one at a time from the memory-mapped checkpoint (streaming mode), or kept
-// resident when `resident` is set (generation, which runs the model many times).
+// resident when `resident` is set (generation, which runs the model many times). A checkpoint with
+// static FP8 activations (FP8_STATIC) has each quantized Linear read its input through the E4M3 QDQ of
+// its stored input_scale, as a W8A8 engine computes it.
 #pragma once
 #include <memory>
-#include <vector>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,6 +34,10 @@ class Transformer {
   Context& ctx_;
   bool resident_;
   std::vector<BlockWeights> blocks_;  // resident mode only
+  std::vector<ActQdq<float>> act_;    // per block: the Linears' static activation scales (FP8_STATIC)
+  float lm_head_act_ = 0;             // lm_head's, 0: none
+  const ActQdq<float>* act(int64_t layer) const { return model_.config().quant.act_static ? &act_[size_t(layer)] : nullptr; }
+  void lm_head(const float* h, float* logits, int64_t rows);
   Tensor embed_, norm_, lm_head_;
   RopeTable rope_;
   struct DecodeState;

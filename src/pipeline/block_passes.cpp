@@ -60,7 +60,7 @@ void dispatch(Context& home, const quant::TuneLane& lane, const std::function<vo
 
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat, ActMax* amax) {
+                       Imatrix* imat, ActMax* amax, const ActQdq<float>* act) {
   const int64_t per = aux.T * dims.C;
   const int64_t widths[] = {dims.C, dims.H * dims.D, dims.C, dims.I};  // attn_in, o_in, mlp_in, down_in
   const int64_t width = widths[0] + widths[1] + widths[2] + widths[3];
@@ -85,7 +85,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
         operands.bind(t->f32(), {wb.back().data<uint16_t>(), &p, nullptr});
       }
     cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
-    ops.keep_fp32 = imat || amax;  // the statistics read the Linears' fp32 inputs
+    ops.keep_fp32 = imat || amax || act;  // the statistics and the activation QDQ read the fp32 inputs
     BlockRunner<cpu::CpuOps> run(ops, dims);
     BlockAux<float> a = aux;
     const bool bx = x.dtype() == DType::BF16, by = y.dtype() == DType::BF16;
@@ -96,7 +96,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       BlockRunner<cpu::CpuOps>::Cache c;
       if (bx) cpu::bf16_to_fp32(ctx, x.data<uint16_t>() + s0 * per, xs.f32(), a.B * per);
       float* yp = by ? ys.f32() : y.f32() + s0 * per;
-      run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c);
+      run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c, nullptr, act);
       if (by) cpu::fp32_to_bf16(ctx, yp, y.data<uint16_t>() + s0 * per, a.B * per);
       const float* acts[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};  // fp32 (keep_fp32)
       if (amax)
@@ -138,6 +138,16 @@ const char* linear_input_key(const std::string& linear) {
   if (linear == "mlp.down_proj") return "down_in";
   if (linear.rfind("mlp.", 0) == 0) return "mlp_in";
   return "attn_in";
+}
+
+ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr) {
+  ActQdq<float> a;
+  BlockWeights probe;  // only the slot names
+  const auto slots = quant::block_linears(probe);
+  for (const auto& L : tr.layers)
+    for (size_t k = 0; k < slots.size(); ++k)
+      if (slots[k].first == L.name) a.s[k] = L.input_scale;
+  return a;
 }
 
 const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {

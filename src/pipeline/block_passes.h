@@ -34,10 +34,14 @@ using ActMax = std::map<std::string, float>;
 // x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
 // In a multi-process job (lane.procs) x and y hold this process's shard, and the imatrix is the sum over
 // the whole pool: every process's per-sample sums are gathered and added in sample order, as serially;
-// likewise `amax` is the whole pool's.
+// likewise `amax` is the whole pool's. `act`: the Linears read their inputs through FP8_STATIC's
+// activation QDQ (a quantized chain whose block was tuned with it).
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat = nullptr, ActMax* amax = nullptr);
+                       Imatrix* imat = nullptr, ActMax* amax = nullptr, const ActQdq<float>* act = nullptr);
+
+// The activation scales of a tuned block's Linears (TunedLinear::input_scale) in block slot order.
+ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr);
 
 // --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
 // is given, else plain RTN (min/max scale, rounding to nearest). In a multi-process job process p

@@ -172,12 +172,11 @@ void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt
   Tensor rstd = Tensor::empty({n * T}, DType::F32, ctx);
   cpu::rmsnorm_fwd(ctx, chain.f32(), norm.f32(), h_in.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
   cpu::rmsnorm_fwd(ctx, fp.f32(), norm.f32(), h_fp.f32(), rstd.f32(), n * T, C, cfg.rms_norm_eps);
-  quant::BlockTuneResult tr = quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune);
-  if (opt.fmt.act_static()) {  // its input's maximum on the chain it was tuned on (AutoRound's q or FP inputs)
-    float amax = 0;
+  float amax = 0;  // FP8_STATIC: its input's maximum on the chain it is tuned on (AutoRound's q or FP inputs)
+  if (opt.fmt.act_static())
     for (int64_t i = 0; i < h_in.numel(); ++i) amax = std::max(amax, std::fabs(h_in.f32()[i]));
-    tr.layers[0].input_scale = quant::fp8_static_input_scale(amax);
-  }
+  quant::BlockTuneResult tr =
+      quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune, amax);
   outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
   rep.lm_head_quantized = true;
   rep.lm_head_loss_first = tr.loss_first;

@@ -100,11 +100,11 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   lines.push_back(b);
   const std::string method = opt.tune.iters > 0 ? "SignRound, " + std::to_string(opt.tune.iters) + " iterations"
                              : opt.disable_opt_rtn ? std::string("RTN") : std::string("optimized RTN");
-  // FP8_STATIC: AutoRound also quantizes the activations in its tuning forward (and tunes a scale of
-  // their maximum); here the tuning forward keeps them in 16 bit.
+  // FP8_STATIC: as AutoRound, the tuning forward fake-quantizes the activations and tunes a coefficient
+  // of each Linear's input maximum.
   const char* acts = !opt.fmt.act_static() ? "16-bit activations"
-                     : opt.tune.iters > 0  ? "static FP8 activations: scales from the calibration maxima, tuned with "
-                                             "16-bit activations"
+                     : opt.tune.iters > 0  ? "static FP8 activations: scales from the calibration maxima times a "
+                                             "tuned coefficient, activations quantized in the tuning forward"
                                            : "static FP8 activations: scales from the calibration maxima";
   if (opt.fmt.is_float())
     std::snprintf(b, sizeof b, "quantizing %s weights (%s) with %s, format %s", float_scheme_name(opt.fmt).c_str(),

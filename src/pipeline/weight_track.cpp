@@ -43,9 +43,16 @@ quant::BlockTuneResult WeightTrack::search(const quant::TuneLane& lane, BlockWei
                    [&](const std::string& short_name) { return selected.count(short_name) > 0; });
 }
 
+// FP8_STATIC: each tuned Linear starts from its input's maximum (coefficient 1).
+std::function<void(Context&, quant::TunedLinear&)> WeightTrack::tuning_hook(const BlockStats& st) {
+  if (!env_.opt.fmt.act_static()) return {};
+  const ActMax* amax = st.act_max;
+  return [amax](Context&, quant::TunedLinear& L) { L.act_max = amax->at(linear_input_key(L.name)); };
+}
+
 void WeightTrack::write_block(BlockWeights&, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
                               const BlockStats& st) {
-  if (env_.opt.fmt.act_static())
+  if (env_.opt.fmt.act_static() && env_.opt.tune.iters == 0)  // SignRound set the tuned ones
     for (auto& L : tr.layers) L.input_scale = quant::fp8_static_input_scale(st.act_max->at(linear_input_key(L.name)));
   if (env_.root) steps::write_block(env_.ctx, env_.model, prefix, tr, br, *outputs_);
 }

@@ -2,7 +2,8 @@
 // --iters 0 is RTN or the optimized-RTN search of the QuantFormat's family (block_passes.h rtn_block),
 // SignRound tunes them with no parameters fixed, and OutputSet writes them in every listed format
 // (auto_round, auto_gptq, auto_awq, llm_compressor, fake). With static activation scales (FP8_STATIC)
-// it asks for the activation maxima and writes them beside the weights. It keeps the resume state's
+// it asks for the activation maxima, hands them to SignRound (which tunes a coefficient of each, with
+// the activations fake-quantized in the tuning forward) and writes the scales beside the weights. It keeps the resume state's
 // outputs, and tunes lm_head after the last block with --quant_lm_head.
 #pragma once
 #include <memory>
@@ -28,6 +29,7 @@ class WeightTrack : public SchemeTrack {
   std::set<std::string> select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) override;
   quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const std::set<std::string>& selected,
                                 const BlockStats& st) override;
+  std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats& st) override;
   bool reads_chain_after_last_block() const override { return lm_head_q_ || env_.opt.resume; }
   void write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
                    const BlockStats& st) override;

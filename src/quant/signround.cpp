@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/small_float.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "parallel/exchange.h"
@@ -162,9 +163,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Where each tuned layer's weight gradient dW^ sits in the flat [wsize] partial sums.
+// Where each tuned layer's weight gradient dW^ sits in the flat [wsize] partial sums, and after them
+// (FP8_STATIC) the dL/ds of its activation QDQ (a, -1: none).
 struct GradLayout {
-  std::vector<int64_t> w;
+  std::vector<int64_t> w, a;
   int64_t wsize = 0;
 };
 
@@ -181,6 +183,8 @@ struct Replica {
   std::deque<cpu::PackedB> fwd_pack, dx_pack;     // per tuned Linear (dx: none for q/k/v), then per FP one
   cpu::Bf16Operands operands;
   cpu::GradAddends grad_add;  // the tree's pending sums for the running leaf (tree())
+  std::vector<const float*> scalar_add;  // the same sums' buffers, for the dL/ds entries (add_scalars)
+  ActQdq<float> act;                     // FP8_STATIC: the activation scales of this iteration
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
   Tensor total;                // the exchanged dW^ sum (world > 1)
   std::unique_ptr<cpu::CpuOps> ops;
@@ -190,11 +194,14 @@ struct Replica {
 
 uint64_t checksum(const Replica& r) {
   uint64_t h = 1469598103934665603ull;
-  for (const auto& L : r.layers)
-    for (const Tensor* t : {&L.V, &L.alpha, &L.beta}) {
-      const auto* p = static_cast<const unsigned char*>(t->raw());
-      for (size_t i = 0; i < t->nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    }
+  auto mix_bytes = [&](const void* raw, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(raw);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  for (const auto& L : r.layers) {
+    for (const Tensor* t : {&L.V, &L.alpha, &L.beta}) mix_bytes(t->raw(), t->nbytes());
+    mix_bytes(&L.act_coef, sizeof L.act_coef);
+  }
   return h;
 }
 
@@ -255,6 +262,7 @@ class BlockTuner {
   void build_replica(int r);
   void qdq_all(Replica& R);
   double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
+  void add_scalars(Replica& R, const float* ds, float* dw, bool accumulate) const;
   double tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::vector<int> pend);
   double loss_tree(int a, int b) const {
     if (b - a == 1) return reps_[size_t(a)].loss;
@@ -263,6 +271,7 @@ class BlockTuner {
   void iteration(int it);
   void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr, bool save);
+  void step_act(Replica& R, const float* dw, float mm_lr, bool save);
   template <class SignStep>
   void step_fp(Replica& R, size_t l, const float* dw, float lr, float mm_lr, SignStep& sign_step, bool save);
   template <class SignStep>
@@ -284,6 +293,7 @@ class BlockTuner {
   GradLayout g_;
   std::vector<Replica> reps_;
   std::vector<std::array<Tensor, 3>> best_;  // V, alpha, beta at the best iteration (rank 0's)
+  std::vector<float> best_coef_;              // act_coef at the best iteration
   std::unique_ptr<parallel::GradExchange> xchg_;
   QuantFormat fmt_;
   std::unique_ptr<StratifiedSampler> sampler_;
@@ -306,6 +316,8 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
     g_.w.push_back(g_.wsize);
     g_.wsize += L.weight->numel();
   }
+  for (size_t l = 0; l < res_.layers.size(); ++l) g_.a.push_back(fmt.act_static() ? g_.wsize++ : -1);
+  for (const auto& L : res_.layers) best_coef_.push_back(L.act_coef);
   if (W_ > 1) xchg_ = std::make_unique<parallel::GradExchange>(W_, g_.wsize, parallel::GradExchange::Mode::Values);
 }
 
@@ -330,6 +342,8 @@ void BlockTuner::build_replica(int r) {
       L.fixed = H.fixed;
       L.fp = H.fp;
       L.weight = mine[lin_[l]].second;
+      L.act_max = H.act_max;
+      L.act_coef = H.act_coef;
       for (auto [dst, src] : {std::pair{&L.V, &H.V}, {&L.alpha, &H.alpha}, {&L.beta, &H.beta}, {&L.wmin0, &H.wmin0},
                               {&L.wmax0, &H.wmax0}, {&L.scale, &H.scale}, {&L.zero, &H.zero}})
         *dst = src->clone(c);
@@ -371,6 +385,7 @@ void BlockTuner::build_replica(int r) {
   for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
   if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
   R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add});
+  R.ops->keep_fp32 = fmt_.act_static();  // the activation QDQ reads the Linears' fp32 inputs
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
 }
@@ -378,6 +393,7 @@ void BlockTuner::build_replica(int r) {
 void BlockTuner::qdq_all(Replica& R) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
+    if (g_.a[l] >= 0) R.act.s[lin_[l]] = fp8_static_input_scale(L.act_max * L.act_coef);
     if (L.fp)
       tuned_fp_qdq(*R.ctx, L, opt_.amp ? nullptr : R.What[l].f32(), opt_.amp ? R.Whatb[l].data<uint16_t>() : nullptr);
     else if (L.fixed && opt_.amp)
@@ -416,7 +432,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   a.B = Bm;
   BlockRunner<cpu::CpuOps>::Cache cache;
   auto tf = Clock::now();
-  R.runner->forward(R.wp, a, x.f32(), y.f32(), cache);
+  R.runner->forward(R.wp, a, x.f32(), y.f32(), cache, nullptr, fmt_.act_static() ? &R.act : nullptr);
   // The loss and its gradient per token row on the pool, the rows' sums then added in row order (the
   // same bits for any thread count).
   float* dy = yfp.f32();  // overwritten in place by the loss gradient
@@ -440,9 +456,23 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   R.forward += since(tf);
   if (!grad_) return loss / denom_;
   auto tb = Clock::now();
-  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate);  // every entry of dw; no input gradient
+  float ds[7] = {};
+  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate, ds);  // every entry of dw; no input gradient
+  if (fmt_.act_static()) add_scalars(R, ds, dw, accumulate);
   R.backward += since(tb);
   return loss / denom_;
+}
+
+// The leaf's dL/ds (per block slot) into dw's scalar entries with the additions the dW GEMMs make:
+// (dw + leaf, or the leaf alone) then the pending subtree sums in gemm's `add` order, each rounded once.
+void BlockTuner::add_scalars(Replica& R, const float* ds, float* dw, bool accumulate) const {
+  for (size_t l = 0; l < lin_.size(); ++l) {
+    if (g_.a[l] < 0) continue;
+    const int64_t k = g_.a[l];
+    float v = accumulate ? dw[k] + ds[lin_[l]] : ds[lin_[l]];
+    for (const float* add : R.scalar_add) v += add[k];
+    dw[k] = v;
+  }
 }
 
 // The fixed tree over leaves [a, b) of rank r: dW^ = fl(sum(left half) + sum(right half)), recursively,
@@ -461,6 +491,8 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
       for (auto x = adds.rbegin(); x != adds.rend(); ++x) m.push_back(R.levels[size_t(*x)].f32() + g_.w[l]);
       if (!m.empty()) R.grad_add.set(R.levels[size_t(dst)].f32() + g_.w[l], std::move(m));
     }
+    R.scalar_add.clear();
+    for (auto x = adds.rbegin(); x != adds.rend(); ++x) R.scalar_add.push_back(R.levels[size_t(*x)].f32());
     return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), R.levels[size_t(dst)].f32(),
                     accumulate);
   };
@@ -534,7 +566,23 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool s
       }
     }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
   }
+  if (fmt_.act_static()) step_act(R, dw, mm_lr, save);
   if (!finite) fail(ErrorKind::InvalidInput, "non-finite gradient of the tunables");
+}
+
+// FP8_STATIC's coefficients of the activation maxima, as AutoRound tunes act_max_scale: in the min/max
+// group (so not with --disable_minmax_tuning), its gradient dL/ds * act_max / 448 where the scale is
+// strictly above vLLM's floor (torch's clip passes none at its bound) and 0 elsewhere; kept in [0, 1].
+void BlockTuner::step_act(Replica& R, const float* dw, float mm_lr, bool save) {
+  for (size_t l = 0; l < R.layers.size(); ++l) {
+    TunedLinear& L = R.layers[l];
+    if (save) best_coef_[l] = L.act_coef;
+    if (!opt_.enable_minmax_tuning) continue;
+    const float d = dw[g_.a[l]];
+    if (!std::isfinite(d)) fail(ErrorKind::InvalidInput, "non-finite gradient of " + L.name + "'s activation scale");
+    if (!(L.act_max * L.act_coef / kE4M3Max > fp8_static_input_scale(0.f))) continue;
+    L.act_coef = std::clamp(L.act_coef - mm_lr * float((d > 0.f) - (d < 0.f)), 0.f, 1.f);
+  }
 }
 
 // The GGUF layers' step: only V moves (its gradient through the fixed scales), in blocks of rows.
@@ -590,6 +638,7 @@ void BlockTuner::restore_best() {
     TunedLinear& L = res_.layers[l];
     Tensor* live[] = {&L.V, &L.alpha, &L.beta};
     for (size_t k = 0; k < 3; ++k) std::memcpy(live[k]->raw(), best_[l][k].raw(), best_[l][k].nbytes());
+    L.act_coef = best_coef_[l];
   }
 }
 
@@ -679,6 +728,7 @@ BlockTuneResult BlockTuner::run() {
   if (opt_.use_best_mse && opt_.iters > 0 && res_.best_iter != opt_.iters - 1) restore_best();
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
+    if (fmt_.act_static()) L.input_scale = fp8_static_input_scale(L.act_max * L.act_coef);
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
     if (L.fp) {
       tuned_fp_qdq(ctx_, L, What.f32(), nullptr);

@@ -14,6 +14,9 @@
 //     every rank: g = QDQ backward of G (one per iteration, as autograd computes it for the whole batch);
 //       p -= lr_i sign(g), lr_i = lr (1 - i/iters)
 //   restore the snapshot at i* (unless use_best is off); W <- QDQ(W, V, alpha, beta) on the home block
+// FP8_STATIC (QuantFormat::act_static): every tuned Linear also reads its input through the E4M3 QDQ at
+// s = max(act_max * c / 448, floor) (block_impl.h ActQdq), and c (TunedLinear::act_coef) is stepped like
+// a max-scale coefficient from dL/ds, which rides in the exchanged gradient after the dW^ entries.
 // Deterministic mode (the default) makes the gradient's bits independent of the world: leaves are single
 // samples and the same tree sums them whatever rank holds them, so worlds 1, 2, 4 write identical files.
 // Rank 0 tunes the home block in place; ranks > 0 tune mirrors (deep copies made on their own device)
@@ -119,7 +122,11 @@ struct TunedLinear {
   std::optional<FpQdqShape> fp;
   Tensor* weight = nullptr;  // the FP weight [out, in], replaced by its QDQ value at the end
   Tensor V, alpha, beta, wmin0, wmax0, scale, zero;
-  float input_scale = 0;  // QuantFormat::act_static: the activation scale written beside the weight
+  // QuantFormat::act_static: the calibration maximum |x| of the Linear's input (set by fix_params), the
+  // tuned coefficient of it (AutoRound's act_max_scale, in [0, 1], stepped with the min/max rate), and
+  // the activation scale written beside the weight, fp8_static_input_scale(act_max * act_coef).
+  float act_max = 0, act_coef = 1;
+  float input_scale = 0;
 };
 
 struct BlockTuneResult {

@@ -5,13 +5,15 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/small_float.h"
 #include "kernels/cpu/ops.h"
 
 namespace ar::quant {
 
 BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Tensor& w, const QuantFormat& fmt,
                                       const Tensor& x_in, const Tensor& x_fp, int64_t T,
-                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt) {
+                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
+                                      float act_max) {
   const int64_t n = x_in.dim(0), in = w.dim(1), out = w.dim(0);
   if (x_in.numel() != n * T * in || x_fp.numel() != x_in.numel() || int64_t(loss_mask.size()) != n * T)
     fail(ErrorKind::Internal, "signround_tune_linear: inconsistent input shapes");
@@ -27,6 +29,10 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
   Tensor dV = Tensor::zeros(L.V.shape(), DType::F32, ctx), da = Tensor::zeros(L.alpha.shape(), DType::F32, ctx),
          db = Tensor::zeros(L.beta.shape(), DType::F32, ctx);
   Tensor bestV = L.V.clone(ctx), besta = L.alpha.clone(ctx), bestb = L.beta.clone(ctx);
+  const bool act = fmt.act_static();  // the input through its E4M3 QDQ at s(act_max * act_coef)
+  L.act_max = act_max;
+  float best_coef = L.act_coef;
+  auto act_scale = [&] { return fp8_static_input_scale(L.act_max * L.act_coef); };
   auto qdq = [&] {
     if (L.fp)
       tuned_fp_qdq(ctx, L, What.f32(), nullptr);
@@ -53,6 +59,8 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
   const int64_t chunk = std::clamp<int64_t>((int64_t(16) << 20) / std::max<int64_t>(out, 1), 16, bs * T);
   Tensor xi = Tensor::empty({chunk, in}, DType::F32, ctx), xf = Tensor::empty({chunk, in}, DType::F32, ctx);
   Tensor y = Tensor::empty({chunk, out}, DType::F32, ctx), yf = Tensor::empty({chunk, out}, DType::F32, ctx);
+  Tensor xq = act ? Tensor::empty({chunk, in}, DType::F32, ctx) : Tensor(),
+         dxq = act ? Tensor::empty({chunk, in}, DType::F32, ctx) : Tensor();
   StratifiedSampler sampler(n, B, opt.seed);
   double best = INFINITY;
   using Clock = std::chrono::steady_clock;
@@ -66,14 +74,17 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
       for (int64_t t = 0; t < T; ++t)
         if (loss_mask[size_t(s * T + t)]) rows.push_back(s * T + t);
     const double denom = double(std::max<size_t>(rows.size(), 1)) * double(out);
-    double loss = 0;
+    double loss = 0, ds = 0;
+    const float s = act ? act_scale() : 0.f;
     for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(chunk)) {
       const int64_t m = std::min<int64_t>(chunk, int64_t(rows.size() - r0));
       for (int64_t r = 0; r < m; ++r) {
         std::copy_n(x_in.f32() + rows[r0 + size_t(r)] * in, in, xi.f32() + r * in);
         std::copy_n(x_fp.f32() + rows[r0 + size_t(r)] * in, in, xf.f32() + r * in);
       }
-      cpu::gemm(ctx, false, true, m, out, in, 1.f, xi.f32(), in, What.f32(), in, 0.f, y.f32(), out);
+      if (act) cpu::act_qdq_fwd(ctx, xi.f32(), s, xq.f32(), m * in);
+      const float* x_read = act ? xq.f32() : xi.f32();
+      cpu::gemm(ctx, false, true, m, out, in, 1.f, x_read, in, What.f32(), in, 0.f, y.f32(), out);
       cpu::gemm(ctx, false, true, m, out, in, 1.f, xf.f32(), in, w.f32(), in, 0.f, yf.f32(), out);
       float* d = y.f32();
       const float* f = yf.f32();
@@ -82,7 +93,11 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
         loss += e * e;
         d[k] = float(2.0 * e / denom);
       }
-      cpu::gemm(ctx, true, false, out, in, m, 1.f, y.f32(), out, xi.f32(), in, 1.f, dWhat.f32(), in);
+      cpu::gemm(ctx, true, false, out, in, m, 1.f, y.f32(), out, x_read, in, 1.f, dWhat.f32(), in);
+      if (act && mm) {  // dL/ds through the input's QDQ (chunks in row order)
+        cpu::gemm(ctx, false, false, m, in, out, 1.f, y.f32(), out, What.f32(), in, 0.f, dxq.f32(), in);
+        ds += cpu::act_qdq_bwd(ctx, xi.f32(), s, dxq.f32(), nullptr, false, m, in);
+      }
     }
     loss /= denom;
     res.phases.forward += std::chrono::duration<double>(Clock::now() - tf).count();
@@ -95,6 +110,7 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
       std::copy_n(L.V.f32(), L.V.numel(), bestV.f32());
       std::copy_n(L.alpha.f32(), L.alpha.numel(), besta.f32());
       std::copy_n(L.beta.f32(), L.beta.numel(), bestb.f32());
+      best_coef = L.act_coef;
     }
     auto ts = Clock::now();
     backward();
@@ -109,6 +125,9 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
         step(*p, p == &L.alpha ? da : db, mm_i);
         for (int64_t i = 0; i < p->numel(); ++i) p->f32()[i] = std::clamp(p->f32()[i], 0.f, 1.f);
       }
+      // The activation coefficient as the blocks step it (signround.cpp step_act).
+      if (act && L.act_max * L.act_coef / kE4M3Max > fp8_static_input_scale(0.f))
+        L.act_coef = std::clamp(L.act_coef - mm_i * float((ds > 0) - (ds < 0)), 0.f, 1.f);
     }
     res.phases.step += std::chrono::duration<double>(Clock::now() - ts).count();
     if (opt.progress) opt.progress(it + 1, opt.iters, loss, best);
@@ -118,7 +137,9 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
     L.V = bestV;
     L.alpha = besta;
     L.beta = bestb;
+    L.act_coef = best_coef;
   }
+  if (act) L.input_scale = act_scale();
   qdq();
   w = What;
   return res;

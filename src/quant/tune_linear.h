@@ -11,9 +11,12 @@
 namespace ar::quant {
 
 // x_in, x_fp: [n, T, in] (already through the final norm); loss_mask: [n * T]. `w` is replaced by
-// its QDQ value; the result's layers[0] holds scale/zero for packing.
+// its QDQ value; the result's layers[0] holds scale/zero for packing. FP8_STATIC (fmt.act_static()):
+// act_max is the maximum |x_in|; the wrapped Linear reads x_in through its activation QDQ, the
+// coefficient of act_max is tuned as in the blocks, and layers[0].input_scale is set.
 BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Tensor& w, const QuantFormat& fmt,
                                       const Tensor& x_in, const Tensor& x_fp, int64_t T,
-                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt);
+                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
+                                      float act_max = 0);
 
 }  // namespace ar::quant

@@ -124,6 +124,15 @@ struct CpuOps {
     cpu::swiglu_bwd_bf16(ctx, da, g, u, d.first.xb.data<uint16_t>(), d.second.xb.data<uint16_t>(), n);
     return d;
   }
+  // FP8_STATIC's activation QDQ of operand x, which needs its fp32 values (keep_fp32 under amp).
+  Operand act_qdq_operand(const Operand& x, float s, int64_t n) {
+    Tensor y = alloc(n);
+    cpu::act_qdq_fwd(ctx, x.x, s, y.f32(), n);
+    return owned(std::move(y));
+  }
+  float act_qdq_bwd(const float* x, float s, const float* dq, float* dx, bool acc, int64_t rows, int64_t dim) {
+    return float(cpu::act_qdq_bwd(ctx, x, s, dq, dx, acc, rows, dim));
+  }
   void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
     if (amp) return cpu::linear_fwd_bf16(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
     cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);

@@ -63,6 +63,13 @@ void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, f
 void exp_inplace(float* x, int64_t n);
 void exp_inplace(float* x, int64_t n, Isa isa);
 
+// act_qdq.cpp — FP8_STATIC's activation QDQ with one static scale s (formulas: kernels/ref/act_qdq_ref.h).
+// The backward writes dx (or adds to it with acc; dx may be null) and returns dL/ds, summed per row of
+// `dim` in double and over rows in order.
+void act_qdq_fwd(Context& ctx, const float* x, float s, float* y, int64_t n);
+double act_qdq_bwd(Context& ctx, const float* x, float s, const float* dq, float* dx, bool acc, int64_t rows,
+                   int64_t dim);
+
 // elementwise.cpp
 void add(Context& ctx, const float* a, const float* b, float* y, int64_t n);
 

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ref/act_qdq_ref.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/elementwise_ref.h"
 #include "kernels/ref/matmul_ref.h"
@@ -44,6 +45,15 @@ struct RefOps {
     Buf dg = alloc(n), du = alloc(n);
     ref::swiglu_bwd(da, g, u, dg.data(), du.data(), n);
     return {owned(std::move(dg)), owned(std::move(du))};
+  }
+  // FP8_STATIC's activation QDQ of operand x (kernels/ref/act_qdq_ref.h); the backward returns dL/ds.
+  Operand act_qdq_operand(const Operand& x, T s, int64_t n) {
+    Buf y = alloc(n);
+    ref::act_qdq_fwd(x.x, s, y.data(), n);
+    return owned(std::move(y));
+  }
+  T act_qdq_bwd(const T* x, T s, const T* dq, T* dx, bool acc, int64_t rows, int64_t dim) {
+    return ref::act_qdq_bwd(x, s, dq, dx, acc, rows * dim);
   }
   void linear_fwd(const Operand& x, const T* W, const T* b, T* y, int64_t n, int64_t in, int64_t out) {
     ref::linear_fwd(x.x, W, b, y, n, in, out);
