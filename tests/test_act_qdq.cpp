@@ -16,28 +16,20 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/act_qdq_ref.h"
 #include "quant/qdq_fp.h"
+#include "golden_file.h"
 #include "test_util.h"
 
 using namespace ar;
 
 namespace {
 
+using test::read_f32;
+
 struct Case {
   const char* name;
   int64_t rows, cols;
 };
 constexpr Case kCases[] = {{"inside", 6, 40}, {"clipped", 8, 48}, {"loose", 5, 24}, {"floor", 4, 16}};
-
-std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name, size_t expect) {
-  const StTensorInfo* t = f.find(name);
-  if (!t) ADD_FAILURE() << "golden tensor " << name << " missing";
-  if (!t) return std::vector<float>(expect);
-  EXPECT_EQ(t->dtype, DType::F32) << name;
-  EXPECT_EQ(t->end - t->begin, expect * 4) << name;
-  std::vector<float> v(expect);
-  std::memcpy(v.data(), f.bytes(*t), std::min(expect * 4, t->end - t->begin));
-  return v;
-}
 
 }  // namespace
 

@@ -95,52 +95,6 @@ TEST_P(BlockTest, ReferenceBackwardMatchesFiniteDifferences) {
   for (auto& [k, v] : s.w.t) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 200);
 }
 
-TEST_P(BlockTest, CpuBlockMatchesReference) {
-  BlockCase s(GetParam());
-  // Round every input to fp32 first so both paths see identical data.
-  std::map<std::string, std::vector<float>> wf;
-  for (auto& [k, v] : s.w.t) { wf[k] = cast<float>(v); v = cast<double>(wf[k]); }
-  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
-  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
-
-  ref::RefOps<double> rops;
-  BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
-  BlockAux<double> raux{s.B, s.T, s.pos.data(), s.cs.data(), s.sn.data(), s.key_mask()};
-  std::vector<double> y(s.x.size()), dx(s.x.size());
-  std::map<std::string, std::vector<double>> g;
-  for (auto& [k, v] : s.w.t) g[k].assign(v.size(), 0.0);
-  BlockRunner<ref::RefOps<double>>::Cache rc;
-  rrun.forward(Weights::ptrs<const double*>(s.w.t), raux, s.x.data(), y.data(), rc);
-  rrun.backward(Weights::ptrs<const double*>(s.w.t), raux, rc, s.R.data(), dx.data(), Weights::ptrs<double*>(g));
-
-  Context ctx(Device{}, 2);
-  cpu::CpuOps cops{ctx};
-  BlockRunner<cpu::CpuOps> crun(cops, s.d);
-  BlockAux<float> caux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), s.key_mask()};
-  std::vector<float> yf(xf.size()), dxf(xf.size());
-  std::map<std::string, std::vector<float>> gf;
-  for (auto& [k, v] : wf) gf[k].assign(v.size(), 0.f);
-  BlockRunner<cpu::CpuOps>::Cache cc;
-  crun.forward(Weights::ptrs<const float*>(wf), caux, xf.data(), yf.data(), cc);
-  crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), dxf.data(), Weights::ptrs<float*>(gf));
-
-  EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
-  EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
-  for (auto& [k, v] : g) EXPECT_LT(rel_err(gf[k].data(), v.data(), v.size()), 1e-5) << "d" << k;
-
-  // Without dx (what tuning asks for), the weight gradients are the same bits; ln1 gets none.
-  std::map<std::string, std::vector<float>> gn;
-  for (auto& [k, v] : wf) gn[k].assign(v.size(), 0.f);
-  auto gp = Weights::ptrs<float*>(gn);
-  gp.ln1 = nullptr;
-  crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), nullptr, gp);
-  for (auto& [k, v] : gn) {
-    if (k != "ln1") {
-      EXPECT_TRUE(v == gf[k]) << "d" << k << " differs without dx";
-    }
-  }
-}
-
 // The reference ops with the activation QDQ replaced by the surrogate whose exact gradients are the
 // straight-through ones: record() keeps each Linear's input x0 and QDQ q0; afterwards a Linear reads
 //   q0 + mask (x - x0) + eps[k] r(x0),  mask: |u| < 448, r = e4m3(u) - u there, 448 sign(u) elsewhere
@@ -230,27 +184,34 @@ TEST_P(BlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
   }
 }
 
-TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) {
-  BlockCase s(GetParam());
+// The fp32 CPU block against the double reference block (forward, input and every weight gradient,
+// and with activation QDQ dL/ds), every input rounded to fp32 first so both paths see identical data;
+// then without dx (what tuning asks for) the weight gradients and dL/ds are the same bits and ln1 gets
+// none.
+void expect_cpu_matches_reference(const Variant& v, bool with_act) {
+  BlockCase s(v);
   std::map<std::string, std::vector<float>> wf;
-  for (auto& [k, v] : s.w.t) { wf[k] = cast<float>(v); v = cast<double>(wf[k]); }
+  for (auto& [k, w] : s.w.t) { wf[k] = cast<float>(w); w = cast<double>(wf[k]); }
   auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
   s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
-  SurrogateOps probe_ops;
-  BlockRunner<SurrogateOps> probe(probe_ops, s.d);
   BlockAux<double> raux{s.B, s.T, s.pos.data(), s.cs.data(), s.sn.data(), s.key_mask()};
-  ActQdq<double> act = clipping_scales(s, probe_ops, probe, raux);
+  ActQdq<double> act;
   ActQdq<float> actf;
-  for (int k = 0; k < 7; ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
+  if (with_act) {
+    SurrogateOps probe_ops;
+    BlockRunner<SurrogateOps> probe(probe_ops, s.d);
+    act = clipping_scales(s, probe_ops, probe, raux);
+    for (int k = 0; k < 7; ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
+  }
 
   ref::RefOps<double> rops;
   BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
   std::vector<double> y(s.x.size()), dx(s.x.size());
   std::map<std::string, std::vector<double>> g;
-  for (auto& [k, v] : s.w.t) g[k].assign(v.size(), 0.0);
+  for (auto& [k, w] : s.w.t) g[k].assign(w.size(), 0.0);
   double ds[7] = {};
   BlockRunner<ref::RefOps<double>>::Cache rc;
-  rrun.forward(Weights::ptrs<const double*>(s.w.t), raux, s.x.data(), y.data(), rc, nullptr, &act);
+  rrun.forward(Weights::ptrs<const double*>(s.w.t), raux, s.x.data(), y.data(), rc, nullptr, with_act ? &act : nullptr);
   rrun.backward(Weights::ptrs<const double*>(s.w.t), raux, rc, s.R.data(), dx.data(), Weights::ptrs<double*>(g),
                 true, ds);
 
@@ -260,28 +221,36 @@ TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) {
   BlockAux<float> caux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), s.key_mask()};
   std::vector<float> yf(xf.size()), dxf(xf.size());
   std::map<std::string, std::vector<float>> gf;
-  for (auto& [k, v] : wf) gf[k].assign(v.size(), 0.f);
+  for (auto& [k, w] : wf) gf[k].assign(w.size(), 0.f);
   float dsf[7] = {};
   BlockRunner<cpu::CpuOps>::Cache cc;
-  crun.forward(Weights::ptrs<const float*>(wf), caux, xf.data(), yf.data(), cc, nullptr, &actf);
+  crun.forward(Weights::ptrs<const float*>(wf), caux, xf.data(), yf.data(), cc, nullptr, with_act ? &actf : nullptr);
   crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), dxf.data(), Weights::ptrs<float*>(gf), true,
                 dsf);
   EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
   EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
-  for (auto& [k, v] : g) EXPECT_LT(rel_err(gf[k].data(), v.data(), v.size()), 1e-5) << "d" << k;
-  EXPECT_LT(rel_err(dsf, ds, 7), 1e-5) << "dscale";
+  for (auto& [k, w] : g) EXPECT_LT(rel_err(gf[k].data(), w.data(), w.size()), 1e-5) << "d" << k;
+  if (with_act) {
+    EXPECT_LT(rel_err(dsf, ds, 7), 1e-5) << "dscale";
+  }
 
-  // Without dx (tuning): the weight gradients and dL/ds are the same bits.
   std::map<std::string, std::vector<float>> gn;
-  for (auto& [k, v] : wf) gn[k].assign(v.size(), 0.f);
+  for (auto& [k, w] : wf) gn[k].assign(w.size(), 0.f);
   auto gp = Weights::ptrs<float*>(gn);
   gp.ln1 = nullptr;
   float dsn[7] = {};
   crun.backward(Weights::ptrs<const float*>(wf), caux, cc, Rf.data(), nullptr, gp, true, dsn);
-  for (auto& [k, v] : gn)
-    if (k != "ln1") EXPECT_TRUE(v == gf[k]) << "d" << k << " differs without dx";
+  for (auto& [k, w] : gn) {
+    if (k != "ln1") {
+      EXPECT_TRUE(w == gf[k]) << "d" << k << " differs without dx";
+    }
+  }
   for (int k = 0; k < 7; ++k) EXPECT_EQ(dsn[k], dsf[k]) << k;
 }
+
+TEST_P(BlockTest, CpuBlockMatchesReference) { expect_cpu_matches_reference(GetParam(), false); }
+
+TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) { expect_cpu_matches_reference(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,
                          ::testing::Values(Variant{"llama", false, false, false}, Variant{"bias", true, false, false},

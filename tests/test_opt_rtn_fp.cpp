@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "quant/opt_rtn_fp.h"
+#include "golden_file.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -16,15 +17,7 @@ using namespace ar::quant;
 
 namespace {
 
-std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name, size_t expect) {
-  const StTensorInfo* t = f.find(name);
-  if (!t) ADD_FAILURE() << "golden tensor " << name << " missing";
-  if (!t) return std::vector<float>(expect);
-  EXPECT_EQ(t->end - t->begin, expect * 4) << name;
-  std::vector<float> v(expect);
-  std::memcpy(v.data(), f.bytes(*t), std::min(expect * 4, t->end - t->begin));
-  return v;
-}
+using test::read_f32;
 
 struct Case {
   const char* name;

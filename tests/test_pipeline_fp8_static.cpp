@@ -295,7 +295,7 @@ TEST(PipelineFp8Static, EvalQuantizesTheActivationsWithTheStoredScales) {
   quantize_model(o);
   std::vector<int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back(int32_t((i * 37 + 5) % cfg["vocab_size"].get<int>()));
-  for (const std::string dir : {q + "/llm-compressor", q + "/auto-round"}) {
+  for (const std::string& dir : {q + "/llm-compressor", q + "/auto-round"}) {
     SCOPED_TRACE(dir);
     auto model = HfModel::open(dir);
     ASSERT_TRUE(model->config().quant.act_static);

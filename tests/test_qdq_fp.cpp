@@ -16,12 +16,15 @@
 #include "io/safetensors.h"
 #include "core/small_float.h"
 #include "quant/qdq_fp.h"
+#include "golden_file.h"
 #include "test_util.h"
 
 using namespace ar;
 using namespace ar::quant;
 
 namespace {
+
+using test::read_f32;
 
 struct GoldenCase {
   const char* name;
@@ -40,17 +43,6 @@ const GoldenCase kCases[] = {
     {"fp8_tensor", FpFamily::Fp8, FpElem::E4M3, 8, 48, 0, 0},
     {"fp8_block", FpFamily::Fp8, FpElem::E4M3, 40, 72, 32, 32},
 };
-
-std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name, size_t expect) {
-  const StTensorInfo* t = f.find(name);
-  if (!t) ADD_FAILURE() << "golden tensor " << name << " missing";
-  if (!t) return std::vector<float>(expect);
-  EXPECT_EQ(t->dtype, DType::F32) << name;
-  EXPECT_EQ(t->end - t->begin, expect * 4) << name;
-  std::vector<float> v(expect);
-  std::memcpy(v.data(), f.bytes(*t), std::min(expect * 4, t->end - t->begin));
-  return v;
-}
 
 // |a - b| within `rel` of b (plus 1e-6 of the largest |b|, for values near 0). dV is a product of a
 // few fp32 factors (2e-6); dbeta a per-tile sum whose two terms nearly cancel, which torch adds in

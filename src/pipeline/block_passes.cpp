@@ -7,8 +7,7 @@
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "quant/opt_rtn.h"
-#include "quant/opt_rtn_fp.h"
+#include "quant/linear_family.h"
 
 namespace ar {
 
@@ -185,19 +184,8 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
   dispatch(home, l, [&](Context& ctx, int rank, int world) {
     for (int64_t m = M * (p * world + rank) / (P * world); m < M * (p * world + rank + 1) / (P * world); ++m) {
       auto& L = r.layers[size_t(m)];
-      const float* W = targets[size_t(m)]->f32();
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
-      if (L.fp) {  // the search's coefficient per tile (AutoRound's opt-RTN), or 1
-        if (im) quant::fp_opt_rtn_init(ctx, *L.fp, W, imatrix_for(*im, L.name).data(), L.wmin0.f32());
-        quant::tuned_fp_qdq(ctx, L, q[size_t(m)].f32(), nullptr);
-      } else if (im) {
-        quant::opt_rtn_sym(ctx, L.shape, W, imatrix_for(*im, L.name).data(), q[size_t(m)].f32(), L.scale.f32());
-      } else {  // plain RTN: the QDQ at V = 0, alpha = beta = 1 (what SignRound starts from)
-        Tensor lo = Tensor::empty({L.scale.numel()}, DType::F32, ctx), hi = Tensor::empty({L.scale.numel()}, DType::F32, ctx);
-        quant::qdq_minmax(ctx, L.shape, W, lo.f32(), hi.f32());
-        quant::qdq_fwd(ctx, L.shape, W, nullptr, nullptr, nullptr, lo.f32(), hi.f32(), q[size_t(m)].f32(), L.scale.f32(),
-                       L.zero.f32());
-      }
+      quant::family(L).search(ctx, L, im ? imatrix_for(*im, L.name).data() : nullptr, q[size_t(m)].f32());
     }
   });
   for (int64_t m = 0; lane.procs && m < M; ++m) {  // every process gets every module's result

@@ -16,6 +16,7 @@
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "parallel/exchange.h"
+#include "quant/linear_family.h"
 
 namespace ar::quant {
 
@@ -145,11 +146,6 @@ void share_fused_global_scales(std::vector<TunedLinear>& layers) {
   }
 }
 
-void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16) {
-  fp_qdq_fwd(ctx, *L.fp, L.weight->f32(), L.V.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(), What, What16,
-             L.scale.f32());
-}
-
 int signround_tree_levels(int64_t leaves) {
   if (leaves <= 2) return 1;
   return std::max(signround_tree_levels(leaves / 2), 1 + signround_tree_levels(leaves - leaves / 2));
@@ -239,8 +235,7 @@ class BlockTuner {
     auto t = Clock::now();
     reps_.resize(size_t(W_));
     lane.run([&](int r) { build_replica(r); });
-    for (size_t l = 0; l < res_.layers.size(); ++l)
-      best_.push_back({res_.layers[l].V.clone(ctx), res_.layers[l].alpha.clone(ctx), res_.layers[l].beta.clone(ctx)});
+    for (const TunedLinear& L : res_.layers) best_.push_back(snapshot(ctx, L));
     res_.phases.mirrors = since(t);
   }
 
@@ -272,10 +267,6 @@ class BlockTuner {
   void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr, bool save);
   void step_act(Replica& R, const float* dw, float mm_lr, bool save);
-  template <class SignStep>
-  void step_fp(Replica& R, size_t l, const float* dw, float lr, float mm_lr, SignStep& sign_step, bool save);
-  template <class SignStep>
-  void step_fixed(Replica& R, size_t l, const float* dw, float lr, SignStep& sign_step, bool save);
   void restore_best();  // the tunables of the best iteration (saved by step) back into the layers
 
   Context& ctx_;
@@ -292,8 +283,7 @@ class BlockTuner {
   std::vector<size_t> lin_;  // index into block_linears of each tuned layer
   GradLayout g_;
   std::vector<Replica> reps_;
-  std::vector<std::array<Tensor, 3>> best_;  // V, alpha, beta at the best iteration (rank 0's)
-  std::vector<float> best_coef_;              // act_coef at the best iteration
+  std::vector<Tunables> best_;  // the tunables at the best iteration (rank 0's)
   std::unique_ptr<parallel::GradExchange> xchg_;
   QuantFormat fmt_;
   std::unique_ptr<StratifiedSampler> sampler_;
@@ -317,7 +307,6 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
     g_.wsize += L.weight->numel();
   }
   for (size_t l = 0; l < res_.layers.size(); ++l) g_.a.push_back(fmt.act_static() ? g_.wsize++ : -1);
-  for (const auto& L : res_.layers) best_coef_.push_back(L.act_coef);
   if (W_ > 1) xchg_ = std::make_unique<parallel::GradExchange>(W_, g_.wsize, parallel::GradExchange::Mode::Values);
 }
 
@@ -394,18 +383,7 @@ void BlockTuner::qdq_all(Replica& R) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     auto& L = R.layers[l];
     if (g_.a[l] >= 0) R.act.s[lin_[l]] = fp8_static_input_scale(L.act_max * L.act_coef);
-    if (L.fp)
-      tuned_fp_qdq(*R.ctx, L, opt_.amp ? nullptr : R.What[l].f32(), opt_.amp ? R.Whatb[l].data<uint16_t>() : nullptr);
-    else if (L.fixed && opt_.amp)
-      qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.Whatb[l].data<uint16_t>());
-    else if (L.fixed)
-      qdq_fixed_fwd(*R.ctx, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), R.What[l].f32());
-    else if (opt_.amp)
-      qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              R.Whatb[l].data<uint16_t>(), L.scale.f32(), L.zero.f32());
-    else
-      qdq_fwd(*R.ctx, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              R.What[l].f32(), L.scale.f32(), L.zero.f32());
+    family(L).qdq(*R.ctx, L, opt_.amp ? nullptr : R.What[l].f32(), opt_.amp ? R.Whatb[l].data<uint16_t>() : nullptr);
     if (!opt_.amp) continue;
     const uint16_t* Wb = R.Whatb[l].data<uint16_t>();
     R.fwd_pack[l].pack(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), true);
@@ -510,62 +488,14 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
 }
 
 // The tunables' gradients from the batch's dW^ (one QDQ backward per iteration, as autograd does it),
-// then sign-SGD: p -= rate * sign(dp). Every rank computes the same bits from the same dW^.
-// save: this iteration is the best so far; its tunables go to best_ as each row block is read for its
-// update (rank 0's replica, whose layers are the home block's), no pass of their own.
+// then sign-SGD: p -= rate * sign(dp), through each Linear's family (linear_family.h). Every rank
+// computes the same bits from the same dW^. save: this iteration is the best so far; its tunables go to
+// best_ as each unit is read for its update (rank 0's replica, whose layers are the home block's).
 void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool save) {
-  const bool mm = opt_.enable_minmax_tuning;
-  std::atomic<bool> finite{true};
-  auto sign_step = [&](float* p, const float* d, int64_t n, float rate) {
-    bool ok = true;
-    for (int64_t i = 0; i < n; ++i) {
-      ok &= std::isfinite(d[i]);
-      p[i] -= rate * float((d[i] > 0.f) - (d[i] < 0.f));
-    }
-    if (!ok) finite = false;
-  };
-  for (size_t l = 0; l < R.layers.size(); ++l) {
-    auto& L = R.layers[l];
-    if (L.fixed) {
-      step_fixed(R, l, dw + g_.w[l], lr, sign_step, save);
-      continue;
-    }
-    if (L.fp) {
-      step_fp(R, l, dw + g_.w[l], lr, mm_lr, sign_step, save);
-      continue;
-    }
-    const QdqShape& sh = L.shape;
-    const int64_t ng = sh.groups(), vw = ng * sh.group;
-    // Blocks of kRows rows: a block's gradients (scratch, zero in V's padding) are applied while in cache.
-    constexpr int64_t kRows = 8;
-    R.ctx->pool().parallel_for(sh.out, [&](int64_t c0, int64_t c1) {
-      std::vector<float> dV(size_t(kRows * vw)), da(size_t(kRows * ng)), db(da.size());
-      for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
-        const int64_t rows = std::min(kRows, c1 - r0), k = r0 * ng;
-        if (save) {
-          std::memcpy(best_[l][0].f32() + r0 * vw, L.V.f32() + r0 * vw, size_t(rows * vw) * 4);
-          std::memcpy(best_[l][1].f32() + k, L.alpha.f32() + k, size_t(rows * ng) * 4);
-          std::memcpy(best_[l][2].f32() + k, L.beta.f32() + k, size_t(rows * ng) * 4);
-        }
-        std::fill(dV.begin(), dV.end(), 0.f);
-        // Rows r0.. as a matrix of their own (every array advanced to row r0).
-        qdq_bwd_rows(sh, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.alpha.f32() + k, L.beta.f32() + k,
-                       L.wmin0.f32() + k, L.wmax0.f32() + k, dw + g_.w[l] + r0 * sh.in, dV.data(),
-                       mm ? da.data() : nullptr, mm ? db.data() : nullptr, 0, rows);
-        sign_step(L.V.f32() + r0 * vw, dV.data(), rows * vw, lr);
-        if (mm) {
-          // AutoRound clamps min_scale/max_scale to [0, 1] in place before every forward, so the
-          // gradient is always taken at a value inside; a tunable stepped past 1 comes back next time.
-          auto step_unit = [&](float* p, const float* d) {
-            sign_step(p, d, rows * ng, mm_lr);
-            for (int64_t i = 0; i < rows * ng; ++i) p[i] = std::clamp(p[i], 0.f, 1.f);
-          };
-          step_unit(L.alpha.f32() + k, da.data());
-          step_unit(L.beta.f32() + k, db.data());
-        }
-      }
-    }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, vw)));
-  }
+  const StepRates rates{lr, mm_lr, opt_.enable_minmax_tuning};
+  bool finite = true;
+  for (size_t l = 0; l < R.layers.size(); ++l)
+    finite &= step_linear(*R.ctx, R.layers[l], dw + g_.w[l], rates, save ? &best_[l] : nullptr);
   if (fmt_.act_static()) step_act(R, dw, mm_lr, save);
   if (!finite) fail(ErrorKind::InvalidInput, "non-finite gradient of the tunables");
 }
@@ -576,7 +506,7 @@ void BlockTuner::step(Replica& R, const float* dw, float lr, float mm_lr, bool s
 void BlockTuner::step_act(Replica& R, const float* dw, float mm_lr, bool save) {
   for (size_t l = 0; l < R.layers.size(); ++l) {
     TunedLinear& L = R.layers[l];
-    if (save) best_coef_[l] = L.act_coef;
+    if (save) best_[l].act_coef = L.act_coef;
     if (!opt_.enable_minmax_tuning) continue;
     const float d = dw[g_.a[l]];
     if (!std::isfinite(d)) fail(ErrorKind::InvalidInput, "non-finite gradient of " + L.name + "'s activation scale");
@@ -585,61 +515,8 @@ void BlockTuner::step_act(Replica& R, const float* dw, float mm_lr, bool save) {
   }
 }
 
-// The GGUF layers' step: only V moves (its gradient through the fixed scales), in blocks of rows.
-template <class SignStep>
-void BlockTuner::step_fixed(Replica& R, size_t l, const float* dw, float lr, SignStep& sign_step, bool save) {
-  TunedLinear& L = R.layers[l];
-  const FixedQdq& f = *L.fixed;
-  constexpr int64_t kRows = 8;
-  R.ctx->pool().parallel_for(f.out, [&](int64_t c0, int64_t c1) {
-    std::vector<float> dV(size_t(kRows * f.in));
-    for (int64_t r0 = c0; r0 < c1; r0 += kRows) {
-      const int64_t rows = std::min(kRows, c1 - r0), k = r0 * f.groups();
-      if (save) std::memcpy(best_[l][0].f32() + r0 * f.in, L.V.f32() + r0 * f.in, size_t(rows * f.in) * 4);
-      FixedQdq part = f;
-      part.out = rows;
-      qdq_fixed_bwd<float>(part, L.weight->f32() + r0 * f.in, L.V.f32() + r0 * f.in, L.scale.f32() + k,
-                           L.zero.f32() + k, dw + r0 * f.in, dV.data(), 0, rows);
-      sign_step(L.V.f32() + r0 * f.in, dV.data(), rows * f.in, lr);
-    }
-  }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, f.in)));
-}
-
-// The float layers' step: V and the max-scale coefficient beta (kept in [0, 1] as for the int
-// schemes), in blocks of tile rows (a tile's beta gradient sums over the whole tile).
-template <class SignStep>
-void BlockTuner::step_fp(Replica& R, size_t l, const float* dw, float lr, float mm_lr, SignStep& sign_step,
-                         bool save) {
-  TunedLinear& L = R.layers[l];
-  const FpQdqShape& sh = *L.fp;
-  const bool mm = opt_.enable_minmax_tuning;
-  const int64_t across = sh.tiles_across(), vw = sh.padded_in();
-  R.ctx->pool().parallel_for(sh.tiles_down(), [&](int64_t t0, int64_t t1) {
-    const FpQdqShape part = fp_qdq_tile_rows(sh, t0, t1);
-    const int64_t r0 = t0 * sh.tile_rows, k = t0 * across, nt = part.tiles();
-    if (save) {
-      std::memcpy(best_[l][0].f32() + r0 * vw, L.V.f32() + r0 * vw, size_t(part.out * vw) * 4);
-      std::memcpy(best_[l][2].f32() + k, L.beta.f32() + k, size_t(nt) * 4);
-    }
-    std::vector<float> dV(static_cast<size_t>(part.out * vw), 0.f), db(static_cast<size_t>(nt));
-    fp_qdq_bwd(part, L.weight->f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.beta.f32() + k, L.wmin0.f32() + k,
-               L.wmax0.f32() + k, dw + r0 * sh.in, dV.data(), mm ? db.data() : nullptr);
-    sign_step(L.V.f32() + r0 * vw, dV.data(), part.out * vw, lr);
-    if (mm) {
-      float* b = L.beta.f32() + k;
-      sign_step(b, db.data(), nt, mm_lr);
-      for (int64_t i = 0; i < nt; ++i) b[i] = std::clamp(b[i], 0.f, 1.f);
-    }
-  }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, sh.tile_rows * vw)));
-}
-
 void BlockTuner::restore_best() {
-  for (size_t l = 0; l < res_.layers.size(); ++l) {
-    TunedLinear& L = res_.layers[l];
-    Tensor* live[] = {&L.V, &L.alpha, &L.beta};
-    for (size_t k = 0; k < 3; ++k) std::memcpy(live[k]->raw(), best_[l][k].raw(), best_[l][k].nbytes());
-    L.act_coef = best_coef_[l];
-  }
+  for (size_t l = 0; l < res_.layers.size(); ++l) restore(res_.layers[l], best_[l]);
 }
 
 // The batch's dW^: the tree over this process's ranks (in-process exchange), then over the processes
@@ -730,18 +607,7 @@ BlockTuneResult BlockTuner::run() {
   for (auto& L : res_.layers) {
     if (fmt_.act_static()) L.input_scale = fp8_static_input_scale(L.act_max * L.act_coef);
     Tensor What = Tensor::empty(L.weight->shape(), DType::F32, ctx_);
-    if (L.fp) {
-      tuned_fp_qdq(ctx_, L, What.f32(), nullptr);
-      *L.weight = What;
-      continue;
-    }
-    if (L.fixed) {
-      qdq_fixed_fwd(ctx_, *L.fixed, L.weight->f32(), L.V.f32(), L.scale.f32(), L.zero.f32(), What.f32());
-      *L.weight = What;
-      continue;
-    }
-    qdq_fwd(ctx_, L.shape, L.weight->f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-            What.f32(), L.scale.f32(), L.zero.f32());
+    family(L).qdq(ctx_, L, What.f32(), nullptr);
     *L.weight = What;
   }
   ph.teardown = since(t_down);

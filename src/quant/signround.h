@@ -156,9 +156,6 @@ TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* wei
 // gate-up kernels need): the tuned q/k/v projections share the smallest of their global scales, and
 // gate/up theirs. Call after make_tuned_linear, before the first QDQ; other layers are left as they are.
 void share_fused_global_scales(std::vector<TunedLinear>& layers);
-// The QDQ of a float-scheme Linear (L.fp set) at its current tunables, into What (fp32) or What16
-// (bf16); L.scale gets the tile scales.
-void tuned_fp_qdq(Context& ctx, TunedLinear& L, float* What, uint16_t* What16);
 // The learning rate of V: --lr, or 1/iters (2/iters for iters >= 1000 at <= 3 bits).
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
 // Gradient buffers of the deterministic tree over `leaves` per-sample leaves: a pair of leaves sums in

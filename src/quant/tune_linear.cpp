@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/small_float.h"
 #include "kernels/cpu/ops.h"
+#include "quant/linear_family.h"
 
 namespace ar::quant {
 
@@ -26,36 +27,11 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
   res.layers.push_back(make_tuned_linear(ctx, name, &w, fmt));
   TunedLinear& L = res.layers[0];
   Tensor What = Tensor::empty(w.shape(), DType::F32, ctx), dWhat = Tensor::empty(w.shape(), DType::F32, ctx);
-  Tensor dV = Tensor::zeros(L.V.shape(), DType::F32, ctx), da = Tensor::zeros(L.alpha.shape(), DType::F32, ctx),
-         db = Tensor::zeros(L.beta.shape(), DType::F32, ctx);
-  Tensor bestV = L.V.clone(ctx), besta = L.alpha.clone(ctx), bestb = L.beta.clone(ctx);
+  Tunables best_t = snapshot(ctx, L);
   const bool act = fmt.act_static();  // the input through its E4M3 QDQ at s(act_max * act_coef)
   L.act_max = act_max;
-  float best_coef = L.act_coef;
   auto act_scale = [&] { return fp8_static_input_scale(L.act_max * L.act_coef); };
-  auto qdq = [&] {
-    if (L.fp)
-      tuned_fp_qdq(ctx, L, What.f32(), nullptr);
-    else
-      qdq_fwd(ctx, L.shape, w.f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              What.f32(), L.scale.f32(), L.zero.f32());
-  };
-  // The tunables' gradients: the float schemes' backward over blocks of tile rows (no alpha there).
-  auto backward = [&] {
-    if (!L.fp) {
-      qdq_bwd(ctx, L.shape, w.f32(), L.V.f32(), L.alpha.f32(), L.beta.f32(), L.wmin0.f32(), L.wmax0.f32(),
-              dWhat.f32(), dV.f32(), mm ? da.f32() : nullptr, mm ? db.f32() : nullptr);
-      return;
-    }
-    const FpQdqShape& sh = *L.fp;
-    const int64_t across = sh.tiles_across(), vw = sh.padded_in();
-    ctx.pool().parallel_for(sh.tiles_down(), [&](int64_t t0, int64_t t1) {
-      const FpQdqShape part = fp_qdq_tile_rows(sh, t0, t1);
-      const int64_t r0 = t0 * sh.tile_rows, k = t0 * across;
-      fp_qdq_bwd(part, w.f32() + r0 * sh.in, L.V.f32() + r0 * vw, L.beta.f32() + k, L.wmin0.f32() + k,
-                 L.wmax0.f32() + k, dWhat.f32() + r0 * sh.in, dV.f32() + r0 * vw, mm ? db.f32() + k : nullptr);
-    }, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, sh.tile_rows * vw)));
-  };
+  auto qdq = [&] { family(L).qdq(ctx, L, What.f32(), nullptr); };
   const int64_t chunk = std::clamp<int64_t>((int64_t(16) << 20) / std::max<int64_t>(out, 1), 16, bs * T);
   Tensor xi = Tensor::empty({chunk, in}, DType::F32, ctx), xf = Tensor::empty({chunk, in}, DType::F32, ctx);
   Tensor y = Tensor::empty({chunk, out}, DType::F32, ctx), yf = Tensor::empty({chunk, out}, DType::F32, ctx);
@@ -107,38 +83,20 @@ BlockTuneResult signround_tune_linear(Context& ctx, const std::string& name, Ten
     if (loss < best) {
       best = loss;
       res.best_iter = it;
-      std::copy_n(L.V.f32(), L.V.numel(), bestV.f32());
-      std::copy_n(L.alpha.f32(), L.alpha.numel(), besta.f32());
-      std::copy_n(L.beta.f32(), L.beta.numel(), bestb.f32());
-      best_coef = L.act_coef;
+      best_t = snapshot(ctx, L);
     }
     auto ts = Clock::now();
-    backward();
     const float lr_i = float(lr * (1.0 - double(it) / opt.iters)), mm_i = float(minmax_lr * (1.0 - double(it) / opt.iters));
-    auto step = [](Tensor& p, const Tensor& g, float rate) {
-      for (int64_t i = 0; i < p.numel(); ++i) p.f32()[i] -= rate * float((g.f32()[i] > 0.f) - (g.f32()[i] < 0.f));
-    };
-    step(L.V, dV, lr_i);
-    if (mm) {  // AutoRound clamps min_scale / max_scale to [0, 1] before every forward (signround.cpp)
-      for (Tensor* p : {&L.alpha, &L.beta}) {
-        if (L.fp && p == &L.alpha) continue;  // the float schemes have no min-scale tunable
-        step(*p, p == &L.alpha ? da : db, mm_i);
-        for (int64_t i = 0; i < p->numel(); ++i) p->f32()[i] = std::clamp(p->f32()[i], 0.f, 1.f);
-      }
-      // The activation coefficient as the blocks step it (signround.cpp step_act).
-      if (act && L.act_max * L.act_coef / kE4M3Max > fp8_static_input_scale(0.f))
-        L.act_coef = std::clamp(L.act_coef - mm_i * float((ds > 0) - (ds < 0)), 0.f, 1.f);
-    }
+    if (!step_linear(ctx, L, dWhat.f32(), {lr_i, mm_i, mm}, nullptr))
+      fail(ErrorKind::InvalidInput, name + ": non-finite gradient of the tunables at iteration " + std::to_string(it));
+    // The activation coefficient as the blocks step it (signround.cpp step_act).
+    if (act && mm && L.act_max * L.act_coef / kE4M3Max > fp8_static_input_scale(0.f))
+      L.act_coef = std::clamp(L.act_coef - mm_i * float((ds > 0) - (ds < 0)), 0.f, 1.f);
     res.phases.step += std::chrono::duration<double>(Clock::now() - ts).count();
     if (opt.progress) opt.progress(it + 1, opt.iters, loss, best);
   }
   res.loss_best = opt.iters > 0 ? best : 0;
-  if (opt.use_best_mse && opt.iters > 0) {
-    L.V = bestV;
-    L.alpha = besta;
-    L.beta = bestb;
-    L.act_coef = best_coef;
-  }
+  if (opt.use_best_mse && opt.iters > 0) restore(L, best_t);
   if (act) L.input_scale = act_scale();
   qdq();
   w = What;
