@@ -11,7 +11,8 @@
 // steady rate is the median of the later iterations.
 //   tune_bench [--amp] [--both] [--hidden 2048] [--inter 8192] [--heads 32] [--kv 8] [--head_dim 64]
 //              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1]
-//              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8]   (the weight scheme tuned; default w4g128)
+//              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]   (the scheme tuned; default w4g128;
+//              fp8_static: W8A8, the activations fake-quantized in the tuning forward)
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
 #include <algorithm>
 #include <chrono>
@@ -55,7 +56,12 @@ quant::QuantFormat scheme_format(const std::string& s) {
   if (s == "mxfp8") return fp(8, 32, quant::FpFamily::Mx);
   if (s == "nvfp4") return fp(4, 16, quant::FpFamily::Nvfp4);
   if (s == "fp8") return fp(8, -1, quant::FpFamily::Fp8);
-  std::fprintf(stderr, "tune_bench: --scheme %s: w4g128, mxfp4, mxfp8, nvfp4 or fp8\n", s.c_str());
+  if (s == "fp8_static") {
+    quant::QuantFormat f = fp(8, -1, quant::FpFamily::Fp8);
+    f.act_bits = 8;
+    return f;
+  }
+  std::fprintf(stderr, "tune_bench: --scheme %s: w4g128, mxfp4, mxfp8, nvfp4, fp8 or fp8_static\n", s.c_str());
   std::exit(2);
 }
 
@@ -94,6 +100,11 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
   o.amp = amp;
   o.deterministic = deterministic;
   o.use_best_mse = false;  // every iteration whole: with it, the last one would measure its loss only
+  if (fmt.act_static()) {  // every Linear's maximum: the block input's (what matters here is the work)
+    float amax = 0;
+    for (int64_t i = 0; i < blk.x.numel(); ++i) amax = std::max(amax, std::fabs(blk.x.f32()[i]));
+    o.fix_params = [amax](Context&, quant::TunedLinear& L) { L.act_max = amax; };
+  }
   o.iters = 1;  // warm-up: allocator, primitive caches
   {
     BlockWeights w2 = quant::clone_block(blk.w, ctx);

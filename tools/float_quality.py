@@ -43,10 +43,14 @@ SCHEMES = [  # name, our flags, AutoRound kwargs
     ("MXFP8", ["--data_type", "mx_fp", "--bits", "8"], dict(bits=8, group_size=32, data_type="mx_fp", act_bits=16)),
     ("NVFP4", ["--scheme", "NVFP4", "--act_bits", "16"], dict(bits=4, group_size=16, data_type="nv_fp", act_bits=16)),
     ("FPW8A16", ["--scheme", "FPW8A16"], dict(scheme="FPW8A16")),
+    # AutoRound refuses FP8_BLOCK weight-only ("only supports dynamic fp8 activation quantization"): it
+    # tunes with its dynamic per-group activation QDQ, ours weight-only; eval scores both files' weights.
+    ("FP8_BLOCK", ["--scheme", "FP8_BLOCK", "--act_bits", "16"], dict(scheme="FP8_BLOCK")),
     # W8A8: both tools tune with the activations fake-quantized; eval reads both outputs as W8A8.
     ("FP8_STATIC", ["--scheme", "FP8_STATIC"], dict(scheme="FP8_STATIC")),
 ]
-ACT_BITS = {"FP8_STATIC": [8]}  # the schemes whose activations are quantized; the others are weight-only
+# The schemes whose activations AutoRound quantizes here: bits, dynamic. The others are weight-only.
+ACT_BITS = {"FP8_STATIC": ([8], False), "FP8_BLOCK": ([8], True)}
 TAG = "FQ_WORKER "
 
 
@@ -66,8 +70,9 @@ def worker(a):
     if a.scheme_name in ACT_BITS:  # its packed layers drop act_bits: read the exported config instead
         cfg = json.loads((Path(folders[0]) / "config.json").read_text())["quantization_config"]
         groups = [g.get("input_activations") for g in cfg.get("config_groups", {}).values()]
-        if not groups or any(not g or g.get("num_bits") not in ACT_BITS[a.scheme_name] or g.get("dynamic") for g in groups):
-            sys.exit(f"auto-round's input_activations {groups}, expected static {ACT_BITS[a.scheme_name]}-bit")
+        bits, dynamic = ACT_BITS[a.scheme_name]
+        if not groups or any(not g or g.get("num_bits") not in bits or bool(g.get("dynamic")) != dynamic for g in groups):
+            sys.exit(f"auto-round's input_activations {groups}, expected {bits}-bit, dynamic {dynamic}")
     elif acts != [16]:  # the comparison is weight-only
         sys.exit(f"auto-round quantizes activations: act_bits {acts}")
     print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
