@@ -116,7 +116,7 @@ TEST(SignRoundFp8Static, TheTuningForwardQuantizesTheActivations) {
   const float in_max[7] = {m[0], m[0], m[0], m[1], m[2], m[2], m[3]};
   for (int k = 0; k < 7; ++k) at1.s[k] = fp8_static_input_scale(in_max[k]);
   const double with_act = mse_with_act(f, rtn, at1), weights_only = f.mse(rtn);
-  EXPECT_NEAR(r.loss_first, with_act, 1e-5 * with_act);
+  EXPECT_NEAR(r.loss_first, with_act, 1e-4 * with_act);  // fp32 orders differ (see below)
   EXPECT_GT(std::fabs(with_act - weights_only), 1e-3 * weights_only) << "the activation QDQ changes nothing here";
 }
 
@@ -138,7 +138,9 @@ TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
     EXPECT_EQ(L.input_scale, fp8_static_input_scale(L.act_max * L.act_coef)) << L.name;
   }
   EXPECT_GT(moved, 0);
-  EXPECT_NEAR(mse_with_act(f, a, act_of(r)), r.loss_best, 1e-5 * r.loss_best);
+  // 1e-4: the tuner's per-sample leaves and this whole-pool forward sum their GEMMs in different fp32
+  // orders, and an E4M3 rounding of an activation flips now and then (1.25e-5 apart under the AVX2 cap).
+  EXPECT_NEAR(mse_with_act(f, a, act_of(r)), r.loss_best, 1e-4 * r.loss_best);
   // --disable_minmax_tuning keeps them at 1 (AutoRound's act_max_scale sits in the min/max group).
   BlockWeights b = f.copy();
   o.enable_minmax_tuning = false;
