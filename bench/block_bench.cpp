@@ -4,7 +4,10 @@
 // FLOPs counted (model FLOPs): every Linear 2*N*in*out forward and 4*N*in*out backward (dx and dW);
 // causal attention 4*B*H*D*T(T+1)/2 forward and twice that backward (the recomputed scores of
 // the backward pass are not counted). Output: human-readable lines, then one JSON object as the
-// last line. --amp 1: bf16 GEMM operands (the CLI's --amp).
+// last line. --amp 1: bf16 GEMM operands (the CLI's --amp). --experts E --topk K: a mixture-of-experts
+// block (model/moe_ffn.h) of E experts of intermediate --inter, top-K routing; its FLOPs are the active
+// ones (each token's K experts, and the router), e.g. a Qwen3-30B-A3B block:
+//   block_bench --hidden 2048 --inter 768 --heads 32 --kv 4 --head_dim 128 --experts 128 --topk 8
 #include <deque>
 #include <cblas.h>
 
@@ -60,7 +63,8 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("block_bench [--hidden 4096] [--inter 14336] [--heads 32] [--kv 8] [--head_dim 128] [--seq 512]\n"
-                "            [--batch 1] [--iters 3] [--threads 0 (all)] [--peak_n 2048]\n");
+                "            [--batch 1] [--iters 3] [--threads 0 (all)] [--peak_n 2048] [--amp 0]\n"
+                "            [--experts 0 (dense)] [--topk 8]\n");
     return 0;
   }
   BlockDims d;
@@ -70,6 +74,12 @@ int main(int argc, char** argv) {
   d.Hkv = arg(argc, argv, "--kv", 8);
   d.D = arg(argc, argv, "--head_dim", d.C / d.H);
   d.eps = 1e-5;
+  d.moe.E = arg(argc, argv, "--experts", 0);
+  if (d.moe.E) {
+    d.moe.K = arg(argc, argv, "--topk", 8);
+    d.moe.I = d.I;
+    d.moe.norm_topk = true;
+  }
   const int64_t T = arg(argc, argv, "--seq", 512), B = arg(argc, argv, "--batch", 1), iters = arg(argc, argv, "--iters", 3);
   const int threads = int(arg(argc, argv, "--threads", 0)), peak_n = int(arg(argc, argv, "--peak_n", 2048));
   Context ctx(Device{}, threads);
@@ -91,10 +101,29 @@ int main(int argc, char** argv) {
     fill(w.back(), 10 + i, specs[i].norm ? 0.1f : 1.f / std::sqrt(float(specs[i].shape.back())), specs[i].norm ? 1.f : 0.f);
     g.push_back(Tensor::zeros(specs[i].shape, DType::F32, ctx));
   }
-  BlockPtrs<const float*> wp{w[0].f32(), w[1].f32(), w[2].f32(), w[3].f32(), nullptr, nullptr, nullptr, nullptr,
-                             nullptr, w[4].f32(), nullptr, w[5].f32(), w[6].f32(), w[7].f32(), w[8].f32()};
-  BlockPtrs<float*> gp{g[0].f32(), g[1].f32(), g[2].f32(), g[3].f32(), nullptr, nullptr, nullptr, nullptr,
-                       nullptr, g[4].f32(), nullptr, g[5].f32(), g[6].f32(), g[7].f32(), g[8].f32()};
+  for (int64_t e = 0; d.moe.E && e <= d.moe.E; ++e) {  // MoE: the router, then each expert's gate, up, down
+    const std::vector<Shape> shapes = e == 0 ? std::vector<Shape>{{d.moe.E, d.C}}
+                                             : std::vector<Shape>{{d.I, d.C}, {d.I, d.C}, {d.C, d.I}};
+    for (const Shape& sh : shapes) {
+      w.push_back(Tensor::empty(sh, DType::F32, ctx));
+      fill(w.back(), 100 + w.size(), 1.f / std::sqrt(float(sh.back())));
+      g.push_back(Tensor::zeros(sh, DType::F32, ctx));
+    }
+  }
+  const int64_t E = d.moe.E;
+  auto block_ptrs = [E](auto& t, auto p) {  // ln1, q, k, v, o, ln2, gate, up, down [, router, experts]
+    p.ln1 = t[0].f32(); p.wq = t[1].f32(); p.wk = t[2].f32(); p.wv = t[3].f32(); p.wo = t[4].f32();
+    p.ln2 = t[5].f32(); p.wg = t[6].f32(); p.wu = t[7].f32(); p.wd = t[8].f32();
+    if (E) p.router = t[9].f32();
+    for (int64_t e = 0; e < E; ++e) {
+      p.eg.push_back(t[size_t(10 + 3 * e)].f32());
+      p.eu.push_back(t[size_t(11 + 3 * e)].f32());
+      p.ed.push_back(t[size_t(12 + 3 * e)].f32());
+    }
+    return p;
+  };
+  const BlockPtrs<const float*> wp = block_ptrs(w, BlockPtrs<const float*>{});
+  const BlockPtrs<float*> gp = block_ptrs(g, BlockPtrs<float*>{});
   Tensor x = Tensor::empty({N, d.C}, DType::F32, ctx), y = Tensor::empty({N, d.C}, DType::F32, ctx),
          dy = Tensor::empty({N, d.C}, DType::F32, ctx), dx = Tensor::empty({N, d.C}, DType::F32, ctx);
   fill(x, 3, 1.f);
@@ -129,7 +158,9 @@ int main(int argc, char** argv) {
   cpu::CpuOps ops{ctx, amp ? &operands : nullptr};
   BlockRunner<cpu::CpuOps> run(ops, d);
 
-  double params = double(QD * d.C * 2 + KD * d.C * 2 + 3 * d.I * d.C);
+  // Parameters each token meets: attention, and the dense MLP or its K experts and the router.
+  double params = double(QD * d.C * 2 + KD * d.C * 2) +
+                  (E ? double(d.moe.K * 3 * d.I * d.C + E * d.C) : double(3 * d.I * d.C));
   double attn = 4.0 * double(B * d.H * d.D) * double(T) * double(T + 1) / 2.0;
   double flop_fwd = 2.0 * double(N) * params + attn, flop_bwd = 4.0 * double(N) * params + 2 * attn;
 
@@ -149,16 +180,18 @@ int main(int argc, char** argv) {
   t_bwd /= double(iters);
   const double total = t_fwd + t_bwd, gflops = (flop_fwd + flop_bwd) / total / 1e9;
   const double tokens_per_s = double(N) / total, rss = peak_rss_mb();
+  double weight_bytes = 0;
+  for (const Tensor& t : w) weight_bytes += double(t.nbytes());
   std::printf("forward %.1f GFLOP/s, backward %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s = %.1f%% of SGEMM peak; "
               "%.0f tokens/s; block weights %.0f MiB; peak RSS %.0f MiB\n",
               flop_fwd / t_fwd / 1e9, flop_bwd / t_bwd / 1e9, gflops, 100 * gflops / peak, tokens_per_s,
-              params * 4 / 1048576.0, rss);
+              weight_bytes / 1048576.0, rss);
   std::printf("{\"bench\":\"block_fwd_bwd\",\"hidden\":%lld,\"intermediate\":%lld,\"heads\":%lld,\"kv_heads\":%lld,"
               "\"seq\":%lld,\"batch\":%lld,\"threads\":%d,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"tokens_per_s\":%.2f,"
               "\"gflops\":%.2f,\"fwd_gflops\":%.2f,\"bwd_gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"ratio\":%.4f,"
-              "\"peak_rss_mb\":%.1f,\"amp\":%s}\n",
+              "\"peak_rss_mb\":%.1f,\"amp\":%s,\"experts\":%lld,\"topk\":%lld}\n",
               (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)T, (long long)B,
               ctx.threads(), t_fwd, t_bwd, tokens_per_s, gflops, flop_fwd / t_fwd / 1e9, flop_bwd / t_bwd / 1e9, peak,
-              gflops / peak, rss, amp ? "true" : "false");
+              gflops / peak, rss, amp ? "true" : "false", (long long)E, (long long)d.moe.K);
   return 0;
 }

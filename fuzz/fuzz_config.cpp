@@ -7,6 +7,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return ar::fuzz::guarded([&] {
     const std::string path = ar::fuzz::write_input("config.json", data, size);
     ar::ModelConfig c = ar::load_model_config(path);
-    (void)c.block_dims();
+    for (int64_t l = 0; l < c.num_layers; ++l) (void)c.block_dims(l);
   });
 }

@@ -252,7 +252,7 @@ std::vector<float> composed_logits(const std::string& dir, const std::vector<int
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
   BlockAux<float> aux{1, T, pos.data(), rope.cos.data(), rope.sin.data(), nullptr};
   cpu::CpuOps ops{ctx};
-  BlockRunner<cpu::CpuOps> run(ops, c.block_dims());
+  BlockRunner<cpu::CpuOps> run(ops, c.block_dims(0));
   const char* slots[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
   for (int64_t l = 0; l < c.num_layers; ++l) {

@@ -132,6 +132,24 @@ Tensor SafetensorsFile::load_f32(const std::string& name, Context& ctx) const {
   return out;
 }
 
+Tensor SafetensorsFile::load_f32_range(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const {
+  const StTensorInfo* t = find(name);
+  if (!t) fail(ErrorKind::InvalidInput, path() + ": tensor '" + printable(name) + "' not found");
+  if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+    fail(ErrorKind::Unsupported, path() + ": tensor '" + name + "' has dtype " + dtype_safetensors_name(t->dtype) +
+                                     "; weights must be F32, BF16 or F16");
+  Tensor out = Tensor::empty(shape, DType::F32, ctx);
+  const size_t es = dtype_size(t->dtype), total = (t->end - t->begin) / es;
+  if (offset < 0 || size_t(offset) > total || size_t(out.numel()) > total - size_t(offset))
+    fail(ErrorKind::InvalidInput, path() + ": tensor '" + name + "': elements [" + std::to_string(offset) + ", " +
+                                      std::to_string(offset + out.numel()) + ") are past its " + std::to_string(total));
+  const uint8_t* b = bytes(*t) + size_t(offset) * es;
+  convert_to_f32(b, t->dtype, out.f32(), size_t(out.numel()));
+  file_->release(b, size_t(out.numel()) * es);
+  check_finite(out, name);
+  return out;
+}
+
 void SafetensorsFile::check_finite(const Tensor& t, const std::string& name) const {
   const float* p = t.f32();
   const int64_t n = t.numel();

@@ -41,6 +41,9 @@ class SafetensorsFile {
   const uint8_t* bytes(const StTensorInfo& t) const { return file_->data() + header_.data_start + t.begin; }
   // Materializes a tensor as fp32 on ctx's device; a NaN or Inf in it is refused (InvalidInput).
   Tensor load_f32(const std::string& name, Context& ctx) const;
+  // Elements [offset, offset + numel(shape)) of a tensor, as fp32 of `shape` (a slice of a stacked tensor);
+  // a range past the tensor's end is refused.
+  Tensor load_f32_range(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
   // Scans a stored F32/BF16/F16 tensor for NaN/Inf without converting it (exponent bits all ones)
   // and refuses one naming the file, tensor and element; other dtypes are not scanned.
   void check_finite_stored(const StTensorInfo& t) const;

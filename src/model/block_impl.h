@@ -7,31 +7,20 @@
 //   q, k = rope(q, k);  o = attention(q, k, v, causal + key mask)   [N, H*D]
 //   x1 = x + o Wo^T (+ bo);  h2 = rmsnorm(x1, ln2)
 //   a = silu(h2 Wg^T) * (h2 Wu^T)  [N, I];   y = x1 + a Wd^T
+//   or, in a mixture-of-experts block (BlockDims::moe), y = x1 + MoeFfn(h2) (model/moe_ffn.h)
 // Backward walks the same graph in reverse; weight gradients accumulate into the Grad pointers
 // that are non-null (so a caller can ask for input gradients only).
 // FP8_STATIC (ActQdq): a Linear with a static activation scale reads the QDQ of its input
 // (kernels/ref/act_qdq_ref.h) instead of the input; its input gradient goes back through that QDQ,
-// and backward adds dL/ds per Linear.
+// and backward adds dL/ds per Linear (the attention's only, in a MoE block).
 #pragma once
 #include <cstdint>
 
 #include "kernels/ref/attention_ref.h"
+#include "model/block_dims.h"
+#include "model/moe_ffn.h"
 
 namespace ar {
-
-struct BlockDims {
-  int64_t C = 0, I = 0, H = 0, Hkv = 0, D = 0;
-  double eps = 1e-6;
-  bool qk_norm = false;
-};
-
-// One pointer per block tensor; P = const T* for weights, T* for gradients. Null = absent.
-template <class P>
-struct BlockPtrs {
-  P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
-  P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
-    wd = nullptr;
-};
 
 // The static activation scale s of each Linear, in the order q, k, v, o, gate, up, down; 0: the
 // Linear reads its input as is. Under amp the input operands must keep their fp32 values (keep_fp32).
@@ -65,6 +54,8 @@ class BlockRunner {
     // With activation QDQ: the scales, and the QDQ operand each quantized Linear read.
     const ActQdq<T>* act = nullptr;
     typename Ops::Operand xq[7];
+    Buf h2;  // MoE: h2 in fp32 (the router and the experts' row gathers read it)
+    typename MoeFfn<Ops>::Cache moe;
   };
 
   // Keys/values of earlier positions for incremental decoding (batch 1): [capacity, Hkv*D] each.
@@ -116,6 +107,14 @@ class BlockRunner {
     ops_.linear_fwd(input(c, 3, c.oo, N * QD), w.wo, w.bo, p(c.x1), N, QD, C);
     ops_.add(x, p(c.x1), p(c.x1), N * C);
     c.rstd2 = ops_.alloc(N);
+    if (d_.is_moe()) {
+      c.h2 = ops_.alloc(N * C);
+      ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
+      c.h2o = ops_.operand(p(c.h2), N * C);
+      MoeFfn<Ops>(ops_, d_).forward(w, c.h2o, N, y, c.moe);
+      ops_.add(p(c.x1), y, y, N * C);
+      return;
+    }
     c.h2o = ops_.rmsnorm_operand(p(c.x1), w.ln2, p(c.rstd2), N, C, d_.eps);
     c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I);
     ops_.linear_fwd(input(c, 4, c.h2o, N * C), w.wg, nullptr, p(c.g), N, C, I);
@@ -140,11 +139,16 @@ class BlockRunner {
     Buf dx1 = ops_.alloc(N * C);
     ops_.copy(dy, p(dx1), N * C);
     {  // MLP
-      Buf da = ops_.alloc(N * I), dh2 = ops_.alloc(N * C);
-      lin(6, ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, nullptr, I, C);
-      const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I);
-      lin(4, dg, c.h2o, w.wg, p(dh2), false, g.wg, nullptr, C, I);
-      lin(5, du, c.h2o, w.wu, p(dh2), true, g.wu, nullptr, C, I);
+      Buf dh2 = ops_.alloc(N * C);
+      if (d_.is_moe()) {
+        MoeFfn<Ops>(ops_, d_).backward(w, c.h2o, N, dy, p(dh2), g, acc, c.moe);
+      } else {
+        Buf da = ops_.alloc(N * I);
+        lin(6, ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, nullptr, I, C);
+        const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I);
+        lin(4, dg, c.h2o, w.wg, p(dh2), false, g.wg, nullptr, C, I);
+        lin(5, du, c.h2o, w.wu, p(dh2), true, g.wu, nullptr, C, I);
+      }
       ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
     }
     // Attention

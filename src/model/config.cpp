@@ -102,7 +102,14 @@ void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c
 }
 }  // namespace
 
-BlockDims ModelConfig::block_dims() const {
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!is_moe()) return false;
+  for (int64_t l : moe.mlp_only_layers)
+    if (l == layer) return false;
+  return (layer + 1) % moe.sparse_step == 0;
+}
+
+BlockDims ModelConfig::block_dims(int64_t layer) const {
   BlockDims d;
   d.C = hidden_size;
   d.I = intermediate_size;
@@ -111,6 +118,13 @@ BlockDims ModelConfig::block_dims() const {
   d.D = head_dim;
   d.eps = rms_norm_eps;
   d.qk_norm = qk_norm;
+  if (is_moe_layer(layer)) {
+    d.moe.E = moe.num_experts;
+    d.moe.K = moe.top_k;
+    d.moe.I = moe.expert_intermediate;
+    d.moe.Is = moe.shared_intermediate;
+    d.moe.norm_topk = moe.norm_topk_prob;
+  }
   return d;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/block_impl.h"
 
@@ -41,6 +42,19 @@ struct QuantConfig {
   bool act_static = false;
 };
 
+// Mixture-of-experts feed-forward (Qwen3-MoE, Qwen2-MoE, Mixtral): num_experts = 0 for a dense model.
+// A layer is MoE unless listed in mlp_only_layers or off the decoder_sparse_step grid (transformers'
+// rule); the others keep the dense MLP of intermediate_size.
+struct MoeConfig {
+  int64_t num_experts = 0, top_k = 0;
+  int64_t expert_intermediate = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
+  int64_t shared_intermediate = 0;  // Qwen2-MoE's shared expert (0: none)
+  bool norm_topk_prob = false;      // renormalize the top-k probabilities to sum 1
+  int64_t sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  bool mixtral_names = false;  // per-expert tensors as block_sparse_moe.experts.<e>.w1/w2/w3
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
@@ -52,8 +66,12 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // 0 = none; sequences longer than this are refused
   int64_t bos_token_id = -1, eos_token_id = -1;
   QuantConfig quant;
+  MoeConfig moe;
 
-  BlockDims block_dims() const;
+  bool is_moe() const { return moe.num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const;
+  // The block's shapes; a MoE layer's carry its experts (BlockDims::moe).
+  BlockDims block_dims(int64_t layer) const;
 };
 
 // `path` names the file in errors.

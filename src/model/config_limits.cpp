@@ -50,6 +50,18 @@ void check_config_limits(const ModelConfig& c, const std::string& path) {
       {"num_attention_heads", c.num_heads * c.head_dim * c.hidden_size, kMaxElements},   // q/o projections
       {"max_position_embeddings", c.max_position_embeddings * c.head_dim, kMaxRopeElements},  // RoPE tables
   };
+  if (c.is_moe()) {
+    struct MoeLimit { const char* field; int64_t v, max; };
+    const MoeLimit moe[] = {{"num_experts", c.moe.num_experts, int64_t(1) << 12},
+                            {"moe_intermediate_size", c.moe.expert_intermediate, int64_t(1) << 20},
+                            {"shared_expert_intermediate_size", c.moe.shared_intermediate, int64_t(1) << 20}};
+    for (const MoeLimit& l : moe)
+      if (l.v > l.max) too_large(path, l.field, std::to_string(l.v) + " exceeds the limit of " + std::to_string(l.max));
+    if (c.moe.num_experts * c.moe.expert_intermediate * c.hidden_size > kMaxElements)
+      too_large(path, "num_experts", "implies a layer's experts of " +
+                                         std::to_string(c.moe.num_experts * c.moe.expert_intermediate * c.hidden_size) +
+                                         " elements, more than the limit of " + std::to_string(kMaxElements));
+  }
   for (const Product& p : products)
     if (p.n > p.max)
       too_large(path, p.field, "implies a tensor of " + std::to_string(p.n) + " elements, more than the limit of " +

@@ -18,13 +18,22 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   r.ln1 = p(ln1); r.wq = p(wq); r.wk = p(wk); r.wv = p(wv); r.bq = p(bq); r.bk = p(bk); r.bv = p(bv);
   r.q_norm = p(q_norm); r.k_norm = p(k_norm); r.wo = p(wo); r.bo = p(bo); r.ln2 = p(ln2); r.wg = p(wg);
   r.wu = p(wu); r.wd = p(wd);
+  r.router = p(router); r.sg = p(sg); r.su = p(su); r.sd = p(sd); r.sgate = p(sgate);
+  for (size_t e = 0; e < eg.size(); ++e) {
+    r.eg.push_back(p(eg[e]));
+    r.eu.push_back(p(eu[e]));
+    r.ed.push_back(p(ed[e]));
+  }
   return r;
 }
 
 size_t BlockWeights::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&ln1, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &bo, &ln2, &wg, &wu, &wd})
+  for (const Tensor* t : {&ln1, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &bo, &ln2, &wg, &wu, &wd,
+                          &router, &sg, &su, &sd, &sgate})
     if (t->defined()) n += t->nbytes();
+  for (const auto* v : {&eg, &eu, &ed})
+    for (const Tensor& t : *v) n += t.nbytes();
   return n;
 }
 
@@ -199,6 +208,10 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
     w.k_norm = load(p + "self_attn.k_norm.weight", {D}, ctx);
   }
   w.ln2 = load(p + "post_attention_layernorm.weight", {C}, ctx);
+  if (cfg_.is_moe_layer(layer)) {
+    load_moe(layer, w, ctx);
+    return w;
+  }
   w.wg = load(p + "mlp.gate_proj.weight", {I, C}, ctx);
   w.wu = load(p + "mlp.up_proj.weight", {I, C}, ctx);
   w.wd = load(p + "mlp.down_proj.weight", {C, I}, ctx);

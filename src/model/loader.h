@@ -21,6 +21,10 @@ namespace ar {
 // fp32 tensors of one decoder block (HF names in block_tensor_names()).
 struct BlockWeights {
   Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
+  // A MoE layer's feed-forward (model/moe_names.h): router, experts (one Tensor per expert Linear, in
+  // either checkpoint layout), Qwen2-MoE's shared expert and its gate.
+  Tensor router, sg, su, sd, sgate;
+  std::vector<Tensor> eg, eu, ed;
   BlockPtrs<const float*> ptrs() const;
   size_t bytes() const;
 };
@@ -58,6 +62,8 @@ class HfModel {
   // A tensor copied as is (dtype and shape must match).
   Tensor load_raw(const std::string& name, const Shape& expect, DType dtype, Context& ctx) const;
   BlockWeights load_block(int64_t layer, Context& ctx) const;
+  // Whether a MoE layer stores its experts fused (mlp.experts.gate_up_proj) rather than one per expert.
+  bool fused_experts(int64_t layer) const;
   Tensor load_embeddings(Context& ctx) const;  // [vocab, hidden]
   Tensor load_final_norm(Context& ctx) const;  // [hidden]
   Tensor load_lm_head(Context& ctx) const;     // [vocab, hidden]; the embeddings when tied
@@ -71,6 +77,9 @@ class HfModel {
   void check_values() const;                   // model_check.cpp
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;
+  void load_moe(int64_t layer, BlockWeights& w, Context& ctx) const;  // moe_load.cpp
+  // Elements [offset, offset + numel(shape)) of a stored tensor as fp32 `shape` (an expert of a fused tensor).
+  Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
   std::string dir_, context_field_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;

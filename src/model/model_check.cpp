@@ -5,11 +5,12 @@
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/dequant_float.h"
+#include "model/moe_names.h"
 
 namespace ar {
 
 namespace {
-enum class Role { Norm, Embedding, Linear, Bias, LmHead };
+enum class Role { Norm, Embedding, Linear, Bias, LmHead, Experts };
 
 struct Expected {
   std::string name;
@@ -24,11 +25,37 @@ const char* role_name(Role r) {
     case Role::Linear: return "a Linear weight";
     case Role::Bias: return "a bias";
     case Role::LmHead: return "lm_head";
+    case Role::Experts: return "a fused expert tensor";
   }
   return "a weight";
 }
 
-void add_block(std::vector<Expected>& out, const ModelConfig& c, int64_t layer) {
+// A MoE layer's feed-forward, in the layout the checkpoint stores (model/moe_names.h).
+void add_moe(std::vector<Expected>& out, const HfModel& m, int64_t layer) {
+  const ModelConfig& c = m.config();
+  const int64_t C = c.hidden_size, E = c.moe.num_experts, I = c.moe.expert_intermediate, Is = c.moe.shared_intermediate;
+  const bool fused = m.fused_experts(layer);
+  out.push_back({router_weight_name(c, layer, fused), {E, C}, Role::Linear});
+  if (fused) {
+    out.push_back({fused_experts_name(layer, ExpertProj::Gate), {E, 2 * I, C}, Role::Experts});
+    out.push_back({fused_experts_name(layer, ExpertProj::Down), {E, C, I}, Role::Experts});
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Gate), {I, C}, Role::Linear});
+      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Up), {I, C}, Role::Linear});
+      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Down), {C, I}, Role::Linear});
+    }
+  }
+  if (Is) {
+    out.push_back({shared_expert_name(layer, ExpertProj::Gate), {Is, C}, Role::Linear});
+    out.push_back({shared_expert_name(layer, ExpertProj::Up), {Is, C}, Role::Linear});
+    out.push_back({shared_expert_name(layer, ExpertProj::Down), {C, Is}, Role::Linear});
+    out.push_back({shared_gate_name(layer), {1, C}, Role::Linear});
+  }
+}
+
+void add_block(std::vector<Expected>& out, const HfModel& m, int64_t layer) {
+  const ModelConfig& c = m.config();
   const std::string p = HfModel::layer_prefix(layer);
   const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
                 KD = c.num_kv_heads * c.head_dim;
@@ -48,16 +75,18 @@ void add_block(std::vector<Expected>& out, const ModelConfig& c, int64_t layer) 
     out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Role::Norm});
   }
   out.push_back({p + "post_attention_layernorm.weight", {C}, Role::Norm});
+  if (c.is_moe_layer(layer)) return add_moe(out, m, layer);
   out.push_back({p + "mlp.gate_proj.weight", {I, C}, Role::Linear});
   out.push_back({p + "mlp.up_proj.weight", {I, C}, Role::Linear});
   out.push_back({p + "mlp.down_proj.weight", {C, I}, Role::Linear});
 }
 
 // The tensors load_embeddings/load_block/load_final_norm/load_lm_head read, as load_block names them.
-std::vector<Expected> expected_tensors(const ModelConfig& c, bool has_lm_head) {
+std::vector<Expected> expected_tensors(const HfModel& m, bool has_lm_head) {
+  const ModelConfig& c = m.config();
   std::vector<Expected> out;
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, Role::Embedding});
-  for (int64_t l = 0; l < c.num_layers; ++l) add_block(out, c, l);
+  for (int64_t l = 0; l < c.num_layers; ++l) add_block(out, m, l);
   out.push_back({"model.norm.weight", {c.hidden_size}, Role::Norm});
   if (!c.tie_word_embeddings || has_lm_head)
     out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, Role::LmHead});
@@ -129,7 +158,7 @@ void HfModel::check_tensors() const {
   const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed");
   if (!cfg_.tie_word_embeddings && !has_lm_head)
     fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
-  for (const Expected& e : expected_tensors(cfg_, has_lm_head)) {
+  for (const Expected& e : expected_tensors(*this, has_lm_head)) {
     if ((e.role == Role::Linear || e.role == Role::LmHead) && e.name.size() > kWeight.size() &&
         check_float_linear(*this, e.name.substr(0, e.name.size() - kWeight.size()), e.shape))
       continue;
@@ -148,7 +177,7 @@ void HfModel::check_tensors() const {
 
 void HfModel::check_values() const {
   const bool has_lm_head = has("lm_head.weight");
-  for (const Expected& e : expected_tensors(cfg_, has_lm_head)) {
+  for (const Expected& e : expected_tensors(*this, has_lm_head)) {
     auto it = where_.find(e.name);
     if (it == where_.end()) continue;  // packed Linear: integer codes; its scales are checked on load
     const auto& shard = *shards_[it->second];

@@ -66,10 +66,10 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
   const auto& c = model_.config();
   if (!resident_) fail(ErrorKind::Internal, "decode() needs a resident Transformer");
   cpu::CpuOps ops{ctx_};
-  BlockRunner<cpu::CpuOps> runner(ops, c.block_dims());
   if (!decode_) {
     decode_ = std::make_shared<DecodeState>();
-    for (int64_t l = 0; l < c.num_layers; ++l) decode_->kv.push_back(runner.make_kv_cache(c.max_position_embeddings));
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      decode_->kv.push_back(BlockRunner<cpu::CpuOps>(ops, c.block_dims(l)).make_kv_cache(c.max_position_embeddings));
   }
   if (decode_->pos + n > c.max_position_embeddings)
     fail(ErrorKind::InvalidInput, "sequence of " + std::to_string(decode_->pos + n) +
@@ -83,6 +83,7 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
   for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(decode_->pos + i);
   BlockAux<float> aux{1, n, pos.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    BlockRunner<cpu::CpuOps> runner(ops, c.block_dims(l));
     BlockRunner<cpu::CpuOps>::Cache cache;
     runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)], act(l));
     check_activations(model_, y.f32(), n * C, block_stage(l));
@@ -121,10 +122,10 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
   for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % T);
   BlockAux<float> aux{B, T, pos.data(), rope_.cos.data(), rope_.sin.data(), key_mask};
   cpu::CpuOps ops{ctx_};
-  BlockRunner<cpu::CpuOps> runner(ops, c.block_dims());
   BlockWeights scratch;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockWeights& w = block(l, scratch);
+    BlockRunner<cpu::CpuOps> runner(ops, c.block_dims(l));
     BlockRunner<cpu::CpuOps>::Cache cache;
     runner.forward(w.ptrs(), aux, x.f32(), y.f32(), cache, nullptr, act(l));
     check_activations(model_, y.f32(), N * C, block_stage(l));

@@ -72,6 +72,9 @@ void QuantizeRun::plan() {
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
+  if (cfg.is_moe())  // eval, generate and logits read MoE models; tuning and export do not yet
+    fail(ErrorKind::Unsupported, opt_.model_dir + ": " + cfg.architecture + " is a mixture-of-experts model: quantize "
+                                 "does not support MoE models yet (eval, generate and logits do)");
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())
@@ -148,7 +151,7 @@ void QuantizeRun::calibrate() {
   check_process_split();
   shard_ = parallel::process_shard(n_, B_, job_ ? job_->rank() : 0, processes());
   levels_ = quant::signround_tree_levels(B_);  // of the deterministic gradient tree
-  dims_ = cfg.block_dims();
+  dims_ = cfg.block_dims(0);
   cache_per_sample_ = T_ * (8 * C_ + 4 * dims_.I + dims_.H * T_);  // a block's forward cache per sample
   rope_ = make_rope_table(cfg, T_);
   pos_.resize(size_t(n_ * T_));

@@ -22,5 +22,18 @@ void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::strin
 void configure_mistral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_qwen2(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_qwen3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen2_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen3_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_mixtral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+
+// Where a MoE family keeps its fields (arch/moe_fields.cpp reads and checks them into cfg.moe).
+struct MoeFields {
+  const char* experts;              // "num_experts" | "num_local_experts"
+  const char* alias;                // the other spelling transformers accepts (null: none)
+  const char* intermediate;         // "moe_intermediate_size" | "intermediate_size"
+  const char* shared_intermediate;  // null: no shared expert
+  bool always_norm_topk;            // Mixtral: softmax over the selected logits
+};
+void configure_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path, const MoeFields& f);
 
 }  // namespace ar

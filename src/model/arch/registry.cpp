@@ -8,6 +8,9 @@ constexpr ArchSpec kArchs[] = {
     {"MistralForCausalLM", configure_mistral},
     {"Qwen2ForCausalLM", configure_qwen2},
     {"Qwen3ForCausalLM", configure_qwen3},
+    {"Qwen2MoeForCausalLM", configure_qwen2_moe},
+    {"Qwen3MoeForCausalLM", configure_qwen3_moe},
+    {"MixtralForCausalLM", configure_mixtral},
 };
 }  // namespace
 

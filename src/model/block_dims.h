@@ -1,0 +1,37 @@
+// Shapes and weight pointers of one decoder block, shared by the block runner (model/block_impl.h)
+// and its mixture-of-experts feed-forward (model/moe_ffn.h).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace ar {
+
+// A mixture-of-experts feed-forward (model/moe_ffn.h): E experts of intermediate I, top-K routing,
+// a shared expert of intermediate Is (0: none). E = 0: the dense SwiGLU MLP.
+struct MoeDims {
+  int64_t E = 0, K = 0, I = 0, Is = 0;
+  bool norm_topk = false;
+};
+
+struct BlockDims {
+  int64_t C = 0, I = 0, H = 0, Hkv = 0, D = 0;
+  double eps = 1e-6;
+  bool qk_norm = false;
+  MoeDims moe;
+  bool is_moe() const { return moe.E > 0; }
+};
+
+// One pointer per block tensor; P = const T* for weights, T* for gradients. Null = absent.
+template <class P>
+struct BlockPtrs {
+  P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
+  P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
+    wd = nullptr;
+  // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C]; expert e's gate and up [I, C] and
+  // down [C, I]; the shared expert's gate/up/down and its gate [1, C].
+  P router = nullptr;
+  std::vector<P> eg, eu, ed;
+  P sg = nullptr, su = nullptr, sd = nullptr, sgate = nullptr;
+};
+
+}  // namespace ar

@@ -1,0 +1,247 @@
+// The mixture-of-experts feed-forward of a decoder block (Qwen3-MoE, Qwen2-MoE, Mixtral), forward and
+// backward, over the same op-table policies as the block (model/block_impl.h). With h = rmsnorm(x1) [N, C]:
+//   logits = h Wr^T [N, E] (fp32);  p = softmax(logits);  S(n) = the top-K experts of p[n]
+//     (descending probability, ties to the lower expert index);  w[n,k] = p[n,S_k] (/ sum_k p[n,S_k] when
+//     norm_topk: Qwen's norm_topk_prob, always for Mixtral)
+//   expert e on its routed rows X_e = h[rows(e)]:  Y_e = (silu(X_e Wg_e^T) * (X_e Wu_e^T)) Wd_e^T
+//   y[n] = sum_{k=0..K-1} w[n,k] Y_{S_k}[n]   (in k order, so the bits do not depend on threads or on
+//     which other tokens share the batch)
+//   Qwen2-MoE: y += sigmoid(h Wsg^T) * SwiGLU_shared(h)
+// Experts that receive no row are skipped (their weight gradients are zero). The backward reaches the
+// router through the routing weights (dL/dw -> dL/dp -> dL/dlogits), so the input gradient carries the
+// routing path as autograd's does; the chosen experts are held fixed, as top-k has no gradient.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "model/block_dims.h"
+
+namespace ar {
+
+template <class Ops>
+class MoeFfn {
+ public:
+  using T = typename Ops::Real;
+  using Buf = typename Ops::Buf;
+  using Operand = typename Ops::Operand;
+
+  struct Expert {
+    std::vector<int64_t> slots;  // routed (token, k) slots n*K + k, in token order
+    Buf x;                       // the routed rows of h [rows, C]
+    Operand xo, ao;              // x and silu(g)*u as GEMM operands
+    Buf g, u, y;                 // gate/up outputs [rows, I] and the expert's output [rows, C]
+    int64_t rows() const { return int64_t(slots.size()); }
+  };
+  struct Cache {
+    Buf probs;                 // [N, E]
+    std::vector<int32_t> idx;  // [N, K] chosen experts
+    std::vector<int64_t> row;  // [N, K] each slot's row in its expert's batch
+    Buf wt;                    // [N, K] routing weights
+    std::vector<Expert> ex;
+    Buf sg, su, sy, sz;        // shared expert: gate/up outputs, output [N, C], gate logit [N]
+    Operand sao;
+  };
+
+  MoeFfn(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), m_(d.moe) {}
+
+  // y [N, C] receives the feed-forward output of h (an operand holding fp32 values in h.x).
+  void forward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
+    const int64_t C = d_.C, K = m_.K;
+    route(w, h, N, c);
+    for (int64_t e = 0; e < m_.E; ++e) {
+      Expert& x = c.ex[size_t(e)];
+      if (x.slots.empty()) continue;
+      const int64_t r = x.rows();
+      x.x = ops_.alloc(r * C);
+      for (int64_t i = 0; i < r; ++i) ops_.copy(h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
+      x.xo = ops_.operand(p(x.x), r * C);
+      x.y = ops_.alloc(r * C);
+      swiglu_fwd(x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u, x.ao, p(x.y));
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      T* yn = y + n * C;
+      std::fill(yn, yn + C, T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T wk = p(c.wt)[n * K + k];
+        const T* src = expert_row(c, n, k);
+        for (int64_t i = 0; i < C; ++i) yn[i] += wk * src[i];
+      }
+    }
+    if (m_.Is) shared_fwd(w, h, N, y, c);
+  }
+
+  // dh [N, C] receives dL/dh; weight gradients go to the non-null entries of g (written when !acc).
+  void backward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
+                const BlockPtrs<T*>& g, bool acc, Cache& c) {
+    const int64_t C = d_.C, K = m_.K, E = m_.E;
+    // dL/dw of every slot, and the experts' output gradients w * dy.
+    Buf dw = ops_.alloc(N * K);
+    std::vector<Buf> dye(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      if (!c.ex[size_t(e)].slots.empty()) dye[size_t(e)] = ops_.alloc(c.ex[size_t(e)].rows() * C);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = c.idx[size_t(n * K + k)];
+        const T* yr = expert_row(c, n, k);
+        T* d = p(dye[size_t(e)]) + c.row[size_t(n * K + k)] * C;
+        const T wk = p(c.wt)[n * K + k];
+        T s = 0;
+        for (int64_t i = 0; i < C; ++i) {
+          s += dy[n * C + i] * yr[i];
+          d[i] = wk * dy[n * C + i];
+        }
+        p(dw)[n * K + k] = s;
+      }
+    // The router: dL/dlogits from dL/dw, then dh = dlogits Wr (written) and Wr's gradient.
+    Buf dlogits = ops_.alloc(N * E);
+    route_bwd(c, p(dw), p(dlogits), N);
+    ops_.linear_bwd(ops_.operand(p(dlogits), N * E), h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
+    if (m_.Is) shared_bwd(w, h, N, dy, dh, g, acc, c);
+    // The routed experts; their input gradients are added per token in k order.
+    std::vector<Buf> dxe(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      Expert& x = c.ex[size_t(e)];
+      T* dWg = g.eg.empty() ? nullptr : g.eg[size_t(e)];
+      T* dWu = g.eu.empty() ? nullptr : g.eu[size_t(e)];
+      T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
+      if (x.slots.empty()) {
+        if (!acc)
+          for (T* dW : {dWg, dWu, dWd})
+            if (dW) std::fill(dW, dW + m_.I * C, T(0));
+        continue;
+      }
+      dxe[size_t(e)] = ops_.alloc(x.rows() * C);
+      swiglu_bwd(ops_.operand(p(dye[size_t(e)]), x.rows() * C), x.xo, x.ao, x.g, x.u, w.eg[size_t(e)],
+                 w.eu[size_t(e)], w.ed[size_t(e)], p(dxe[size_t(e)]), dWg, dWu, dWd, acc, x.rows(), m_.I);
+    }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = c.idx[size_t(n * K + k)];
+        const T* src = p(dxe[size_t(e)]) + c.row[size_t(n * K + k)] * C;
+        for (int64_t i = 0; i < C; ++i) dh[n * C + i] += src[i];
+      }
+  }
+
+ private:
+  static T* p(Buf& b) { return Ops::ptr(b); }
+  const T* expert_row(Cache& c, int64_t n, int64_t k) const {
+    const size_t s = size_t(n * m_.K + k);
+    return p(c.ex[size_t(c.idx[s])].y) + c.row[s] * d_.C;
+  }
+
+  // Router logits, softmax, top-K and the routing weights; fills the experts' slot lists.
+  void route(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, Cache& c) {
+    const int64_t E = m_.E, K = m_.K;
+    c.probs = ops_.alloc(N * E);
+    ops_.linear_fwd(h, w.router, nullptr, p(c.probs), N, d_.C, E);
+    c.idx.assign(size_t(N * K), 0);
+    c.row.assign(size_t(N * K), 0);
+    c.wt = ops_.alloc(N * K);
+    c.ex.assign(size_t(E), Expert{});
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (int64_t n = 0; n < N; ++n) {
+      T* pr = p(c.probs) + n * E;
+      const T mx = *std::max_element(pr, pr + E);
+      T sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += pr[e] = std::exp(pr[e] - mx);
+      for (int64_t e = 0; e < E; ++e) pr[e] /= sum;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                        [pr](int32_t a, int32_t b) { return pr[a] > pr[b] || (pr[a] == pr[b] && a < b); });
+      T top = 0;
+      for (int64_t k = 0; k < K; ++k) top += pr[order[size_t(k)]];
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = order[size_t(k)];
+        const size_t s = size_t(n * K + k);
+        c.idx[s] = e;
+        p(c.wt)[n * K + k] = m_.norm_topk ? pr[e] / top : pr[e];
+        c.row[s] = c.ex[size_t(e)].rows();
+        c.ex[size_t(e)].slots.push_back(int64_t(s));
+      }
+    }
+  }
+
+  // dL/dw [N, K] -> dL/dlogits [N, E] through the normalization and the softmax.
+  void route_bwd(Cache& c, const T* dw, T* dlogits, int64_t N) const {
+    const int64_t E = m_.E, K = m_.K;
+    for (int64_t n = 0; n < N; ++n) {
+      const T* pr = p(c.probs) + n * E;
+      const T* wt = p(c.wt) + n * K;
+      const int32_t* idx = c.idx.data() + n * K;
+      T* dl = dlogits + n * E;
+      std::fill(dl, dl + E, T(0));
+      T top = 0, dot = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        top += pr[idx[k]];
+        dot += dw[n * K + k] * wt[k];
+      }
+      for (int64_t k = 0; k < K; ++k)  // dL/dp of the chosen experts (dl holds dp for now)
+        dl[idx[k]] = m_.norm_topk ? (dw[n * K + k] - dot) / top : dw[n * K + k];
+      T pdp = 0;
+      for (int64_t k = 0; k < K; ++k) pdp += dl[idx[k]] * pr[idx[k]];
+      for (int64_t e = 0; e < E; ++e) dl[e] = pr[e] * (dl[e] - pdp);
+    }
+  }
+
+  // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u and the product operand for backward.
+  void swiglu_fwd(const Operand& x, const T* Wg, const T* Wu, const T* Wd, int64_t r, int64_t I, Buf& g, Buf& u,
+                  Operand& a, T* y) {
+    g = ops_.alloc(r * I);
+    u = ops_.alloc(r * I);
+    ops_.linear_fwd(x, Wg, nullptr, p(g), r, d_.C, I);
+    ops_.linear_fwd(x, Wu, nullptr, p(u), r, d_.C, I);
+    a = ops_.swiglu_operand(p(g), p(u), r * I);
+    ops_.linear_fwd(a, Wd, nullptr, y, r, I, d_.C);
+  }
+  // Its backward from dy [r, C]: dx [r, C] written, weight gradients as in the block.
+  void swiglu_bwd(const Operand& dy, const Operand& x, const Operand& a, Buf& g, Buf& u, const T* Wg, const T* Wu,
+                  const T* Wd, T* dx, T* dWg, T* dWu, T* dWd, bool acc, int64_t r, int64_t I) {
+    Buf da = ops_.alloc(r * I);
+    ops_.linear_bwd(dy, a, Wd, p(da), false, dWd, acc, nullptr, r, I, d_.C);
+    const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(g), p(u), r * I);
+    ops_.linear_bwd(dg, x, Wg, dx, false, dWg, acc, nullptr, r, d_.C, I);
+    ops_.linear_bwd(du, x, Wu, dx, true, dWu, acc, nullptr, r, d_.C, I);
+  }
+
+  static T sigmoid(T z) { return T(1) / (T(1) + std::exp(-z)); }
+
+  void shared_fwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
+    const int64_t C = d_.C;
+    c.sy = ops_.alloc(N * C);
+    c.sz = ops_.alloc(N);
+    swiglu_fwd(h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, p(c.sy));
+    ops_.linear_fwd(h, w.sgate, nullptr, p(c.sz), N, C, 1);
+    for (int64_t n = 0; n < N; ++n) {
+      const T s = sigmoid(p(c.sz)[n]);
+      for (int64_t i = 0; i < C; ++i) y[n * C + i] += s * p(c.sy)[n * C + i];
+    }
+  }
+  // Adds the shared expert's and its gate's input gradients to dh.
+  void shared_bwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
+                  const BlockPtrs<T*>& g, bool acc, Cache& c) {
+    const int64_t C = d_.C;
+    Buf dsy = ops_.alloc(N * C), dz = ops_.alloc(N), dxs = ops_.alloc(N * C);
+    for (int64_t n = 0; n < N; ++n) {
+      const T s = sigmoid(p(c.sz)[n]);
+      T dot = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        dot += dy[n * C + i] * p(c.sy)[n * C + i];
+        p(dsy)[n * C + i] = s * dy[n * C + i];
+      }
+      p(dz)[n] = dot * s * (T(1) - s);
+    }
+    ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
+    swiglu_bwd(ops_.operand(p(dsy), N * C), h, c.sao, c.sg, c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N,
+               m_.Is);
+    ops_.add(dh, p(dxs), dh, N * C);
+  }
+
+  Ops& ops_;
+  BlockDims d_;
+  MoeDims m_;
+};
+
+}  // namespace ar

@@ -1,0 +1,38 @@
+#include "model/moe_names.h"
+
+#include "model/loader.h"
+
+namespace ar {
+
+namespace {
+const char* proj_name(ExpertProj p, bool mixtral) {
+  switch (p) {
+    case ExpertProj::Gate: return mixtral ? "w1" : "gate_proj";
+    case ExpertProj::Up: return mixtral ? "w3" : "up_proj";
+    case ExpertProj::Down: return mixtral ? "w2" : "down_proj";
+  }
+  return "";
+}
+}  // namespace
+
+std::string expert_weight_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertProj proj) {
+  const bool mx = c.moe.mixtral_names;
+  return HfModel::layer_prefix(layer) + (mx ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) +
+         "." + proj_name(proj, mx) + ".weight";
+}
+
+std::string fused_experts_name(int64_t layer, ExpertProj proj) {
+  return HfModel::layer_prefix(layer) + (proj == ExpertProj::Down ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj");
+}
+
+std::string router_weight_name(const ModelConfig& c, int64_t layer, bool fused) {
+  return HfModel::layer_prefix(layer) + (c.moe.mixtral_names && !fused ? "block_sparse_moe" : "mlp") + ".gate.weight";
+}
+
+std::string shared_expert_name(int64_t layer, ExpertProj proj) {
+  return HfModel::layer_prefix(layer) + "mlp.shared_expert." + proj_name(proj, false) + ".weight";
+}
+
+std::string shared_gate_name(int64_t layer) { return HfModel::layer_prefix(layer) + "mlp.shared_expert_gate.weight"; }
+
+}  // namespace ar

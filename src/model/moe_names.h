@@ -1,0 +1,25 @@
+// Checkpoint names of a mixture-of-experts layer's tensors, in both layouts:
+//  - per expert (what save_pretrained writes): <layer>.mlp.experts.<e>.{gate,up,down}_proj.weight,
+//    Mixtral's <layer>.block_sparse_moe.experts.<e>.{w1,w3,w2}.weight, router mlp.gate.weight
+//    (Mixtral: block_sparse_moe.gate.weight);
+//  - fused (transformers 5's in-memory layout, shipped by newer checkpoints): <layer>.mlp.experts.gate_up_proj
+//    [E, 2I, C] (gate rows first, then up) and <layer>.mlp.experts.down_proj [E, C, I], router mlp.gate.weight.
+// Qwen2-MoE's shared expert: <layer>.mlp.shared_expert.{gate,up,down}_proj.weight and
+// <layer>.mlp.shared_expert_gate.weight [1, C], in both layouts.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace ar {
+
+enum class ExpertProj { Gate, Up, Down };
+
+std::string expert_weight_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertProj proj);
+std::string fused_experts_name(int64_t layer, ExpertProj proj);  // Gate and Up: the gate_up_proj tensor
+std::string router_weight_name(const ModelConfig& c, int64_t layer, bool fused);
+std::string shared_expert_name(int64_t layer, ExpertProj proj);
+std::string shared_gate_name(int64_t layer);
+
+}  // namespace ar

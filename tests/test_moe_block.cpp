@@ -1,0 +1,203 @@
+// The mixture-of-experts decoder block (model/moe_ffn.h inside model/block_impl.h): the double
+// reference backward against central finite differences for the input and every weight (router,
+// experts, shared expert and gate, attention), the fp32 CPU block against the double one, the routing
+// tie rule, and experts that receive no token. Variants: Qwen3-MoE (top-3 of 8, renormalized, q/k norm),
+// Qwen2-MoE (top-2 of 6 not renormalized, shared expert, q/k/v bias), Mixtral (top-2 of 4).
+#include <map>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "model/block_impl.h"
+#include "test_util.h"
+
+using namespace ar;
+using namespace ar::test;
+
+namespace {
+
+struct Variant {
+  const char* name;
+  int64_t E, K, Is;
+  bool norm_topk, qk_norm, bias;
+};
+
+template <class V>
+using Named = std::map<std::string, std::vector<V>>;
+
+template <class P, class V>
+BlockPtrs<P> ptrs(Named<V>& m, int64_t E) {
+  BlockPtrs<P> p;
+  auto get = [&](const std::string& k) -> P { auto it = m.find(k); return it == m.end() ? nullptr : it->second.data(); };
+  p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
+  p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.ln2 = get("ln2");
+  p.router = get("router"); p.sg = get("sg"); p.su = get("su"); p.sd = get("sd"); p.sgate = get("sgate");
+  for (int64_t e = 0; e < E; ++e) {
+    p.eg.push_back(get("eg" + std::to_string(e)));
+    p.eu.push_back(get("eu" + std::to_string(e)));
+    p.ed.push_back(get("ed" + std::to_string(e)));
+  }
+  return p;
+}
+
+struct MoeCase {
+  BlockDims d;
+  int64_t B = 2, T = 5;
+  Named<double> w;
+  std::vector<double> x, R, cs, sn;
+  std::vector<int32_t> pos;
+
+  explicit MoeCase(const Variant& v) {
+    d.C = 12; d.I = 0; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
+    d.moe = {v.E, v.K, 10, v.Is, v.norm_topk};
+    const int64_t QD = d.H * d.D, KD = d.Hkv * d.D, C = d.C, I = d.moe.I;
+    uint32_t seed = 300;
+    auto add = [&](const std::string& k, int64_t n, double scale, double mean = 0) {
+      auto r = randn<double>(size_t(n), seed++, scale);
+      for (auto& e : r) e += mean;
+      w[k] = r;
+    };
+    add("ln1", C, 0.2, 1.0); add("ln2", C, 0.2, 1.0);
+    add("wq", QD * C, 0.4); add("wk", KD * C, 0.4); add("wv", KD * C, 0.4); add("wo", C * QD, 0.3);
+    if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); }
+    if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
+    add("router", v.E * C, 0.8);
+    for (int64_t e = 0; e < v.E; ++e) {
+      add("eg" + std::to_string(e), I * C, 0.4);
+      add("eu" + std::to_string(e), I * C, 0.4);
+      add("ed" + std::to_string(e), C * I, 0.3);
+    }
+    if (v.Is) { add("sg", v.Is * C, 0.4); add("su", v.Is * C, 0.4); add("sd", C * v.Is, 0.3); add("sgate", C, 0.4); }
+    x = randn<double>(size_t(B * T * C), 7);
+    R = randn<double>(x.size(), 8);
+    for (int64_t p = 0; p < T; ++p)
+      for (int64_t i = 0; i < d.D / 2; ++i) {
+        double a = p * std::pow(10000.0, -2.0 * i / d.D);
+        cs.push_back(std::cos(a));
+        sn.push_back(std::sin(a));
+      }
+    for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
+  }
+  BlockAux<double> aux() const { return {B, T, pos.data(), cs.data(), sn.data(), nullptr}; }
+};
+
+class MoeBlockTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(MoeBlockTest, ReferenceBackwardMatchesFiniteDifferences) {
+  MoeCase s(GetParam());
+  ref::RefOps<double> ops;
+  BlockRunner<ref::RefOps<double>> run(ops, s.d);
+  const auto aux = s.aux();
+  const int64_t E = s.d.moe.E;
+  std::vector<double> y(s.x.size());
+  auto loss = [&] {
+    BlockRunner<ref::RefOps<double>>::Cache c;
+    run.forward(ptrs<const double*>(s.w, E), aux, s.x.data(), y.data(), c);
+    return dot(y, s.R);
+  };
+  Named<double> grads;
+  for (auto& [k, v] : s.w) grads[k].assign(v.size(), 0.0);
+  std::vector<double> dx(s.x.size());
+  BlockRunner<ref::RefOps<double>>::Cache c;
+  run.forward(ptrs<const double*>(s.w, E), aux, s.x.data(), y.data(), c);
+  run.backward(ptrs<const double*>(s.w, E), aux, c, s.R.data(), dx.data(), ptrs<double*>(grads, E));
+  int used = 0;
+  for (const auto& ex : c.moe.ex) used += !ex.slots.empty();
+  EXPECT_GE(used, 3) << "the case should route to several experts";
+  expect_grad_matches_fd("dx", s.x, dx, loss, 1e-6, 120);
+  for (auto& [k, v] : s.w) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 60);
+}
+
+TEST_P(MoeBlockTest, CpuBlockMatchesReference) {
+  MoeCase s(GetParam());
+  const int64_t E = s.d.moe.E;
+  Named<float> wf;
+  for (auto& [k, w] : s.w) { wf[k] = cast<float>(w); w = cast<double>(wf[k]); }
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
+
+  ref::RefOps<double> rops;
+  BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
+  std::vector<double> y(s.x.size()), dx(s.x.size());
+  Named<double> g;
+  for (auto& [k, w] : s.w) g[k].assign(w.size(), 0.0);
+  BlockRunner<ref::RefOps<double>>::Cache rc;
+  rrun.forward(ptrs<const double*>(s.w, E), s.aux(), s.x.data(), y.data(), rc);
+  rrun.backward(ptrs<const double*>(s.w, E), s.aux(), rc, s.R.data(), dx.data(), ptrs<double*>(g, E));
+
+  Context ctx(Device{}, 2);
+  cpu::CpuOps cops{ctx};
+  BlockRunner<cpu::CpuOps> crun(cops, s.d);
+  BlockAux<float> caux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), nullptr};
+  std::vector<float> yf(xf.size()), dxf(xf.size());
+  Named<float> gf;
+  for (auto& [k, w] : wf) gf[k].assign(w.size(), 0.f);
+  BlockRunner<cpu::CpuOps>::Cache cc;
+  crun.forward(ptrs<const float*>(wf, E), caux, xf.data(), yf.data(), cc);
+  crun.backward(ptrs<const float*>(wf, E), caux, cc, Rf.data(), dxf.data(), ptrs<float*>(gf, E));
+  EXPECT_EQ(cc.moe.idx, rc.moe.idx) << "routing";
+  EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
+  EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
+  for (auto& [k, w] : g) {
+    if (std::all_of(w.begin(), w.end(), [](double v) { return v == 0; })) {
+      EXPECT_TRUE(std::all_of(gf[k].begin(), gf[k].end(), [](float v) { return v == 0; })) << "d" << k;
+      continue;
+    }
+    EXPECT_LT(rel_err(gf[k].data(), w.data(), w.size()), 1e-5) << "d" << k;
+  }
+
+  // Written gradients (accumulate = false) equal accumulated ones into zeros, unrouted experts included.
+  Named<float> gw;
+  for (auto& [k, w] : wf) gw[k].assign(w.size(), 7.f);
+  crun.backward(ptrs<const float*>(wf, E), caux, cc, Rf.data(), dxf.data(), ptrs<float*>(gw, E), false);
+  for (const char* k : {"router", "eg0", "ed1"}) EXPECT_EQ(gw[k], gf[k]) << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, MoeBlockTest,
+                         ::testing::Values(Variant{"qwen3_moe", 8, 3, 0, true, true, false},
+                                           Variant{"qwen2_moe", 6, 2, 8, false, false, true},
+                                           Variant{"mixtral", 4, 2, 0, true, false, false}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// Equal router logits: the lower expert index wins, and the weights split evenly.
+TEST(MoeRouting, TiesGoToTheLowerExpertIndex) {
+  MoeCase s(Variant{"ties", 4, 2, 0, true, false, false});
+  std::fill(s.w["router"].begin(), s.w["router"].end(), 0.0);  // every logit 0: a four-way tie
+  ref::RefOps<double> ops;
+  BlockRunner<ref::RefOps<double>> run(ops, s.d);
+  std::vector<double> y(s.x.size());
+  BlockRunner<ref::RefOps<double>>::Cache c;
+  run.forward(ptrs<const double*>(s.w, 4), s.aux(), s.x.data(), y.data(), c);
+  for (int64_t n = 0; n < s.B * s.T; ++n) {
+    EXPECT_EQ(c.moe.idx[size_t(2 * n)], 0);
+    EXPECT_EQ(c.moe.idx[size_t(2 * n + 1)], 1);
+    EXPECT_EQ(c.moe.wt[size_t(2 * n)], 0.5);
+  }
+  EXPECT_TRUE(c.moe.ex[2].slots.empty());
+  EXPECT_TRUE(c.moe.ex[3].slots.empty());
+}
+
+// Experts no token reaches are skipped: the output equals that of the block without them (their
+// weights cannot matter), and their accumulated gradients stay zero.
+TEST(MoeRouting, ExpertsWithoutTokensAreSkipped) {
+  MoeCase s(Variant{"skip", 4, 1, 0, false, false, false});
+  auto& r = s.w["router"];  // experts 2 and 3 copy the rows of 0 and 1, so they lose every tie
+  std::copy(r.begin(), r.begin() + 2 * s.d.C, r.begin() + 2 * s.d.C);
+  ref::RefOps<double> ops;
+  BlockRunner<ref::RefOps<double>> run(ops, s.d);
+  std::vector<double> y(s.x.size()), y2(s.x.size()), dx(s.x.size());
+  BlockRunner<ref::RefOps<double>>::Cache c;
+  run.forward(ptrs<const double*>(s.w, 4), s.aux(), s.x.data(), y.data(), c);
+  ASSERT_TRUE(c.moe.ex[2].slots.empty());
+  ASSERT_TRUE(c.moe.ex[3].slots.empty());
+  Named<double> g;
+  for (auto& [k, w] : s.w) g[k].assign(w.size(), 0.0);
+  run.backward(ptrs<const double*>(s.w, 4), s.aux(), c, s.R.data(), dx.data(), ptrs<double*>(g, 4));
+  for (const char* k : {"eg2", "eu2", "ed2", "eg3", "eu3", "ed3"})
+    EXPECT_TRUE(std::all_of(g[k].begin(), g[k].end(), [](double v) { return v == 0; })) << k;
+  for (auto& v : s.w["ed3"]) v = 1e3;  // an unrouted expert's weights do not reach the output
+  BlockRunner<ref::RefOps<double>>::Cache c2;
+  run.forward(ptrs<const double*>(s.w, 4), s.aux(), s.x.data(), y2.data(), c2);
+  EXPECT_EQ(y, y2);
+}
+
+}  // namespace
