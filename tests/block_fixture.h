@@ -75,7 +75,7 @@ struct Fixture {
     }
     return s / double(cnt);
   }
-  BlockWeights copy() { return {w.ln1, w.wq.clone(ctx), w.wk.clone(ctx), w.wv.clone(ctx), {}, {}, {}, {}, {}, w.wo.clone(ctx), {}, w.ln2, w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}}; }
+  BlockWeights copy() { return {w.ln1, w.wq.clone(ctx), w.wk.clone(ctx), w.wv.clone(ctx), {}, {}, {}, {}, {}, w.wo.clone(ctx), {}, w.ln2, w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}, false}; }
   quant::BlockTuneResult tune(BlockWeights& bw, const quant::QuantFormat& f, int iters, uint64_t seed = 42,
                               quant::SignRoundOptions o = {}, const quant::TuneLane& lane = {}) {
     o.iters = iters;

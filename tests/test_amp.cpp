@@ -171,7 +171,7 @@ struct WideBlock {
   }
   BlockWeights copy() {
     return {w.ln1, w.wq.clone(ctx), w.wk.clone(ctx), w.wv.clone(ctx), {}, {}, {}, {}, {}, w.wo.clone(ctx), {}, w.ln2,
-            w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}};
+            w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}, false};
   }
   std::vector<float> tune(Context& c, const quant::TuneLane& lane = {}) {
     BlockWeights b = copy();

@@ -201,3 +201,42 @@ TEST(MoeRouting, ExpertsWithoutTokensAreSkipped) {
 }
 
 }  // namespace
+
+namespace {
+// The tuning's gradient tree adds other leaves' sums inside a weight gradient's GEMM (cpu::GradAddends);
+// an expert that this leaf routes no token to must still get them, or the tree drops those leaves'
+// share of its gradient.
+TEST(MoeRouting, ExpertsWithoutTokensStillTakeTheirGradientAddends) {
+  MoeCase s(Variant{"addends", 4, 1, 0, false, false, false});
+  auto& r = s.w["router"];  // expert 3 copies expert 0's row: it never wins
+  std::copy(r.begin(), r.begin() + s.d.C, r.begin() + 3 * s.d.C);
+  Named<float> wf, gf;
+  for (auto& [k, w] : s.w) { wf[k] = cast<float>(w); gf[k].assign(w.size(), 5.f); }
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  Context ctx(Device{}, 2);
+  cpu::GradAddends add;
+  const std::vector<float> a1(gf["eg3"].size(), 0.25f), a2(gf["eg3"].size(), 0.5f);
+  add.set(gf["eg3"].data(), {a1.data(), a2.data()});
+  add.set(gf["eg1"].data(), {a1.data()});
+  cpu::CpuOps ops{ctx, nullptr, &add};
+  BlockRunner<cpu::CpuOps> run(ops, s.d);
+  BlockAux<float> aux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), nullptr};
+  std::vector<float> y(xf.size()), dx(xf.size());
+  BlockRunner<cpu::CpuOps>::Cache c;
+  run.forward(ptrs<const float*>(wf, 4), aux, xf.data(), y.data(), c);
+  ASSERT_TRUE(c.moe.ex[3].slots.empty());
+  ASSERT_FALSE(c.moe.ex[1].slots.empty());
+  auto keep = gf["eg1"];
+  run.backward(ptrs<const float*>(wf, 4), aux, c, Rf.data(), dx.data(), ptrs<float*>(gf, 4), false);
+  for (float v : gf["eg3"]) ASSERT_EQ(v, 0.75f);  // written: 0 + 0.25 + 0.5
+  for (float v : gf["eu3"]) ASSERT_EQ(v, 0.f);
+  Named<float> plain;
+  for (auto& [k, w] : s.w) plain[k].assign(w.size(), 0.f);
+  cpu::CpuOps ops2{ctx};
+  BlockRunner<cpu::CpuOps> run2(ops2, s.d);
+  BlockRunner<cpu::CpuOps>::Cache c2;
+  run2.forward(ptrs<const float*>(wf, 4), aux, xf.data(), y.data(), c2);
+  run2.backward(ptrs<const float*>(wf, 4), aux, c2, Rf.data(), dx.data(), ptrs<float*>(plain, 4), false);
+  for (size_t i = 0; i < keep.size(); ++i) ASSERT_EQ(gf["eg1"][i], plain["eg1"][i] + 0.25f) << i;
+}
+}  // namespace

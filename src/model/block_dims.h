@@ -1,6 +1,7 @@
 // Shapes and weight pointers of one decoder block, shared by the block runner (model/block_impl.h)
 // and its mixture-of-experts feed-forward (model/moe_ffn.h).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -33,5 +34,23 @@ struct BlockPtrs {
   std::vector<P> eg, eu, ed;
   P sg = nullptr, su = nullptr, sd = nullptr, sgate = nullptr;
 };
+
+// The pointer of quantizable Linear `slot`, in quant::block_linears' order: q, k, v, o, then gate, up,
+// down of the dense MLP, or in a MoE block (non-empty eg) each expert's gate, up, down followed by the
+// shared expert's. The router and the shared expert's gate are not slots (they stay in 16 bit).
+template <class P>
+P& linear_slot(BlockPtrs<P>& p, size_t slot) {
+  P* attn[] = {&p.wq, &p.wk, &p.wv, &p.wo};
+  if (slot < 4) return *attn[slot];
+  slot -= 4;
+  if (p.eg.empty()) {
+    P* mlp[] = {&p.wg, &p.wu, &p.wd};
+    return *mlp[slot];
+  }
+  std::vector<P>* ex[] = {&p.eg, &p.eu, &p.ed};
+  if (slot < 3 * p.eg.size()) return (*ex[slot % 3])[slot / 3];
+  P* shared[] = {&p.sg, &p.su, &p.sd};
+  return *shared[slot - 3 * p.eg.size()];
+}
 
 }  // namespace ar

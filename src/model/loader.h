@@ -25,6 +25,7 @@ struct BlockWeights {
   // either checkpoint layout), Qwen2-MoE's shared expert and its gate.
   Tensor router, sg, su, sd, sgate;
   std::vector<Tensor> eg, eu, ed;
+  bool mixtral_names = false;  // the experts' Linears are named block_sparse_moe.experts.<e>.w1/w3/w2
   BlockPtrs<const float*> ptrs() const;
   size_t bytes() const;
 };

@@ -7,7 +7,8 @@
 //   y[n] = sum_{k=0..K-1} w[n,k] Y_{S_k}[n]   (in k order, so the bits do not depend on threads or on
 //     which other tokens share the batch)
 //   Qwen2-MoE: y += sigmoid(h Wsg^T) * SwiGLU_shared(h)
-// Experts that receive no row are skipped (their weight gradients are zero). The backward reaches the
+// Experts that receive no row are skipped (their weight gradients are a product over zero rows: zero,
+// plus whatever the policy adds to a weight gradient, e.g. the tuning tree's addends). The backward reaches the
 // router through the routing weights (dL/dw -> dL/dp -> dL/dlogits), so the input gradient carries the
 // routing path as autograd's does; the chosen experts are held fixed, as top-k has no gradient.
 #pragma once
@@ -107,10 +108,12 @@ class MoeFfn {
       T* dWg = g.eg.empty() ? nullptr : g.eg[size_t(e)];
       T* dWu = g.eu.empty() ? nullptr : g.eu[size_t(e)];
       T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
-      if (x.slots.empty()) {
-        if (!acc)
-          for (T* dW : {dWg, dWu, dWd})
-            if (dW) std::fill(dW, dW + m_.I * C, T(0));
+      if (x.slots.empty()) {  // a product over no rows: the policy still writes or adds its addends
+        Buf z = ops_.alloc(1);
+        const Operand none = ops_.operand(p(z), 0);
+        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWg, acc, nullptr, 0, C, m_.I);
+        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWu, acc, nullptr, 0, C, m_.I);
+        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWd, acc, nullptr, 0, m_.I, C);
         continue;
       }
       dxe[size_t(e)] = ops_.alloc(x.rows() * C);

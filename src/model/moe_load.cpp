@@ -20,6 +20,7 @@ void HfModel::load_moe(int64_t layer, BlockWeights& w, Context& ctx) const {
   const int64_t C = cfg_.hidden_size, E = cfg_.moe.num_experts, I = cfg_.moe.expert_intermediate,
                 Is = cfg_.moe.shared_intermediate;
   const bool fused = fused_experts(layer);
+  w.mixtral_names = cfg_.moe.mixtral_names;
   w.router = load(router_weight_name(cfg_, layer, fused), {E, C}, ctx);
   if (fused) {  // shapes were checked when the model was opened (model_check.cpp)
     const std::string gu = fused_experts_name(layer, ExpertProj::Gate), dn = fused_experts_name(layer, ExpertProj::Down);

@@ -21,9 +21,23 @@
 namespace ar::quant {
 
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w) {
-  return {{"self_attn.q_proj", &w.wq}, {"self_attn.k_proj", &w.wk}, {"self_attn.v_proj", &w.wv},
-          {"self_attn.o_proj", &w.wo}, {"mlp.gate_proj", &w.wg},   {"mlp.up_proj", &w.wu},
-          {"mlp.down_proj", &w.wd}};
+  std::vector<std::pair<std::string, Tensor*>> r = {
+      {"self_attn.q_proj", &w.wq}, {"self_attn.k_proj", &w.wk}, {"self_attn.v_proj", &w.wv}, {"self_attn.o_proj", &w.wo}};
+  if (w.eg.empty()) {
+    r.insert(r.end(), {{"mlp.gate_proj", &w.wg}, {"mlp.up_proj", &w.wu}, {"mlp.down_proj", &w.wd}});
+    return r;
+  }
+  const std::string ex = w.mixtral_names ? "block_sparse_moe.experts." : "mlp.experts.";
+  const char* const proj[3] = {w.mixtral_names ? ".w1" : ".gate_proj", w.mixtral_names ? ".w3" : ".up_proj",
+                               w.mixtral_names ? ".w2" : ".down_proj"};
+  for (size_t e = 0; e < w.eg.size(); ++e) {
+    Tensor* t[3] = {&w.eg[e], &w.eu[e], &w.ed[e]};
+    for (int j = 0; j < 3; ++j) r.emplace_back(ex + std::to_string(e) + proj[j], t[j]);
+  }
+  if (w.sg.defined())
+    r.insert(r.end(), {{"mlp.shared_expert.gate_proj", &w.sg}, {"mlp.shared_expert.up_proj", &w.su},
+                       {"mlp.shared_expert.down_proj", &w.sd}});
+  return r;
 }
 
 std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeights& w) {
@@ -47,6 +61,11 @@ BlockWeights clone_block(const BlockWeights& w, Context& ctx) {
                                  &BlockWeights::wg, &BlockWeights::wu, &BlockWeights::wd};
   for (auto f : all)
     if ((w.*f).defined()) m.*f = (w.*f).clone(ctx);
+  for (auto f : {&BlockWeights::router, &BlockWeights::sg, &BlockWeights::su, &BlockWeights::sd, &BlockWeights::sgate})
+    if ((w.*f).defined()) m.*f = (w.*f).clone(ctx);
+  for (auto f : {&BlockWeights::eg, &BlockWeights::eu, &BlockWeights::ed})
+    for (const Tensor& t : w.*f) (m.*f).push_back(t.clone(ctx));
+  m.mixtral_names = w.mixtral_names;
   return m;
 }
 
@@ -293,6 +312,8 @@ class BlockTuner {
 };
 
 void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer) {
+  if (dims_.is_moe() && fmt.act_static())
+    fail(ErrorKind::Unsupported, "FP8_STATIC activation scales are not supported in mixture-of-experts blocks yet");
   size_t li = 0;
   for (auto& [name, t] : block_linears(w_)) {
     const size_t slot = li++;
@@ -340,7 +361,6 @@ void BlockTuner::build_replica(int r) {
     }
   }
   R.wp = bw->ptrs();
-  const float** wslots[] = {&R.wp.wq, &R.wp.wk, &R.wp.wv, &R.wp.wo, &R.wp.wg, &R.wp.wu, &R.wp.wd};
   // The slot keeps the FP weight's address, bound to the bf16 weight and its packed operands; q/k/v
   // read the block input, whose gradient is never needed here: no input-gradient operand.
   auto bind = [&](size_t slot, const Tensor& W, const Tensor& Wb) {
@@ -355,7 +375,7 @@ void BlockTuner::build_replica(int r) {
       bind(lin_[l], W, R.Whatb.back());
     } else {
       R.What.push_back(Tensor::empty(W.shape(), DType::F32, c));
-      *wslots[lin_[l]] = R.What.back().f32();  // the block runs on the QDQ weights
+      linear_slot(R.wp, lin_[l]) = R.What.back().f32();  // the block runs on the QDQ weights
     }
   }
   if (opt_.amp) {  // the Linears kept in FP: rounded to bf16 once
@@ -397,8 +417,8 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   Context& c = *R.ctx;
   const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
   BlockPtrs<float*> gp;
-  float** gslots[] = {&gp.wq, &gp.wk, &gp.wv, &gp.wo, &gp.wg, &gp.wu, &gp.wd};
-  for (size_t l = 0; l < lin_.size(); ++l) *gslots[lin_[l]] = dw + g_.w[l];  // FP layers get no gradient
+  for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
+  for (size_t l = 0; l < lin_.size(); ++l) linear_slot(gp, lin_[l]) = dw + g_.w[l];  // FP layers get no gradient
   Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
          yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
   for (int64_t b = 0; b < Bm; ++b) {
