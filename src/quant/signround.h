@@ -137,7 +137,7 @@ struct BlockTuneResult {
 };
 
 // x_in, y_fp: [n, T, C] fp32 or bf16; loss_mask: [n * T] (1 = token counts in the loss).
-// quantize_layer(short name) selects the Linears to quantize (default: all seven); the others keep
+// quantize_layer(short name) selects the Linears to quantize (default: all of block_linears); the others keep
 // their FP weights and take part in the block forward unchanged.
 // aux.B/aux.T describe one sample (B is overwritten per micro-batch); positions/rope cover T.
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
@@ -146,7 +146,11 @@ BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockW
                                      const TuneLane& lane = {},
                                      const std::function<bool(const std::string&)>& quantize_layer = {});
 
-// The Linears of a block that AutoRound quantizes, with their HF short names.
+// The Linears of a block that AutoRound quantizes, with their HF short names, in linear_slot order
+// (model/block_dims.h): q, k, v, o, then the dense MLP's gate, up, down, or a MoE block's experts
+// (mlp.experts.<e>.gate_proj ..., Mixtral block_sparse_moe.experts.<e>.w1/w3/w2) and shared expert. A
+// MoE router and shared_expert_gate are not among them: AutoRound keeps .gate and .shared_expert_gate
+// in 16 bit for MoE models.
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w);
 std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeights& w);
 
