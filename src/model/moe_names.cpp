@@ -15,10 +15,15 @@ const char* proj_name(ExpertProj p, bool mixtral) {
 }
 }  // namespace
 
+std::string expert_linear_name(bool mixtral_names, int64_t expert, ExpertProj proj) {
+  return std::string(mixtral_names ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) + "." +
+         proj_name(proj, mixtral_names);
+}
+
+std::string shared_linear_name(ExpertProj proj) { return std::string("mlp.shared_expert.") + proj_name(proj, false); }
+
 std::string expert_weight_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertProj proj) {
-  const bool mx = c.moe.mixtral_names;
-  return HfModel::layer_prefix(layer) + (mx ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) +
-         "." + proj_name(proj, mx) + ".weight";
+  return HfModel::layer_prefix(layer) + expert_linear_name(c.moe.mixtral_names, expert, proj) + ".weight";
 }
 
 std::string fused_experts_name(int64_t layer, ExpertProj proj) {
@@ -30,7 +35,7 @@ std::string router_weight_name(const ModelConfig& c, int64_t layer, bool fused) 
 }
 
 std::string shared_expert_name(int64_t layer, ExpertProj proj) {
-  return HfModel::layer_prefix(layer) + "mlp.shared_expert." + proj_name(proj, false) + ".weight";
+  return HfModel::layer_prefix(layer) + shared_linear_name(proj) + ".weight";
 }
 
 std::string shared_gate_name(int64_t layer) { return HfModel::layer_prefix(layer) + "mlp.shared_expert_gate.weight"; }

@@ -16,6 +16,11 @@ namespace ar {
 
 enum class ExpertProj { Gate, Up, Down };
 
+// In-block (short) module names: mlp.experts.<e>.gate_proj (Mixtral: block_sparse_moe.experts.<e>.w1),
+// mlp.shared_expert.gate_proj.
+std::string expert_linear_name(bool mixtral_names, int64_t expert, ExpertProj proj);
+std::string shared_linear_name(ExpertProj proj);
+
 std::string expert_weight_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertProj proj);
 std::string fused_experts_name(int64_t layer, ExpertProj proj);  // Gate and Up: the gate_up_proj tensor
 std::string router_weight_name(const ModelConfig& c, int64_t layer, bool fused);

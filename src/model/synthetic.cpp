@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/atomic_file.h"
+#include "model/moe_names.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 
@@ -57,8 +58,59 @@ nlohmann::json tiny_llama_config(int64_t layers) {
           {"eos_token_id", 2}};
 }
 
+nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers) {
+  nlohmann::json c = tiny_llama_config(layers);
+  c["num_experts_per_tok"] = 2;
+  if (arch == "mixtral") {
+    c["architectures"] = {"MixtralForCausalLM"};
+    c["num_local_experts"] = 8;
+    c["intermediate_size"] = 32;  // Mixtral's experts are intermediate_size wide
+    return c;
+  }
+  c["num_experts"] = 8;
+  c["moe_intermediate_size"] = 32;
+  c["decoder_sparse_step"] = 1;
+  if (arch == "qwen2_moe") {
+    c["architectures"] = {"Qwen2MoeForCausalLM"};
+    c["shared_expert_intermediate_size"] = 64;
+    c["norm_topk_prob"] = false;
+    c["mlp_only_layers"] = nlohmann::json::array();
+    return c;
+  }
+  c["architectures"] = {"Qwen3MoeForCausalLM"};
+  c["head_dim"] = 16;
+  c["norm_topk_prob"] = true;
+  c["mlp_only_layers"] = {0};  // a dense first layer
+  return c;
+}
+
+namespace {
+// A MoE layer's router, experts (one tensor per expert Linear, or transformers 5's fused tensors) and
+// shared expert (model/moe_names.h).
+template <class Make>
+void make_moe(const ModelConfig& c, int64_t l, bool fused, Make& make) {
+  const int64_t C = c.hidden_size, E = c.moe.num_experts, I = c.moe.expert_intermediate, Is = c.moe.shared_intermediate;
+  make(router_weight_name(c, l, fused), {E, C}, false);
+  if (fused) {
+    make(fused_experts_name(l, ExpertProj::Gate), {E, 2 * I, C}, false);
+    make(fused_experts_name(l, ExpertProj::Down), {E, C, I}, false);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      make(expert_weight_name(c, l, e, ExpertProj::Gate), {I, C}, false);
+      make(expert_weight_name(c, l, e, ExpertProj::Up), {I, C}, false);
+      make(expert_weight_name(c, l, e, ExpertProj::Down), {C, I}, false);
+    }
+  }
+  if (!Is) return;
+  make(shared_expert_name(l, ExpertProj::Gate), {Is, C}, false);
+  make(shared_expert_name(l, ExpertProj::Up), {Is, C}, false);
+  make(shared_expert_name(l, ExpertProj::Down), {C, Is}, false);
+  make(shared_gate_name(l), {1, C}, false);
+}
+}  // namespace
+
 void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed, DType dtype,
-                           int shards) {
+                           int shards, bool fused_experts) {
   ModelConfig c = parse_model_config(config, dir + "/config.json");
   Context ctx(Device{}, 1);
   std::mt19937_64 rng(seed);
@@ -91,6 +143,10 @@ void write_synthetic_model(const std::string& dir, const nlohmann::json& config,
       make(p + "self_attn.k_norm.weight", {c.head_dim}, true);
     }
     make(p + "post_attention_layernorm.weight", {C}, true);
+    if (c.is_moe_layer(l)) {
+      make_moe(c, l, fused_experts, make);
+      continue;
+    }
     make(p + "mlp.gate_proj.weight", {I, C}, false);
     make(p + "mlp.up_proj.weight", {I, C}, false);
     make(p + "mlp.down_proj.weight", {C, I}, false);

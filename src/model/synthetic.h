@@ -1,6 +1,8 @@
 // Writes a random-weight HF model directory for a given config.json (tests, benchmarks, demos).
 // Weights ~ N(0, 1/sqrt(fan_in)) (norm weights ~ 1 + N(0, 0.1)), seeded, in the requested dtype;
-// optionally sharded into `shards` files with a model.safetensors.index.json.
+// optionally sharded into `shards` files with a model.safetensors.index.json. A mixture-of-experts
+// config gets its experts one tensor per expert Linear, or with `fused_experts` transformers 5's
+// stacked mlp.experts.gate_up_proj / down_proj (model/moe_names.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -11,7 +13,7 @@
 namespace ar {
 
 void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed,
-                           DType dtype = DType::F32, int shards = 1);
+                           DType dtype = DType::F32, int shards = 1, bool fused_experts = false);
 
 // Writes a llama2.c-format tokenizer.bin: <unk>, BOS, EOS, the 256 byte tokens, then common
 // English pairs with descending scores up to vocab_size (at least 259).
@@ -19,5 +21,10 @@ void write_byte_tokenizer(const std::string& path, int64_t vocab_size);
 
 // A small Llama-style config (hidden 64, 2 layers, GQA) for tests and demos.
 nlohmann::json tiny_llama_config(int64_t layers = 2);
+
+// Its mixture-of-experts variants: "qwen3_moe" (8 experts of 32, top-2 renormalized, q/k norm, layer 0
+// dense), "qwen2_moe" (8 experts, top-2, a shared expert of 64 with its gate, every layer MoE),
+// "mixtral" (8 experts of 32, top-2).
+nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

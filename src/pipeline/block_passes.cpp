@@ -45,10 +45,40 @@ float abs_max(const float* x, int64_t n, float m) {
 }
 
 // The maxima of every process, folded by max (order-free, so any world gives the serial value).
-void fold_max_over_processes(parallel::ProcessLink& procs, std::array<float, 4>& m) {
+void fold_max_over_processes(parallel::ProcessLink& procs, std::vector<float>& m) {
   std::vector<float> all(m.size() * size_t(procs.size()));
-  procs.allgather(m.data(), sizeof m, all.data());
+  procs.allgather(m.data(), m.size() * sizeof(float), all.data());
   for (size_t i = 0; i < all.size(); ++i) m[i % m.size()] = std::max(m[i % m.size()], all[i]);
+}
+
+// The counts of every process, added (integers: any order gives the serial value).
+void add_over_processes(parallel::ProcessLink& procs, std::vector<int64_t>& v) {
+  std::vector<int64_t> all(v.size() * size_t(procs.size()));
+  procs.allgather(v.data(), v.size() * sizeof(int64_t), all.data());
+  std::fill(v.begin(), v.end(), 0);
+  for (size_t i = 0; i < all.size(); ++i) v[i % v.size()] += all[i];
+}
+
+// The rows a forward's cache holds of each statistics input (stat_inputs' order): fp32 (keep_fp32).
+// A routed input's row i is token slots[i] / K of the micro-batch.
+struct StatRows {
+  const float* x = nullptr;
+  int64_t rows = 0;
+  const std::vector<int64_t>* slots = nullptr;
+  int64_t token(int64_t i, int64_t K) const { return slots ? (*slots)[size_t(i)] / K : i; }
+};
+std::vector<StatRows> stat_rows(const BlockDims& d, const BlockRunner<cpu::CpuOps>::Cache& c, int64_t N) {
+  std::vector<StatRows> r = {{c.h1o.x, N}, {c.oo.x, N}, {c.h2o.x, N}};
+  if (!d.is_moe()) {
+    r.push_back({c.ao.x, N});
+    return r;
+  }
+  for (const auto& e : c.moe.ex) {
+    r.push_back({e.rows() ? e.xo.x : nullptr, e.rows(), &e.slots});
+    r.push_back({e.rows() ? e.ao.x : nullptr, e.rows(), &e.slots});
+  }
+  if (d.moe.Is) r.push_back({c.moe.sao.x, N});
+  return r;
 }
 
 void dispatch(Context& home, const quant::TuneLane& lane, const std::function<void(Context&, int, int)>& fn) {
@@ -57,15 +87,36 @@ void dispatch(Context& home, const quant::TuneLane& lane, const std::function<vo
 }
 }  // namespace
 
+std::vector<StatInput> stat_inputs(const BlockDims& d) {
+  std::vector<StatInput> r = {{"attn_in", d.C}, {"o_in", d.H * d.D}, {"mlp_in", d.C}};
+  if (!d.is_moe()) {
+    r.push_back({"down_in", d.I});
+    return r;
+  }
+  for (int64_t e = 0; e < d.moe.E; ++e) {
+    r.push_back({"expert." + std::to_string(e) + ".in", d.C});
+    r.push_back({"expert." + std::to_string(e) + ".down", d.moe.I});
+  }
+  if (d.moe.Is) r.push_back({"shared.down", d.moe.Is});
+  return r;
+}
+
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat, ActMax* amax, const ActQdq<float>* act) {
-  const int64_t per = aux.T * dims.C;
-  const int64_t widths[] = {dims.C, dims.H * dims.D, dims.C, dims.I};  // attn_in, o_in, mlp_in, down_in
-  const int64_t width = widths[0] + widths[1] + widths[2] + widths[3];
+                       const PassStats& stats, const ActQdq<float>* act) {
+  const int64_t per = aux.T * dims.C, K = dims.moe.K;
+  const std::vector<StatInput> inputs = stat_inputs(dims);
+  const size_t nin = inputs.size();
+  std::vector<int64_t> offset(nin + 1, 0);  // of each input in a sample's imatrix row
+  for (size_t k = 0; k < nin; ++k) offset[k + 1] = offset[k] + inputs[k].width;
+  const int64_t width = offset[nin];
+  Imatrix* imat = stats.imatrix;
+  ActMax* amax = stats.act_max;
+  const bool routed = dims.is_moe();  // counted always: an expert without tokens gets a uniform imatrix
   std::vector<float> per_sample(imat ? size_t(n * width) : 0, 0.f);
-  std::vector<std::array<float, 4>> rank_max(size_t(std::max(lane.parallel() ? lane.world : 1, 1)),
-                                             std::array<float, 4>{});
+  const size_t ranks = size_t(std::max(lane.parallel() ? lane.world : 1, 1));
+  std::vector<std::vector<float>> rank_max(ranks, std::vector<float>(amax ? nin : 0, 0.f));
+  std::vector<std::vector<int64_t>> rank_routed(ranks, std::vector<int64_t>(routed ? size_t(dims.moe.E) : 0, 0));
   dispatch(home, lane, [&](Context& ctx, int r, int world) {
     const int64_t s_begin = n * r / world, s_end = n * (r + 1) / world;
     BlockWeights mirror;
@@ -97,42 +148,59 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       float* yp = by ? ys.f32() : y.f32() + s0 * per;
       run.forward(bw.ptrs(), a, bx ? xs.f32() : x.f32() + s0 * per, yp, c, nullptr, act);
       if (by) cpu::fp32_to_bf16(ctx, yp, y.data<uint16_t>() + s0 * per, a.B * per);
-      const float* acts[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};  // fp32 (keep_fp32)
-      if (amax)
-        for (int k = 0; k < 4; ++k)
-          rank_max[size_t(r)][size_t(k)] = abs_max(acts[k], a.B * a.T * widths[k], rank_max[size_t(r)][size_t(k)]);
-      if (!imat) continue;
-      for (int64_t b = 0; b < a.B; ++b) {
-        float* row = per_sample.data() + (s0 + b) * width;
-        for (int k = 0; k < 4; ++k) {
-          accumulate_sq(acts[k] + b * a.T * widths[k], a.T, widths[k], row);
-          row += widths[k];
-        }
+      if (routed)
+        for (size_t e = 0; e < c.moe.ex.size(); ++e) rank_routed[size_t(r)][e] += c.moe.ex[e].rows();
+      if (!imat && !amax) continue;
+      const std::vector<StatRows> rows = stat_rows(dims, c, a.B * a.T);
+      for (size_t k = 0; k < nin; ++k) {
+        const StatRows& in = rows[k];
+        const int64_t cols = inputs[k].width;
+        if (amax) rank_max[size_t(r)][k] = abs_max(in.x, in.rows * cols, rank_max[size_t(r)][k]);
+        if (imat)  // each row into its sample's sums (rows are in token order)
+          for (int64_t i = 0; i < in.rows; ++i)
+            accumulate_sq(in.x + i * cols, 1, cols,
+                          per_sample.data() + (s0 + in.token(i, K) / a.T) * width + offset[k]);
       }
     }
   });
-  const char* keys[] = {"attn_in", "o_in", "mlp_in", "down_in"};
+  std::vector<int64_t> tokens(size_t(dims.moe.E), 0);  // per expert, the whole pool's
+  for (const auto& rr : rank_routed)
+    for (size_t e = 0; e < rr.size(); ++e) tokens[e] += rr[e];
+  if (routed && lane.procs) add_over_processes(*lane.procs, tokens);
+  if (stats.routed) *stats.routed = tokens;
   if (amax) {
-    std::array<float, 4> m{};
+    std::vector<float> m(nin, 0.f);
     for (const auto& rm : rank_max)
-      for (size_t k = 0; k < 4; ++k) m[k] = std::max(m[k], rm[k]);
+      for (size_t k = 0; k < nin; ++k) m[k] = std::max(m[k], rm[k]);
     if (lane.procs) fold_max_over_processes(*lane.procs, m);
-    for (size_t k = 0; k < 4; ++k) (*amax)[keys[k]] = m[k];
+    for (size_t k = 0; k < nin; ++k) (*amax)[inputs[k].key] = m[k];
   }
   if (!imat) return;
   if (lane.procs) per_sample = gather_rows(*lane.procs, per_sample, width);
   n = int64_t(per_sample.size()) / width;
-  int64_t off = 0;
-  for (int k = 0; k < 4; ++k) {
-    std::vector<float>& acc = (*imat)[keys[k]];
-    acc.assign(size_t(widths[k]), 0.f);
+  for (size_t k = 0; k < nin; ++k) {
+    std::vector<float>& acc = (*imat)[inputs[k].key];
+    acc.assign(size_t(inputs[k].width), 0.f);
     for (int64_t s = 0; s < n; ++s)
-      for (int64_t c = 0; c < widths[k]; ++c) acc[size_t(c)] += per_sample[size_t(s * width + off + c)];
-    off += widths[k];
+      for (int64_t c = 0; c < inputs[k].width; ++c) acc[size_t(c)] += per_sample[size_t(s * width + offset[k] + c)];
   }
+  // An expert without tokens: AutoRound's hooks never fired, so its search weighs every channel 1.
+  for (int64_t e = 0; e < dims.moe.E; ++e)
+    if (tokens[size_t(e)] == 0)
+      for (const char* part : {".in", ".down"}) {
+        std::vector<float>& v = (*imat)["expert." + std::to_string(e) + part];
+        std::fill(v.begin(), v.end(), 1.f);
+      }
 }
 
-const char* linear_input_key(const std::string& linear) {
+std::string linear_input_key(const std::string& linear) {
+  const size_t ex = linear.find("experts.");
+  if (ex != std::string::npos) {  // mlp.experts.<e>.gate_proj, block_sparse_moe.experts.<e>.w2
+    const size_t dot = linear.find('.', ex + 8);
+    const std::string e = linear.substr(ex + 8, dot - ex - 8), proj = linear.substr(dot + 1);
+    return "expert." + e + (proj == "down_proj" || proj == "w2" ? ".down" : ".in");
+  }
+  if (linear == "mlp.shared_expert.down_proj") return "shared.down";
   if (linear == "self_attn.o_proj") return "o_in";
   if (linear == "mlp.down_proj") return "down_in";
   if (linear.rfind("mlp.", 0) == 0) return "mlp_in";

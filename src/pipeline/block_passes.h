@@ -19,26 +19,44 @@
 namespace ar {
 
 // imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed by
-// the input it sees: attn_in (q/k/v), o_in, mlp_in (gate/up), down_in.
+// the input it sees (stat_inputs): attn_in (q/k/v), o_in, mlp_in (gate/up; in a MoE block the router's
+// and the shared expert's input), down_in; a MoE block's expert e: expert.<e>.in (gate/up, its routed
+// tokens) and expert.<e>.down; the shared expert's down_proj: shared.down. An expert that receives no
+// token gets ones (AutoRound's hooks never fire for it, and its search then weighs every channel 1).
 using Imatrix = std::map<std::string, std::vector<float>>;
 // The imatrix entry a Linear (short name, e.g. mlp.down_proj) sees.
 const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear);
-// The input key (attn_in, o_in, mlp_in, down_in) of a Linear's short name.
-const char* linear_input_key(const std::string& linear);
+// The input key of a Linear's short name (mlp.experts.3.down_proj -> expert.3.down).
+std::string linear_input_key(const std::string& linear);
+
+// The statistics keys of a block and their widths (input features), in a fixed order.
+struct StatInput {
+  std::string key;
+  int64_t width;
+};
+std::vector<StatInput> stat_inputs(const BlockDims& dims);
 
 // Static activation statistics of a block (QuantFormat::act_static): the maximum |x| over every
 // calibration token of each Linear input, keyed as the imatrix. Folded by max over the lane's ranks
 // and the job's processes, so it does not depend on the world.
 using ActMax = std::map<std::string, float>;
 
+// What a collection pass gathers besides its outputs (null: not asked for). `routed`: a MoE block's
+// token count per expert over the whole pool (a token counts once for each expert it is routed to).
+struct PassStats {
+  Imatrix* imatrix = nullptr;
+  ActMax* act_max = nullptr;
+  std::vector<int64_t>* routed = nullptr;
+};
+
 // x, y: [n, T, C] fp32 or bf16 (converted per micro-batch). amp: bf16 GEMM operands (cpu_ops.h).
-// In a multi-process job (lane.procs) x and y hold this process's shard, and the imatrix is the sum over
-// the whole pool: every process's per-sample sums are gathered and added in sample order, as serially;
-// likewise `amax` is the whole pool's. `act`: the Linears read their inputs through FP8_STATIC's
+// In a multi-process job (lane.procs) x and y hold this process's shard, and the statistics are the
+// whole pool's: every process's per-sample imatrix sums are gathered and added in sample order, as
+// serially; maxima fold by max and counts add. `act`: the Linears read their inputs through FP8_STATIC's
 // activation QDQ (a quantized chain whose block was tuned with it).
 void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDims& dims, const BlockWeights& w,
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
-                       Imatrix* imat = nullptr, ActMax* amax = nullptr, const ActQdq<float>* act = nullptr);
+                       const PassStats& stats = {}, const ActQdq<float>* act = nullptr);
 
 // The activation scales of a tuned block's Linears (TunedLinear::input_scale) in block slot order.
 ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr);

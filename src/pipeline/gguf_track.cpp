@@ -148,9 +148,9 @@ std::map<std::string, int> GgufTrack::write_tensors(BlockWeights& w, const std::
   return types;
 }
 
-void GgufTrack::write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport&,
+void GgufTrack::write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport&,
                             const BlockStats&) {
-  write_tensors(w, prefix, tr);
+  write_tensors(w, HfModel::layer_prefix(layer), tr);
 }
 
 void GgufTrack::report_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {

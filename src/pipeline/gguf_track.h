@@ -34,7 +34,7 @@ class GgufTrack : public SchemeTrack {
   quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const std::set<std::string>& selected,
                                 const BlockStats& st) override;
   std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats& st) override;
-  void write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
+  void write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport& br,
                    const BlockStats& st) override;
   void report_tuning(const quant::BlockTuneResult& tr, BlockReport& br) override;
   void finish(const TrackFinish& in) override;

@@ -120,10 +120,11 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
   }
 }
 
-void OutputSet::add_tensor(Context& ctx, const std::string& name, const Tensor& t) {
+void OutputSet::add_tensor(Context& ctx, const std::string& name, const Tensor& t, DType dtype) {
   for (auto& s : sinks_) {
-    check_fp16_range(t, "tensor '" + name + "'", s.format, "");
-    s.writer->add(name, t.to(DType::F16, ctx));
+    const DType d = s.fp16 ? DType::F16 : dtype;
+    if (d == DType::F16) check_fp16_range(t, "tensor '" + name + "'", s.format, "");
+    s.writer->add(name, t.to(d, ctx));
   }
 }
 

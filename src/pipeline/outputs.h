@@ -50,8 +50,9 @@ class OutputSet {
   size_t size() const { return sinks_.size(); }
   // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats).
   void copy_tensor(const HfModel& m, const std::string& name, Context& ctx);
-  // Computed values in fp16 (a GGUF run's fake companion: the file's dequantized tensors).
-  void add_tensor(Context& ctx, const std::string& name, const Tensor& t);
+  // Computed values in `dtype` (fp16 in the GPTQ/AWQ formats): a GGUF run's fake companion (the file's
+  // dequantized tensors), a kept expert of a fused checkpoint.
+  void add_tensor(Context& ctx, const std::string& name, const Tensor& t, DType dtype = DType::F16);
   // A tuned Linear (name: full module name, e.g. model.layers.0.mlp.up_proj); `lm_head` adds its
   // extra_config entry where the format lists it.
   void add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head = false);

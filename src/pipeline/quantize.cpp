@@ -31,6 +31,7 @@
 #include "dist/job.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "model/linear_specs.h"
 #include "model/rope_table.h"
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
@@ -52,9 +53,23 @@
 namespace ar {
 
 namespace {
-constexpr int64_t kBlockLinears = 7;          // q, k, v, o, gate, up, down: the search's items at most
-
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// What a mixture-of-experts model cannot be quantized with yet (docs/moe.md, "What remains"), refused
+// before any work. Its blocks run in fp32: --amp true is refused, the default amp turned off.
+void check_moe_run(const QuantizeOptions& requested, const QuantizeOptions& opt, AmpChoice& amp, const HfModel& model) {
+  const std::string what = model.dir() + ": " + model.config().architecture + " is a mixture-of-experts model";
+  for (const auto& f : parse_formats(opt))
+    if (f.rfind("gguf", 0) == 0 || f == "llm_compressor")
+      fail(ErrorKind::Unsupported, "--format " + f + ": " + what + "; it is written as auto_round, auto_gptq, "
+                                   "auto_awq or fake for now");
+  if (opt.fmt.is_float())
+    fail(ErrorKind::Unsupported, what + ": the float schemes (" + float_scheme_name(opt.fmt) + ") are not supported "
+                                 "for MoE models yet; use an integer scheme");
+  if (requested.amp == true)
+    fail(ErrorKind::Unsupported, "--amp true: " + what + ", whose blocks are tuned in fp32 for now (--amp false)");
+  if (amp.on) amp = {false, "amp: off (mixture-of-experts blocks are tuned in fp32 for now): fp32 GEMMs"};
+}
 }  // namespace
 
 
@@ -72,9 +87,11 @@ void QuantizeRun::plan() {
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
-  if (cfg.is_moe())  // eval, generate and logits read MoE models; tuning and export do not yet
-    fail(ErrorKind::Unsupported, opt_.model_dir + ": " + cfg.architecture + " is a mixture-of-experts model: quantize "
-                                 "does not support MoE models yet (eval, generate and logits do)");
+  if (cfg.is_moe()) {
+    check_moe_run(requested_, opt_, amp_, *model_);
+    opt_.tune.amp = amp_.on;
+    act_dtype_ = amp_.on ? DType::BF16 : DType::F32;
+  }
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())
@@ -151,8 +168,8 @@ void QuantizeRun::calibrate() {
   check_process_split();
   shard_ = parallel::process_shard(n_, B_, job_ ? job_->rank() : 0, processes());
   levels_ = quant::signround_tree_levels(B_);  // of the deterministic gradient tree
-  dims_ = cfg.block_dims(0);
-  cache_per_sample_ = T_ * (8 * C_ + 4 * dims_.I + dims_.H * T_);  // a block's forward cache per sample
+  for (int64_t l = 0; l < cfg.num_layers; ++l)  // a block's forward cache per sample, the largest block's
+    cache_per_sample_ = std::max(cache_per_sample_, T_ * block_cache_floats(cfg.block_dims(l), T_));
   rope_ = make_rope_table(cfg, T_);
   pos_.resize(size_t(n_ * T_));
   for (int64_t i = 0; i < n_ * T_; ++i) pos_[size_t(i)] = int32_t(i % T_);
@@ -182,15 +199,16 @@ void QuantizeRun::summary_head() {
 // The lane's plan for the main phase and the time estimate (after a restore: the blocks left).
 void QuantizeRun::summary_tail() {
   const ModelConfig& cfg = model_->config();
-  const int64_t lin = block_linear_params(cfg);
+  const int64_t params = max_block_params(cfg);
+  int64_t linears = 0;  // the search's items: the largest block's Linears
+  for (int64_t l = 0; l < cfg.num_layers; ++l) linears = std::max(linears, int64_t(block_linear_specs(cfg, l).size()));
   const int64_t tune_items = B_ / processes();  // this process's batch positions
   log_info(opt_.tune.iters > 0
                ? lanes_->plan_line(parallel::Phase::Tune, tune_items,
-                                   parallel::price_mirror(lin + 2 * C_, lin, opt_.tune.deterministic ? int(levels_) : 1,
+                                   parallel::price_mirror(params, params, opt_.tune.deterministic ? int(levels_) : 1,
                                                           cache_per_sample_, opt_.tune.deterministic ? 1 : bs_)
                                        .total())
-               : lanes_->plan_line(parallel::Phase::Search, kBlockLinears,
-                                   parallel::price_mirror(lin + 2 * C_, 0, 0, 0, 0).total()));
+               : lanes_->plan_line(parallel::Phase::Search, linears, parallel::price_mirror(params, 0, 0, 0, 0).total()));
   log_info(time_estimate_line(run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks()),
                               measure_rates(*ctx_, cfg, opt_.tune.amp), opt_.tune.amp));
 }

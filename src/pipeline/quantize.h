@@ -65,6 +65,8 @@ struct BlockReport {
   std::map<std::string, double> phase_seconds;  // fp_forward, tune, tune_<lane phase>, q_forward, pack_write
   int world_collect = 1, world_search = 1, world_tune = 1;
   int64_t exchange_bytes = 0;  // read by one rank from the others over the whole tuning
+  // A MoE block: calibration tokens routed to each expert by the FP block (the whole pool).
+  std::vector<int64_t> expert_tokens;
   // The GGUF preset's own tuning when int formats are written too (--format auto_round,gguf:q4_k_m).
   struct Tuning {
     double loss_first = 0, loss_best = 0;

@@ -30,6 +30,8 @@ bool QuantizeRun::act_max_on_chain(SchemeTrack& t) const {
 
 void QuantizeRun::block(int64_t b) {
   const auto t0 = Clock::now();
+  dims_ = model_->config().block_dims(b);
+  cache_per_sample_ = block_cache_floats(dims_, T_) * T_;
   const std::string prefix = HfModel::layer_prefix(b);
   BlockWeights w = model_->load_block(b, *ctx_);
   for (auto& [nm, t] : quant::block_linears(w)) steps::check_finite(*t, prefix + nm + ".weight");
@@ -46,12 +48,13 @@ void QuantizeRun::block(int64_t b) {
   bool fp_amax = false;
   for (const auto& t : tracks_) fp_amax |= t->wants_act_max() && !act_max_on_chain(*t);
   const bool want_imat = any_of(tracks_, &SchemeTrack::wants_imatrix);
-  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp,
-                    want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr);
-  steps::check_finite(y_fp_, "block " + std::to_string(b) + " (" + prefix + ") FP output");
-  const BlockStats fp_stats{want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr};
   BlockReport br;
   br.index = b;
+  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp,
+                    {want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr, &br.expert_tokens});
+  steps::check_finite(y_fp_, "block " + std::to_string(b) + " (" + prefix + ") FP output");
+  const BlockStats fp_stats{want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr};
+  if (dims_.is_moe()) steps::log_routing(br, model_->config().num_layers);
   br.world_collect = (collect.parallel() ? collect.world : 1) * processes();
   br.phase_seconds["fp_forward"] = seconds_since(t_fp);
   if (progress_) progress_->start_block(b);
@@ -91,8 +94,8 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
   ActMax chain_max;
   if (t.wants_act_max() && act_max_on_chain(t)) {  // the FP block over this track's chain; statistics only
     if (!tmp_.defined() || tmp_.shape() != t.x_q().shape()) tmp_ = Tensor::empty(t.x_q().shape(), t.x_q().dtype(), *ctx_);
-    block_forward_all(*ctx_, collect_lane(), dims_, w, aux, t.x_q(), tmp_, rows, kPassSamples, opt_.tune.amp, nullptr,
-                      &chain_max);
+    block_forward_all(*ctx_, collect_lane(), dims_, w, aux, t.x_q(), tmp_, rows, kPassSamples, opt_.tune.amp,
+                      {nullptr, &chain_max});
     st.act_max = &chain_max;
   }
   int64_t tuned_elems = 0;
@@ -112,13 +115,13 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
     if (!xq.defined()) xq = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
     tmp_ = x_in.clone(*ctx_);
     const ActQdq<float> act = block_act_qdq(tr);  // FP8_STATIC: the activations as the block was tuned
-    block_forward_all(*ctx_, collect_lane(), dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp, nullptr,
-                      nullptr, t.format().act_static() ? &act : nullptr);  // per sample
+    block_forward_all(*ctx_, collect_lane(), dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp, {},
+                      t.format().act_static() ? &act : nullptr);  // per sample
     steps::check_finite(xq, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
   }
   const auto t_pack = Clock::now();
   br.phase_seconds[tag + "q_forward"] = std::chrono::duration<double>(t_pack - t_q).count();
-  t.write_block(w, prefix, tr, br, st);
+  t.write_block(w, b, tr, br, st);
   br.phase_seconds[tag + "pack_write"] = seconds_since(t_pack);
   if (!first && opt_.tune.iters > 0) {
     char line[160];

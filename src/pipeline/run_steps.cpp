@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/loader.h"
+#include "model/moe_names.h"
 #include "model/rope_table.h"
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
@@ -205,6 +207,10 @@ std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& pref
     selected.insert(nm);
     *tuned_elems += t->numel();
   }
+  // A MoE router and shared_expert_gate stay in 16 bit, as AutoRound keeps them (and lists them so).
+  if (w.router.defined())
+    br.kept_fp.push_back(prefix + (w.mixtral_names ? "block_sparse_moe.gate" : "mlp.gate") + " (MoE router)");
+  if (w.sgate.defined()) br.kept_fp.push_back(prefix + "mlp.shared_expert_gate (MoE shared expert gate)");
   return selected;
 }
 
@@ -221,23 +227,50 @@ void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
 }
 
 // Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
-// kept in 16 bit recorded, every other tensor of the block copied unchanged.
-void write_block(Context& ctx, const HfModel& model, const std::string& prefix, const quant::BlockTuneResult& tr,
-                 const BlockReport& br, OutputSet& outputs) {
-  std::set<std::string> done;
+// kept in 16 bit recorded, every other tensor of the block copied unchanged. A MoE layer's experts are
+// written one tensor per expert Linear under their per-expert names in either input layout (as
+// AutoRound unfuses a fused checkpoint); a kept expert of a fused input is written from its fp32 copy
+// in the stored dtype (exact: the values came from it).
+void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockWeights& w,
+                 const quant::BlockTuneResult& tr, const BlockReport& br, OutputSet& outputs) {
+  const ModelConfig& cfg = model.config();
+  const std::string prefix = HfModel::layer_prefix(layer);
+  std::set<std::string> packed;
   for (const auto& L : tr.layers) {
-    done.insert(prefix + L.name + ".weight");
+    packed.insert(L.name);
     outputs.add_linear(ctx, prefix + L.name, L);
   }
   for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
+  auto copy = [&](const std::string& name) {
+    if (model.has(name)) outputs.copy_tensor(model, name, ctx);
+  };
   for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
                         "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                        "self_attn.v_proj.bias", "self_attn.o_proj.bias", "self_attn.q_proj.weight",
-                        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
-    const std::string name = prefix + t;
-    if (!done.count(name) && model.has(name)) outputs.copy_tensor(model, name, ctx);
+                        "self_attn.v_proj.bias", "self_attn.o_proj.bias"})
+    copy(prefix + t);
+  const bool fused = cfg.is_moe_layer(layer) && model.fused_experts(layer);
+  const DType fused_dtype = fused ? model.info(fused_experts_name(layer, ExpertProj::Gate))->dtype : DType::F32;
+  for (const auto& [nm, t] : quant::block_linears(w)) {
+    const std::string name = prefix + nm + ".weight";
+    if (packed.count(nm)) continue;
+    if (model.has(name)) outputs.copy_tensor(model, name, ctx);
+    else if (fused) outputs.add_tensor(ctx, name, *t, fused_dtype);
+    else fail(ErrorKind::Internal, model.dir() + ": tensor '" + name + "' is missing");  // checked at open
   }
+  if (w.router.defined()) copy(router_weight_name(cfg, layer, fused));
+  if (w.sgate.defined()) copy(shared_gate_name(layer));
+}
+
+// A MoE block's routing in the log: how many experts the calibration tokens never reached.
+void log_routing(const BlockReport& br, int64_t blocks) {
+  const auto& n = br.expert_tokens;
+  const int64_t idle = std::count(n.begin(), n.end(), int64_t(0));
+  const auto [lo, hi] = std::minmax_element(n.begin(), n.end());
+  char line[200];
+  std::snprintf(line, sizeof line, "block %lld/%lld: %lld of %zu experts received no token (tokens per expert %lld to %lld)%s",
+                (long long)(br.index + 1), (long long)blocks, (long long)idle, n.size(), (long long)*lo, (long long)*hi,
+                idle ? "; they keep their initial rounding" : "");
+  log_info(line);
 }
 
 // The block's log line, and with --verbose its tuning phases.

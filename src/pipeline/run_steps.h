@@ -44,8 +44,10 @@ std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& pref
                                         BlockReport& br, int64_t* tuned_elems);
 void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br);
 // A finished block into every output: tuned Linears packed, kept ones recorded, the rest copied.
-void write_block(Context& ctx, const HfModel& model, const std::string& prefix, const quant::BlockTuneResult& tr,
-                 const BlockReport& br, OutputSet& outputs);
+void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockWeights& w,
+                 const quant::BlockTuneResult& tr, const BlockReport& br, OutputSet& outputs);
+// A MoE block's line: experts that received no calibration token, and the range of token counts.
+void log_routing(const BlockReport& br, int64_t blocks);
 // The block's log line, and with --verbose its tuning phases.
 void log_block(const BlockReport& br, int64_t blocks, const quant::BlockTuneResult& tr, bool verbose);
 

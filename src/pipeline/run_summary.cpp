@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "core/tensor.h"
+#include "model/linear_specs.h"
 #include "model/loader.h"
 #include "pipeline/float_export.h"
 #include "pipeline/outputs.h"
@@ -48,18 +50,6 @@ std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in
 }
 
 namespace {
-struct LinearShape {
-  const char* name;
-  int64_t out, in;
-};
-std::vector<LinearShape> linear_shapes(const ModelConfig& c) {
-  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  return {{"self_attn.q_proj", q, c.hidden_size},  {"self_attn.k_proj", kv, c.hidden_size},
-          {"self_attn.v_proj", kv, c.hidden_size}, {"self_attn.o_proj", c.hidden_size, q},
-          {"mlp.gate_proj", c.intermediate_size, c.hidden_size}, {"mlp.up_proj", c.intermediate_size, c.hidden_size},
-          {"mlp.down_proj", c.hidden_size, c.intermediate_size}};
-}
-
 std::string mib(double bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.0f MiB", bytes / double(1 << 20));
@@ -73,26 +63,73 @@ int64_t loadable_group_size(const ModelConfig& cfg, const QuantizeOptions& opt) 
   const bool packed = std::any_of(formats.begin(), formats.end(), [](const std::string& f) { return f != "fake"; });
   if (opt.group_size_given || g <= 32 || !packed) return g;
   auto whole = [&](int64_t gs) {
-    for (const auto& s : linear_shapes(cfg))
-      if (s.out % 32 == 0 && s.in % 32 == 0 && s.in % gs) return false;
+    for (int64_t l = 0; l < cfg.num_layers; ++l)
+      for (const auto& s : block_linear_specs(cfg, l))
+        if (s.out % 32 == 0 && s.in % 32 == 0 && s.in % gs) return false;
     return true;
   };
   while (g > 32 && !whole(g)) g /= 2;
   return whole(g) ? g : opt.fmt.group_size;
 }
 
-int64_t block_linear_params(const ModelConfig& cfg) {
+int64_t max_block_params(const ModelConfig& cfg) {
   int64_t n = 0;
-  for (const auto& s : linear_shapes(cfg)) n += s.out * s.in;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) n = std::max(n, block_params(cfg, l));
   return n;
 }
+
+int64_t block_cache_floats(const BlockDims& d, int64_t T) {
+  const int64_t attn = 8 * d.C + d.H * T;
+  if (!d.is_moe()) return attn + 4 * d.I;
+  // the routed rows' gathered input and output, gate/up/SwiGLU, the routing; the shared expert
+  return attn + d.moe.K * (2 * d.C + 4 * d.moe.I) + 2 * d.moe.E + (d.moe.Is ? 2 * d.C + 4 * d.moe.Is : 0);
+}
+
+namespace {
+// "quantized Linears" and "kept in 16 bit" over every block, each Linear group (experts counted
+// together) with the number of blocks and Linears that each reason keeps.
+void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vector<std::string>& lines) {
+  struct Group {
+    int64_t total = 0, blocks = 0;
+    std::map<std::string, int64_t> reasons;  // Linears kept per reason
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Group> groups;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    std::set<std::string> seen;
+    for (const auto& s : block_linear_specs(cfg, l)) {
+      if (!groups.count(s.group)) order.push_back(s.group);
+      Group& g = groups[s.group];
+      ++g.total;
+      if (seen.insert(s.group).second) ++g.blocks;
+      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
+      if (!why.empty()) ++g.reasons[why];
+    }
+  }
+  std::string quantized, kept;
+  for (const auto& name : order) {
+    const Group& g = groups[name];
+    const bool experts = name.find(".*.") != std::string::npos;
+    int64_t kept_n = 0;
+    for (const auto& [why, count] : g.reasons) {
+      std::string where = count == g.total ? "every block" : std::to_string(count) + " of " + std::to_string(g.total);
+      if (count != g.total) where += experts ? " (experts x blocks)" : " blocks";
+      kept += (kept.empty() ? "" : "; ") + name + " in " + where + " (" + why + ")";
+      kept_n += count;
+    }
+    if (kept_n < g.total) quantized += (quantized.empty() ? "" : ", ") + name;
+  }
+  lines.push_back("quantized Linears: " + (quantized.empty() ? std::string("none") : quantized));
+  if (!kept.empty()) lines.push_back("kept in 16 bit: " + kept);
+}
+}  // namespace
 
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
                                      int64_t seqlen, bool lm_head_q) {
   std::vector<std::string> lines;
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size, L = cfg.num_layers;
-  const int64_t block_params = 2 * C + block_linear_params(cfg);
-  const int64_t params = V * C * (cfg.tie_word_embeddings ? 1 : 2) + C + L * block_params;
+  int64_t params = V * C * (cfg.tie_word_embeddings ? 1 : 2) + C;
+  for (int64_t l = 0; l < L; ++l) params += block_params(cfg, l);
   char b[320];
   std::snprintf(b, sizeof b, "model: %s (%s, %lld blocks, hidden %lld, intermediate %lld, heads %lld/%lld, %.1fM parameters)",
                 opt.model_dir.c_str(), cfg.architecture.c_str(), (long long)L, (long long)C,
@@ -113,25 +150,14 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
     std::snprintf(b, sizeof b, "quantizing W%dG%lld %s with %s, format %s%s", opt.fmt.bits, (long long)opt.fmt.group_size,
                   opt.fmt.sym ? "sym" : "asym", method.c_str(), opt.format.c_str(), lm_head_q ? ", lm_head too" : "");
   lines.push_back(b);
-  // The layer rule per Linear, over all blocks (a --fp_layers substring may name only some blocks).
-  std::string quantized, kept;
-  const LayerRules rules = LayerRules::of(opt);
-  for (const auto& s : linear_shapes(cfg)) {
-    std::map<std::string, int64_t> reasons;
-    for (int64_t l = 0; l < L; ++l) {
-      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
-      if (!why.empty()) ++reasons[why];
-    }
-    int64_t kept_n = 0;
-    for (const auto& [why, count] : reasons) {
-      kept += (kept.empty() ? "" : "; ") + std::string(s.name) + " in " +
-              (count == L ? "every block" : std::to_string(count) + " of " + std::to_string(L) + " blocks") + " (" + why + ")";
-      kept_n += count;
-    }
-    if (kept_n < L) quantized += (quantized.empty() ? "" : ", ") + std::string(s.name);
+  layer_rule_lines(cfg, LayerRules::of(opt), lines);
+  if (cfg.is_moe()) {
+    std::snprintf(b, sizeof b, "mixture of experts: %lld experts, top-%lld%s; routers%s kept in 16 bit",
+                  (long long)cfg.moe.num_experts, (long long)cfg.moe.top_k,
+                  cfg.moe.shared_intermediate ? ", a shared expert" : "",
+                  cfg.moe.shared_intermediate ? " and shared_expert_gate" : "");
+    lines.push_back(b);
   }
-  lines.push_back("quantized Linears: " + (quantized.empty() ? std::string("none") : quantized));
-  if (!kept.empty()) lines.push_back("kept in 16 bit: " + kept);
   std::snprintf(b, sizeof b, "calibration: %lld samples x %lld tokens", (long long)nsamples, (long long)seqlen);
   lines.push_back(b);
   // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
@@ -140,9 +166,10 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   const FormatPlan formats = plan_formats(opt);
   const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
   const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
-  const double block = double(block_params) * 4 * (opt.tune.iters > 0 ? 5 : 2);
-  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) *
-                       double(8 * C + 4 * cfg.intermediate_size + cfg.num_heads * seqlen) * 4;
+  const double block = double(max_block_params(cfg)) * 4 * (opt.tune.iters > 0 ? 5 : 2);
+  int64_t cache = 0;  // per token, the largest block's
+  for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l), seqlen));
+  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
   lines.push_back("estimated peak memory: " + mib(act + block + batch) + " (activations " + mib(act) + ", one block " +
                   mib(block) + ", tuning caches " + mib(batch) + ")");
   return lines;

@@ -42,8 +42,12 @@ std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in
 // keeps every such Linear whole-grouped (576 -> 64), so the model is quantized and loads everywhere.
 int64_t loadable_group_size(const ModelConfig& cfg, const QuantizeOptions& opt);
 
-// Parameters of one block's Linears (q, k, v, o, gate, up, down).
-int64_t block_linear_params(const ModelConfig& cfg);
+// Parameters of the largest block (its Linears, norms, a MoE router: model/linear_specs.h).
+int64_t max_block_params(const ModelConfig& cfg);
+
+// Floats per token of a block's forward cache (the tuning and the collection passes keep one per
+// micro-batch): attention, then the dense MLP's or the routed experts' and the shared expert's.
+int64_t block_cache_floats(const BlockDims& d, int64_t T);
 
 // The lines printed at the start of a run.
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,

@@ -81,7 +81,7 @@ class SchemeTrack {
   // Whether the run needs its chain after the last block (lm_head's tuning, the resume state).
   virtual bool reads_chain_after_last_block() const { return false; }
   // The quantized block into its outputs (rank 0 writes).
-  virtual void write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
+  virtual void write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport& br,
                            const BlockStats& st) = 0;
   // A second track's tuning in the block's report (the first one's fills the block's own fields).
   virtual void report_tuning(const quant::BlockTuneResult&, BlockReport&) {}

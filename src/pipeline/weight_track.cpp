@@ -50,11 +50,11 @@ std::function<void(Context&, quant::TunedLinear&)> WeightTrack::tuning_hook(cons
   return [amax](Context&, quant::TunedLinear& L) { L.act_max = amax->at(linear_input_key(L.name)); };
 }
 
-void WeightTrack::write_block(BlockWeights&, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
+void WeightTrack::write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport& br,
                               const BlockStats& st) {
   if (env_.opt.fmt.act_static() && env_.opt.tune.iters == 0)  // SignRound set the tuned ones
     for (auto& L : tr.layers) L.input_scale = quant::fp8_static_input_scale(st.act_max->at(linear_input_key(L.name)));
-  if (env_.root) steps::write_block(env_.ctx, env_.model, prefix, tr, br, *outputs_);
+  if (env_.root) steps::write_block(env_.ctx, env_.model, layer, w, tr, br, *outputs_);
 }
 
 void WeightTrack::finish(const TrackFinish& in) {

@@ -31,7 +31,7 @@ class WeightTrack : public SchemeTrack {
                                 const BlockStats& st) override;
   std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats& st) override;
   bool reads_chain_after_last_block() const override { return lm_head_q_ || env_.opt.resume; }
-  void write_block(BlockWeights& w, const std::string& prefix, quant::BlockTuneResult& tr, BlockReport& br,
+  void write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport& br,
                    const BlockStats& st) override;
   void finish(const TrackFinish& in) override;
   std::vector<ResumeOutput> resume_outputs() override { return outputs_->resume_outputs(); }

@@ -1,5 +1,7 @@
 #include "quant/signround.h"
 
+#include "model/moe_names.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -15,6 +17,7 @@
 #include "core/small_float.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "model/moe_names.h"
 #include "parallel/exchange.h"
 #include "quant/linear_family.h"
 
@@ -27,16 +30,14 @@ std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w) {
     r.insert(r.end(), {{"mlp.gate_proj", &w.wg}, {"mlp.up_proj", &w.wu}, {"mlp.down_proj", &w.wd}});
     return r;
   }
-  const std::string ex = w.mixtral_names ? "block_sparse_moe.experts." : "mlp.experts.";
-  const char* const proj[3] = {w.mixtral_names ? ".w1" : ".gate_proj", w.mixtral_names ? ".w3" : ".up_proj",
-                               w.mixtral_names ? ".w2" : ".down_proj"};
+  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
   for (size_t e = 0; e < w.eg.size(); ++e) {
     Tensor* t[3] = {&w.eg[e], &w.eu[e], &w.ed[e]};
-    for (int j = 0; j < 3; ++j) r.emplace_back(ex + std::to_string(e) + proj[j], t[j]);
+    for (int j = 0; j < 3; ++j) r.emplace_back(expert_linear_name(w.mixtral_names, int64_t(e), projs[j]), t[j]);
   }
   if (w.sg.defined())
-    r.insert(r.end(), {{"mlp.shared_expert.gate_proj", &w.sg}, {"mlp.shared_expert.up_proj", &w.su},
-                       {"mlp.shared_expert.down_proj", &w.sd}});
+    r.insert(r.end(), {{shared_linear_name(ExpertProj::Gate), &w.sg}, {shared_linear_name(ExpertProj::Up), &w.su},
+                       {shared_linear_name(ExpertProj::Down), &w.sd}});
   return r;
 }
 

@@ -1,0 +1,344 @@
+// Mixture-of-experts models through the quantize pipeline (docs/moe.md): each architecture quantized
+// and read back (every expert packed under its per-expert name, routers in 16 bit and listed in
+// extra_config, token counts per expert in the report), a fused-layout checkpoint writes the per-expert
+// output of its per-expert twin, experts that receive no calibration token are counted and keep their
+// initial rounding, the per-expert statistics cover every routed token, deterministic worlds write the
+// serial bytes, and what MoE runs cannot do yet is refused before anything is written.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/mapped_file.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "model/moe_names.h"
+#include "model/rope_table.h"
+#include "model/synthetic.h"
+#include "pipeline/block_passes.h"
+#include "pipeline/quantize.h"
+#include "pipeline/run_summary.h"
+#include "quant/qdq.h"
+#include "fp_schemes.h"
+#include "test_util.h"
+
+using namespace ar;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+const char* const kArchs[] = {"qwen3_moe", "qwen2_moe", "mixtral"};
+
+QuantizeOptions moe_opts(const std::string& model, const std::string& out, int iters) {
+  QuantizeOptions o;
+  o.model_dir = model;
+  o.output_dir = out;
+  o.fmt = {4, 32, true};
+  o.tune.iters = iters;
+  o.calib.nsamples = 8;
+  o.calib.seqlen = 32;
+  o.threads = 2;
+  o.overwrite = true;
+  return o;
+}
+
+// Every tensor of a safetensors file: name -> (dtype, shape, bytes).
+std::map<std::string, std::string> tensor_bytes(const std::string& file) {
+  auto f = SafetensorsFile::open(file);
+  std::map<std::string, std::string> r;
+  for (const auto& t : f->header().tensors)
+    r[t.name] = std::to_string(int(t.dtype)) + shape_str(t.shape) +
+                std::string(reinterpret_cast<const char*>(f->bytes(t)), t.end - t.begin);
+  return r;
+}
+
+// The model rewritten in transformers 5's fused expert layout (gate rows, then up rows, per expert).
+void write_fused_twin(const std::string& src, const std::string& dst) {
+  fs::create_directories(dst);
+  for (const char* f : {"config.json", "tokenizer.bin"}) fs::copy_file(src + "/" + f, dst + "/" + f);
+  const ModelConfig c = load_model_config(src + "/config.json");
+  auto in = SafetensorsFile::open(src + "/model.safetensors");
+  Context ctx(Device{}, 1);
+  std::vector<StEntry> out;
+  std::set<std::string> expert_names;
+  const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, C = c.hidden_size;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    Tensor gu = Tensor::empty({E, 2 * I, C}, DType::BF16, ctx), dn = Tensor::empty({E, C, I}, DType::BF16, ctx);
+    for (int64_t e = 0; e < E; ++e) {
+      const ExpertProj parts[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
+      uint16_t* dst_at[3] = {gu.data<uint16_t>() + e * 2 * I * C, gu.data<uint16_t>() + (e * 2 + 1) * I * C,
+                             dn.data<uint16_t>() + e * C * I};
+      for (int j = 0; j < 3; ++j) {
+        const std::string n = expert_weight_name(c, l, e, parts[j]);
+        const StTensorInfo* t = in->find(n);
+        std::memcpy(dst_at[j], in->bytes(*t), t->end - t->begin);
+        expert_names.insert(n);
+      }
+    }
+    out.push_back({fused_experts_name(l, ExpertProj::Gate), gu});
+    out.push_back({fused_experts_name(l, ExpertProj::Down), dn});
+  }
+  for (const auto& t : in->header().tensors)
+    if (!expert_names.count(t.name)) {
+      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
+      std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
+      out.push_back({t.name, copy});
+    }
+  write_safetensors(dst + "/model.safetensors", out);
+}
+
+// Rewrites layer `layer`'s router to rank one: expert e's logit is a[e] * (u . h), so whichever the sign
+// of u . h, the top-2 are experts {0, 1} or {6, 7}, and experts 2..5 never receive a token.
+void make_router_skip_middle_experts(const std::string& dir, int64_t layer) {
+  const ModelConfig c = load_model_config(dir + "/config.json");
+  auto in = SafetensorsFile::open(dir + "/model.safetensors");
+  Context ctx(Device{}, 1);
+  std::vector<StEntry> out;
+  const std::string router = router_weight_name(c, layer, false);
+  for (const auto& t : in->header().tensors) {
+    Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
+    std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
+    if (t.name == router) {
+      const float a[8] = {-4, -3, -0.5f, -0.25f, 0.25f, 0.5f, 3, 4};
+      Tensor f = Tensor::empty(t.shape, DType::F32, ctx);
+      for (int64_t e = 0; e < t.shape[0]; ++e)
+        for (int64_t i = 0; i < t.shape[1]; ++i) f.f32()[e * t.shape[1] + i] = a[e] * (i % 3 == 0 ? 1.f : -0.5f);
+      copy = f.to(t.dtype, ctx);
+    }
+    out.push_back({t.name, copy});
+  }
+  write_safetensors(dir + "/model.safetensors", out);
+}
+
+json quant_config(const std::string& dir) {
+  return json::parse(read_text_file(dir + "/config.json"))["quantization_config"];
+}
+}  // namespace
+
+// Plain RTN of each architecture: every expert (and the shared expert) packed under its per-expert
+// name and read back to exactly the QDQ of the FP weights; routers and the shared expert gate copied
+// bit for bit and listed in extra_config as 16 bit; the report counts each layer's routed tokens.
+TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
+  for (const char* arch : kArchs) {
+    const std::string m = test::temp_path(std::string("pmoe_m_") + arch), q = test::temp_path(std::string("pmoe_q_") + arch);
+    write_synthetic_model(m, tiny_moe_config(arch), 41, DType::BF16);
+    auto o = moe_opts(m, q, 0);
+    o.disable_opt_rtn = true;
+    const QuantizeReport rep = quantize_model(o);
+    auto src = HfModel::open(m), dst = HfModel::open(q);
+    const ModelConfig& c = src->config();
+    const json qc = quant_config(q);
+    Context ctx(Device{}, 2);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string pre = HfModel::layer_prefix(l);
+      BlockWeights a = src->load_block(l, ctx), b = dst->load_block(l, ctx);
+      const auto la = quant::block_linears(a), lb = quant::block_linears(b);
+      ASSERT_EQ(la.size(), lb.size()) << arch << " layer " << l;
+      for (size_t k = 0; k < la.size(); ++k) {
+        const Tensor& wa = *la[k].second;
+        ASSERT_TRUE(dst->has(pre + la[k].first + ".qweight")) << arch << ": " << pre + la[k].first;
+        auto sh = quant::make_qdq_shape(wa.dim(0), wa.dim(1), 4, 32, true);
+        std::vector<float> lo(size_t(sh.out * sh.groups())), hi(lo.size()), ref(size_t(wa.numel()));
+        quant::qdq_minmax(ctx, sh, wa.f32(), lo.data(), hi.data());
+        quant::qdq_fwd(ctx, sh, wa.f32(), nullptr, nullptr, nullptr, lo.data(), hi.data(), ref.data(), nullptr, nullptr);
+        for (int64_t i = 0; i < wa.numel(); ++i)
+          ASSERT_EQ(lb[k].second->f32()[i], ref[size_t(i)]) << arch << " " << pre << la[k].first << " i " << i;
+      }
+      if (!c.is_moe_layer(l)) {
+        EXPECT_TRUE(rep.blocks[size_t(l)].expert_tokens.empty());
+        continue;
+      }
+      const std::string router = router_weight_name(c, l, false);
+      EXPECT_EQ(read_text_file(m + "/model.safetensors").empty(), false);
+      const auto sb = tensor_bytes(m + "/model.safetensors"), qb = tensor_bytes(q + "/model.safetensors");
+      EXPECT_TRUE(qb.count(router) && qb.at(router) == sb.at(router)) << arch << ": " << router;
+      const std::string router_module = router.substr(0, router.size() - 7);  // without ".weight"
+      EXPECT_EQ(qc["extra_config"][router_module], json({{"bits", 16}, {"data_type", "fp"}})) << qc.dump();
+      if (c.moe.shared_intermediate) {
+        EXPECT_TRUE(qb.at(shared_gate_name(l)) == sb.at(shared_gate_name(l)));
+        EXPECT_TRUE(qc["extra_config"].contains(pre + "mlp.shared_expert_gate")) << qc.dump();
+      }
+      const auto& tokens = rep.blocks[size_t(l)].expert_tokens;
+      ASSERT_EQ(int64_t(tokens.size()), c.moe.num_experts);
+      int64_t sum = 0;
+      for (int64_t t : tokens) sum += t;
+      EXPECT_EQ(sum, 8 * 32 * c.moe.top_k) << arch << ": every token routed to top_k experts";
+    }
+    fs::remove_all(m);
+    fs::remove_all(q);
+  }
+}
+
+// A fused-layout checkpoint (mlp.experts.gate_up_proj / down_proj) is written with per-expert names, as
+// AutoRound unfuses it: SignRound on it writes the bytes of its per-expert twin, tensor for tensor, with
+// an expert kept in 16 bit (--fp_layers) written in the stored dtype.
+TEST(PipelineMoe, FusedCheckpointWritesThePerExpertOutput) {
+  const std::string m = test::temp_path("pmoe_split"), f = test::temp_path("pmoe_fused");
+  const std::string qm = test::temp_path("pmoe_split_q"), qf = test::temp_path("pmoe_fused_q");
+  write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 43, DType::BF16);
+  write_fused_twin(m, f);
+  ASSERT_TRUE(HfModel::open(f)->fused_experts(1));
+  auto o = moe_opts(m, qm, 3);
+  o.fp_layers = {"experts.5."};
+  quantize_model(o);
+  o.model_dir = f;
+  o.output_dir = qf;
+  quantize_model(o);
+  const auto a = tensor_bytes(qm + "/model.safetensors"), b = tensor_bytes(qf + "/model.safetensors");
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
+  EXPECT_TRUE(a.count("model.layers.1.mlp.experts.5.up_proj.weight"));  // kept, bf16
+  EXPECT_EQ(quant_config(qm), quant_config(qf));
+  for (const auto& d : {m, f, qm, qf}) fs::remove_all(d);
+}
+
+// Experts that the calibration never reaches: counted in the log and the report, and SignRound leaves
+// them at their initial rounding (their packed tensors equal plain RTN's).
+TEST(PipelineMoe, ExpertsWithoutTokensAreCountedAndKeepTheirInitialRounding) {
+  const std::string m = test::temp_path("pmoe_idle"), qt = test::temp_path("pmoe_idle_t"), qr = test::temp_path("pmoe_idle_r");
+  write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 44);
+  make_router_skip_middle_experts(m, 1);
+  auto o = moe_opts(m, qt, 6);
+  testing::internal::CaptureStderr();
+  const QuantizeReport rep = quantize_model(o);
+  const std::string err = testing::internal::GetCapturedStderr();
+  const auto& tokens = rep.blocks[1].expert_tokens;
+  ASSERT_EQ(tokens.size(), 8u);
+  for (int e = 2; e < 6; ++e) EXPECT_EQ(tokens[size_t(e)], 0) << "expert " << e;
+  EXPECT_GT(tokens[0] + tokens[7], 0);
+  EXPECT_NE(err.find("block 2/2: 4 of 8 experts received no token"), std::string::npos) << err;
+  o.output_dir = qr;
+  o.tune.iters = 0;
+  o.disable_opt_rtn = true;
+  quantize_model(o);
+  const auto t = tensor_bytes(qt + "/model.safetensors"), r = tensor_bytes(qr + "/model.safetensors");
+  for (int e = 0; e < 8; ++e)
+    for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string n = "model.layers.1.mlp.experts." + std::to_string(e) + "." + part + ".qweight";
+      if (e >= 2 && e < 6) EXPECT_TRUE(t.at(n) == r.at(n)) << n << " moved without tokens";
+      if (e == 0 || e == 7) EXPECT_FALSE(t.at(n) == r.at(n)) << n << " was not tuned";
+    }
+  for (const auto& d : {m, qt, qr}) fs::remove_all(d);
+}
+
+// The FP pass's statistics per expert cover every routed token: each token reaches top_k distinct
+// experts, so the experts' input imatrix sums to top_k times the router's input sums, channel by channel.
+TEST(PipelineMoe, PerExpertStatisticsCoverEveryRoutedToken) {
+  const std::string m = test::temp_path("pmoe_stats");
+  write_synthetic_model(m, tiny_moe_config("qwen2_moe", 1), 45);
+  auto model = HfModel::open(m);
+  const ModelConfig& c = model->config();
+  Context ctx(Device{}, 2);
+  const BlockDims d = c.block_dims(0);
+  const BlockWeights w = model->load_block(0, ctx);
+  const int64_t n = 3, T = 24;
+  Tensor x = Tensor::empty({n, T, d.C}, DType::F32, ctx), y = Tensor::empty({n, T, d.C}, DType::F32, ctx);
+  const std::vector<float> xr = test::randn<float>(size_t(x.numel()), 46);
+  std::copy(xr.begin(), xr.end(), x.f32());
+  const RopeTable rope = make_rope_table(c, T);
+  std::vector<int32_t> pos(size_t(n * T));
+  for (int64_t i = 0; i < n * T; ++i) pos[size_t(i)] = int32_t(i % T);
+  Imatrix im;
+  ActMax amax;
+  std::vector<int64_t> routed;
+  block_forward_all(ctx, quant::TuneLane{}, d, w, {1, T, pos.data(), rope.cos.data(), rope.sin.data(), nullptr}, x, y,
+                    n, 1, false, {&im, &amax, &routed});
+  int64_t total = 0;
+  for (int64_t e = 0; e < d.moe.E; ++e) {
+    ASSERT_GT(routed[size_t(e)], 0) << "the check below needs every expert reached";
+    total += routed[size_t(e)];
+    EXPECT_EQ(im.at("expert." + std::to_string(e) + ".down").size(), size_t(d.moe.I));
+    EXPECT_LE(amax.at("expert." + std::to_string(e) + ".in"), amax.at("mlp_in"));
+  }
+  EXPECT_EQ(total, n * T * d.moe.K);
+  EXPECT_EQ(im.at("shared.down").size(), size_t(d.moe.Is));
+  const auto& all = im.at("mlp_in");
+  for (int64_t ch = 0; ch < d.C; ++ch) {
+    double sum = 0;
+    for (int64_t e = 0; e < d.moe.E; ++e) sum += im.at("expert." + std::to_string(e) + ".in")[size_t(ch)];
+    EXPECT_NEAR(sum, double(d.moe.K) * all[size_t(ch)], 1e-4 * double(d.moe.K) * all[size_t(ch)]) << "channel " << ch;
+  }
+  EXPECT_EQ(linear_input_key("mlp.experts.3.up_proj"), "expert.3.in");
+  EXPECT_EQ(linear_input_key("block_sparse_moe.experts.7.w2"), "expert.7.down");
+  EXPECT_EQ(linear_input_key("mlp.shared_expert.gate_proj"), "mlp_in");
+  EXPECT_EQ(linear_input_key("mlp.shared_expert.down_proj"), "shared.down");
+  fs::remove_all(m);
+}
+
+// Worlds 2 and 4 of the in-process lane write the serial run's bytes: SignRound (experts see different
+// token counts per shard; the exchanged gradient is the full batch's) and opt-RTN (imatrix per expert).
+TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
+  const std::string m = test::temp_path("pmoe_world"), q = test::temp_path("pmoe_world_q");
+  write_synthetic_model(m, tiny_moe_config("qwen2_moe"), 47);
+  for (int iters : {4, 0}) {
+    auto o = moe_opts(m, q, iters);
+    o.calib.seqlen = 16;
+    quantize_model(o);
+    const std::string ref = read_text_file(q + "/model.safetensors");
+    for (const char* world : {"2", "4"}) {
+      o.parallel = parallel::ParallelSetting::parse(world);
+      o.devices = std::string(world) == "2" ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2,cpu:3";
+      const QuantizeReport r = quantize_model(o);
+      EXPECT_EQ(iters ? r.blocks[0].world_tune : r.blocks[0].world_search, std::stoi(world));
+      EXPECT_TRUE(read_text_file(q + "/model.safetensors") == ref) << "iters " << iters << ", world " << world;
+    }
+  }
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
+// What MoE runs cannot do yet is refused before any output exists.
+TEST(PipelineMoe, UnsupportedCombinationsAreRefusedBeforeWriting) {
+  const std::string m = test::temp_path("pmoe_refuse"), q = test::temp_path("pmoe_refuse_q");
+  write_synthetic_model(m, tiny_moe_config("mixtral", 1), 48);
+  struct Case {
+    std::function<void(QuantizeOptions&)> set;
+    const char* says;
+  };
+  const Case cases[] = {
+      {[](QuantizeOptions& o) { o.format = "gguf:q4_k_m"; }, "--format gguf:q4_k_m: "},
+      {[](QuantizeOptions& o) {
+         o.fmt = test::kFpSchemes[0].fmt;
+         o.format = "llm_compressor";
+       },
+       "--format llm_compressor: "},
+      {[](QuantizeOptions& o) { o.fmt = test::kFpSchemes[0].fmt; }, "float schemes (MXFP4"},
+      {[](QuantizeOptions& o) { o.amp = true; }, "--amp true"},
+  };
+  for (const Case& k : cases) {
+    auto o = moe_opts(m, q, 2);
+    o.overwrite = false;
+    k.set(o);
+    try {
+      quantize_model(o);
+      ADD_FAILURE() << k.says << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(q)) << k.says;
+  }
+  fs::remove_all(m);
+}
+
+// The start summary counts experts together and names the routers' rule.
+TEST(PipelineMoe, SummaryGroupsTheExperts) {
+  QuantizeOptions o;
+  o.fmt = {4, 32, true};
+  o.fp_layers = {"layers.1.mlp.experts.3."};
+  const ModelConfig c = parse_model_config(tiny_moe_config("qwen3_moe"), "config.json");
+  std::string all;
+  for (const auto& line : run_summary(c, o, 8, 32, false)) all += line + "\n";
+  EXPECT_NE(all.find("quantized Linears: self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
+                     "mlp.gate_proj, mlp.up_proj, mlp.down_proj, mlp.experts.*.gate_proj, mlp.experts.*.up_proj, "
+                     "mlp.experts.*.down_proj\n"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("mlp.experts.*.gate_proj in 1 of 8 (experts x blocks) (--fp_layers layers.1.mlp.experts.3.)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("mixture of experts: 8 experts, top-2; routers kept in 16 bit"), std::string::npos) << all;
+}

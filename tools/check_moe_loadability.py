@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Do autoround.cpp's outputs of mixture-of-experts models load in transformers + auto-round / gptqmodel
+with the logits our `eval` / `logits` computes? (issue 24; docs/moe.md)
+
+Not part of the test suite. Same virtual environment as tools/check_loadability.py (torch 2.15.0,
+transformers 5.24.0, auto-round 0.16.1, optimum 2.3.0, gptqmodel 7.7.0 on the CPU); the CLI must
+already be built. From the repository root (a few minutes on 2 cores):
+
+    /work/arvenv/bin/python tools/check_moe_loadability.py --autoround build/src/cli/autoround \\
+        --work /tmp/moe_loadability
+
+For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral) it
+  1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
+     top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
+     tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
+  2. quantizes it with our CLI, W4 G32, --iters 2 --nsamples 8 --seqlen 64, as auto_round, auto_gptq
+     and fake (one run, `--format auto_round,auto_gptq,fake`);
+  3. for each output: our logits (`autoround logits`) against AutoModelForCausalLM.from_pretrained in
+     float32 (a separate process: check_loadability.py's native worker); a load with missing or
+     unexpected weights fails; max |diff| <= --rtol * max |logit| passes.
+Exit status 0 when every row passes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_loadability as cl  # noqa: E402
+
+ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
+FORMATS = ("auto_round", "auto_gptq", "fake")
+
+
+def make_model(arch, d):
+    import torch
+    from transformers import (MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                              Qwen3MoeConfig, Qwen3MoeForCausalLM)
+
+    common = dict(vocab_size=512, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                  rms_norm_eps=1e-6, num_hidden_layers=2, num_experts_per_tok=2, initializer_range=0.05)
+    if arch == "qwen3_moe":
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**common, head_dim=32, intermediate_size=256,
+                                                   moe_intermediate_size=64, num_experts=8, norm_topk_prob=True,
+                                                   mlp_only_layers=[0]))
+    elif arch == "qwen2_moe":
+        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, intermediate_size=256, moe_intermediate_size=64,
+                                                   shared_expert_intermediate_size=128, num_experts=8,
+                                                   norm_topk_prob=False))
+    else:
+        model = MixtralForCausalLM(MixtralConfig(**common, intermediate_size=64, num_local_experts=8))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05) if p.dim() > 1 else p.fill_(1.0)
+    model.to(torch.bfloat16).save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(cl.TOKENIZER_DIR, f), d)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--native-worker":
+        return cl.native_worker(*sys.argv[2:7])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--autoround", default="build/src/cli/autoround")
+    ap.add_argument("--work", default="/tmp/moe_loadability")
+    ap.add_argument("--rtol", type=float, default=2e-2)
+    ap.add_argument("--text", default=cl.DEFAULT_TEXT)
+    a = ap.parse_args()
+    autoround = os.path.abspath(a.autoround)
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    rows, ok = [], True
+    for arch in ARCHS:
+        model = os.path.join(a.work, arch)
+        make_model(arch, model)
+        out = os.path.join(a.work, arch + "_q")
+        cmd = [autoround, "--model", model, "--output_dir", out, "--format", ",".join(FORMATS), "--bits", "4",
+               "--group_size", "32", "--iters", "2", "--nsamples", "8", "--seqlen", "64", "--threads", "2"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            rows.append((arch, "-", "quantize failed: " + (r.stdout + r.stderr).strip().splitlines()[-1]))
+            ok = False
+            continue
+        for fmt in FORMATS:
+            d = os.path.join(out, fmt.replace("_", "-"))
+            ids, ours, err = cl.our_logits(autoround, d, a.text, os.path.join(a.work, f"{arch}_{fmt}.bin"))
+            if err:
+                rows.append((arch, fmt, "our logits failed: " + " ".join(err)))
+                ok = False
+                continue
+            native, res = cl.native_logits(d, ids, "float32", a.work)
+            if native is None:
+                rows.append((arch, fmt, "native load failed: " + res.get("error", "?")))
+                ok = False
+                continue
+            diff = float(abs(native - ours).max()) / max(1.0, float(abs(ours).max()))
+            bad = res.get("missing") or res.get("unexpected")
+            verdict = "ok" if diff <= a.rtol and not bad else "FAIL"
+            ok &= verdict == "ok"
+            note = f"missing {res.get('missing')[:3]} unexpected {res.get('unexpected')[:3]}" if bad else ""
+            rows.append((arch, fmt, f"max|diff|/max|logit| {diff:.2e}, argmax agreement "
+                                    f"{float((native.argmax(-1) == ours.argmax(-1)).mean()):.3f}, "
+                                    f"{cl.short_backend(res)} {note} -> {verdict}"))
+    print("| model | format | result |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
