@@ -533,13 +533,23 @@ TEST(GgufRead, ContextLengthBelowWhatTheCommandNeedsNamesTheKey) {
 // in q4_0, q8_0 and f16) when AR_WRITE_GGUF_SEEDS names a directory; skipped otherwise.
 TEST(GgufRead, WritesFuzzSeeds) {
   const char* out = std::getenv("AR_WRITE_GGUF_SEEDS");
-  if (!out) GTEST_SKIP() << "set AR_WRITE_GGUF_SEEDS=<dir> to regenerate fuzz/corpus/gguf_tensors";
+  if (!out) GTEST_SKIP() << "set AR_WRITE_GGUF_SEEDS=<dir> to regenerate fuzz/corpus/gguf_tensors";  // MoE seeds too
   struct Seed { const char* arch; const char* format; bool tied; const char* name; };
   for (const Seed& s : {Seed{"LlamaForCausalLM", "gguf:q4_0", false, "llama_q4_0.gguf"},
                         Seed{"Qwen2ForCausalLM", "gguf:q8_0", false, "qwen2_q8_0.gguf"},
-                        Seed{"Qwen3ForCausalLM", "gguf:f16", true, "qwen3_f16_tied.gguf"}}) {
+                        Seed{"Qwen3ForCausalLM", "gguf:f16", true, "qwen3_f16_tied.gguf"},
+                        Seed{"qwen2_moe", "gguf:q4_0", false, "qwen2moe_q4_0.gguf"},
+                        Seed{"mixtral", "gguf:q8_0", false, "mixtral_q8_0.gguf"}}) {
     const std::string m = test::temp_path("ggr_seed_m"), q = test::temp_path("ggr_seed_q");
-    nlohmann::json c = config_of(s.arch, 32, 32, 260, s.tied);
+    const bool moe = std::string(s.arch).find("For") == std::string::npos;  // tiny_moe_config's names
+    nlohmann::json c = moe ? tiny_moe_config(s.arch, 1) : config_of(s.arch, 32, 32, 260, s.tied);
+    if (moe) {  // 4 experts of 32, top-2 (a shared expert of 32 for Qwen2-MoE)
+      c["hidden_size"] = 32;
+      c["vocab_size"] = 260;
+      c[c.contains("num_local_experts") ? "num_local_experts" : "num_experts"] = 4;
+      c[c.contains("moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size"] = 32;
+      if (c.contains("shared_expert_intermediate_size")) c["shared_expert_intermediate_size"] = 32;
+    }
     c["num_hidden_layers"] = 1;
     c["num_attention_heads"] = 2;
     c["num_key_value_heads"] = 1;

@@ -12,13 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/dtype.h"
+#include "io/gguf.h"
 #include "io/mapped_file.h"
+#include "model/gguf_source.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "model/moe_names.h"
 #include "model/rope_table.h"
 #include "model/synthetic.h"
 #include "pipeline/block_passes.h"
+#include "quant/ggml_types.h"
 #include "pipeline/quantize.h"
 #include "pipeline/run_summary.h"
 #include "quant/qdq.h"
@@ -115,20 +119,31 @@ void make_router_skip_middle_experts(const std::string& dir, int64_t layer) {
 }
 
 json quant_config(const std::string& dir) {
-  return json::parse(read_text_file(dir + "/config.json"))["quantization_config"];
+  return json::parse(read_text_file(dir + "/config.json")).value("quantization_config", json());
 }
 }  // namespace
 
 // Plain RTN of each architecture: every expert (and the shared expert) packed under its per-expert
-// name and read back to exactly the QDQ of the FP weights; routers and the shared expert gate copied
-// bit for bit and listed in extra_config as 16 bit; the report counts each layer's routed tokens.
+// name (Mixtral's as block_sparse_moe.experts.E.gate_proj, as AutoRound writes it) and read back to
+// exactly the QDQ of the FP weights; an expert kept by --fp_layers copied as stored; routers and the
+// shared expert gate copied bit for bit and listed in extra_config as 16 bit; the report counts each
+// layer's routed tokens.
 TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
   for (const char* arch : kArchs) {
-    const std::string m = test::temp_path(std::string("pmoe_m_") + arch), q = test::temp_path(std::string("pmoe_q_") + arch);
+    const std::string m = test::temp_path(std::string("pmoe_m_") + arch), root = test::temp_path(std::string("pmoe_q_") + arch);
+    std::string q = root;
     write_synthetic_model(m, tiny_moe_config(arch), 41, DType::BF16);
     auto o = moe_opts(m, q, 0);
     o.disable_opt_rtn = true;
+    o.fp_layers = {"experts.7."};  // kept: written as stored (Mixtral's w1 under its gate_proj name)
+    o.format = "auto_round,fake";
     const QuantizeReport rep = quantize_model(o);
+    // The fake model (plain weights) keeps the spelling transformers' own loader reads: Mixtral's w1.
+    const auto fake = tensor_bytes(q + "/fake/model.safetensors");
+    const std::string fake_expert = std::string(arch) == "mixtral" ? "model.layers.0.block_sparse_moe.experts.0.w1.weight"
+                                                                   : "model.layers.1.mlp.experts.0.gate_proj.weight";
+    EXPECT_TRUE(fake.count(fake_expert)) << arch << ": " << fake_expert;
+    q += "/auto-round";
     auto src = HfModel::open(m), dst = HfModel::open(q);
     const ModelConfig& c = src->config();
     const json qc = quant_config(q);
@@ -138,8 +153,16 @@ TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
       BlockWeights a = src->load_block(l, ctx), b = dst->load_block(l, ctx);
       const auto la = quant::block_linears(a), lb = quant::block_linears(b);
       ASSERT_EQ(la.size(), lb.size()) << arch << " layer " << l;
+      const auto sb = tensor_bytes(m + "/model.safetensors"), qb = tensor_bytes(q + "/model.safetensors");
       for (size_t k = 0; k < la.size(); ++k) {
         const Tensor& wa = *la[k].second;
+        if (la[k].first.find("experts.7.") != std::string::npos) {
+          const int j = int(k - 4) % 3;
+          const std::string stored = expert_weight_name(c, l, 7, j == 0 ? ExpertProj::Gate : j == 1 ? ExpertProj::Up : ExpertProj::Down);
+          EXPECT_TRUE(qb.count(pre + la[k].first + ".weight") && qb.at(pre + la[k].first + ".weight") == sb.at(stored))
+              << arch << ": " << stored << " kept as " << pre + la[k].first;
+          continue;
+        }
         ASSERT_TRUE(dst->has(pre + la[k].first + ".qweight")) << arch << ": " << pre + la[k].first;
         auto sh = quant::make_qdq_shape(wa.dim(0), wa.dim(1), 4, 32, true);
         std::vector<float> lo(size_t(sh.out * sh.groups())), hi(lo.size()), ref(size_t(wa.numel()));
@@ -153,8 +176,6 @@ TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
         continue;
       }
       const std::string router = router_weight_name(c, l, false);
-      EXPECT_EQ(read_text_file(m + "/model.safetensors").empty(), false);
-      const auto sb = tensor_bytes(m + "/model.safetensors"), qb = tensor_bytes(q + "/model.safetensors");
       EXPECT_TRUE(qb.count(router) && qb.at(router) == sb.at(router)) << arch << ": " << router;
       const std::string router_module = router.substr(0, router.size() - 7);  // without ".weight"
       EXPECT_EQ(qc["extra_config"][router_module], json({{"bits", 16}, {"data_type", "fp"}})) << qc.dump();
@@ -169,7 +190,7 @@ TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
       EXPECT_EQ(sum, 8 * 32 * c.moe.top_k) << arch << ": every token routed to top_k experts";
     }
     fs::remove_all(m);
-    fs::remove_all(q);
+    fs::remove_all(root);
   }
 }
 
@@ -291,6 +312,85 @@ TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
   fs::remove_all(q);
 }
 
+// GGUF of each family (gguf:q4_k_m with its fake companion, SignRound): llama.cpp's layout (experts
+// stacked per projection in ffn_*_exps [E, rows, cols], f32 routers and shared expert gate, the MoE keys,
+// llama-quantize's 8-expert rules) and read back by our GGUF reader to the fake companion's weights
+// (fp16 of the same dequantized values), expert by expert.
+TEST(PipelineMoe, GgufOfEachFamilyReadsBackAsItsFakeCompanion) {
+  for (const char* arch : kArchs) {
+    const std::string m = test::temp_path(std::string("pmoe_gm_") + arch), q = test::temp_path(std::string("pmoe_gq_") + arch);
+    json cfg = tiny_moe_config(arch);
+    cfg["hidden_size"] = 256;  // whole 256-element k-quant rows
+    cfg[std::string(arch) == "mixtral" ? "intermediate_size" : "moe_intermediate_size"] = 256;
+    if (cfg.contains("shared_expert_intermediate_size")) cfg["shared_expert_intermediate_size"] = 256;
+    if (cfg.contains("head_dim")) cfg["head_dim"] = 64;
+    if (cfg.contains("mlp_only_layers")) cfg["mlp_only_layers"] = json::array();  // llama.cpp's qwen*moe: all MoE
+    write_synthetic_model(m, cfg, 49);
+    auto o = moe_opts(m, q, 2);
+    o.format = "gguf:q4_k_m,fake";
+    quantize_model(o);
+    std::string file;
+    for (const auto& e : fs::directory_iterator(q + "/gguf-q4-k-m")) file = e.path().string();
+    const GgufFile g = GgufFile::open(file);
+    std::map<std::string, const GgufTensorInfo*> t;
+    for (const auto& x : g.tensors) t[x.name] = &x;
+    using quant::GgmlType;
+    auto expect = [&](const std::string& name, GgmlType type, std::vector<uint64_t> dims) {
+      ASSERT_TRUE(t.count(name)) << arch << ": " << name;
+      EXPECT_EQ(GgmlType(t[name]->type), type) << arch << ": " << name;
+      EXPECT_EQ(t[name]->dims, dims) << arch << ": " << name;
+    };
+    expect("blk.1.ffn_gate_exps.weight", GgmlType::Q4_K, {256, 256, 8});
+    expect("blk.1.ffn_up_exps.weight", GgmlType::Q4_K, {256, 256, 8});
+    expect("blk.1.ffn_down_exps.weight", GgmlType::Q6_K, {256, 256, 8});  // use_more_bits(1, 2)
+    expect("blk.0.ffn_gate_inp.weight", GgmlType::F32, {256, 8});
+    expect("blk.0.attn_v.weight", GgmlType::Q8_0, {256, 128});       // 8 experts: q8_0
+    expect("blk.0.attn_k.weight", GgmlType::Q8_0, {256, 128});
+    expect("blk.0.attn_output.weight", GgmlType::Q5_K, {256, 256});  // 8 experts, q4_k_m: q5_k
+    const std::string a = g.string("general.architecture", "");
+    EXPECT_EQ(a, std::string(arch) == "mixtral" ? "llama" : std::string(arch) == "qwen2_moe" ? "qwen2moe" : "qwen3moe");
+    EXPECT_EQ(g.find(a + ".expert_count")->num, 8);
+    EXPECT_EQ(g.find(a + ".expert_used_count")->num, 2);
+    if (std::string(arch) == "qwen2_moe") {
+      expect("blk.1.ffn_gate_inp_shexp.weight", GgmlType::F32, {256});
+      expect("blk.1.ffn_down_shexp.weight", GgmlType::Q6_K, {256, 256});
+      EXPECT_EQ(g.find(a + ".expert_shared_feed_forward_length")->num, 256);
+    }
+    auto gm = open_model(file), f = HfModel::open(q + "/fake");
+    ASSERT_EQ(gm->config().moe.num_experts, 8);
+    Context ctx(Device{}, 2);
+    for (int64_t l = 0; l < 2; ++l) {
+      const BlockWeights a = gm->load_block(l, ctx), b = f->load_block(l, ctx);
+      auto la = quant::block_linears(a), lb = quant::block_linears(b);
+      ASSERT_EQ(la.size(), lb.size());
+      la.push_back({"router", &a.router});
+      lb.push_back({"router", &b.router});
+      if (a.sgate.defined()) la.push_back({"sgate", &a.sgate}), lb.push_back({"sgate", &b.sgate});
+      for (size_t k = 0; k < la.size(); ++k) {
+        const bool half = la[k].first != "router" && la[k].first != "sgate";  // fake copies the f32 ones
+        for (int64_t i = 0; i < la[k].second->numel(); ++i) {
+          const float want = half ? f16_to_f32(f32_to_f16(la[k].second->f32()[i])) : la[k].second->f32()[i];
+          ASSERT_EQ(want, lb[k].second->f32()[i]) << arch << " layer " << l << " " << la[k].first << " [" << i << "]";
+        }
+      }
+    }
+    fs::remove_all(m);
+    fs::remove_all(q);
+  }
+  // A Qwen3-MoE with a dense layer: llama.cpp's qwen3moe has none, so GGUF is refused before writing.
+  const std::string m = test::temp_path("pmoe_gdense"), q = test::temp_path("pmoe_gdense_q");
+  write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 50);
+  auto o = moe_opts(m, q, 2);
+  o.format = "gguf:q4_k_m";
+  o.overwrite = false;
+  EXPECT_NE(test::error_of([&] { quantize_model(o); })
+                .find("GGUF export: Qwen3MoeForCausalLM has dense layers (mlp_only_layers / decoder_sparse_step), "
+                      "which llama.cpp's qwen3moe does not run"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(q));
+  fs::remove_all(m);
+}
+
 // What MoE runs cannot do yet is refused before any output exists.
 TEST(PipelineMoe, UnsupportedCombinationsAreRefusedBeforeWriting) {
   const std::string m = test::temp_path("pmoe_refuse"), q = test::temp_path("pmoe_refuse_q");
@@ -300,7 +400,6 @@ TEST(PipelineMoe, UnsupportedCombinationsAreRefusedBeforeWriting) {
     const char* says;
   };
   const Case cases[] = {
-      {[](QuantizeOptions& o) { o.format = "gguf:q4_k_m"; }, "--format gguf:q4_k_m: "},
       {[](QuantizeOptions& o) {
          o.fmt = test::kFpSchemes[0].fmt;
          o.format = "llm_compressor";

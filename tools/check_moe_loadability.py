@@ -13,8 +13,8 @@ For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral) it
   1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
      top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
      tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
-  2. quantizes it with our CLI, W4 G32, --iters 2 --nsamples 8 --seqlen 64, as auto_round, auto_gptq
-     and fake (one run, `--format auto_round,auto_gptq,fake`);
+  2. quantizes it with our CLI, W4 G32, --iters 2 --nsamples 8 --seqlen 64, as auto_round
+     and fake (one run, `--format auto_round,fake`; GPTQ/AWQ need gptqmodel, not installable here);
   3. for each output: our logits (`autoround logits`) against AutoModelForCausalLM.from_pretrained in
      float32 (a separate process: check_loadability.py's native worker); a load with missing or
      unexpected weights fails; max |diff| <= --rtol * max |logit| passes.
@@ -32,27 +32,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
 ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
-FORMATS = ("auto_round", "auto_gptq", "fake")
+# auto_gptq / auto_awq load through optimum + gptqmodel, which have no CPU wheel here (not measured).
+FORMATS = ("auto_round", "fake")
 
 
-def make_model(arch, d):
+def make_model(arch, d, hidden=128, expert=64, dense_first=True):
+    """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer."""
     import torch
     from transformers import (MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
                               Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
-    common = dict(vocab_size=512, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+    common = dict(vocab_size=512, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
                   rms_norm_eps=1e-6, num_hidden_layers=2, num_experts_per_tok=2, initializer_range=0.05)
     if arch == "qwen3_moe":
-        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**common, head_dim=32, intermediate_size=256,
-                                                   moe_intermediate_size=64, num_experts=8, norm_topk_prob=True,
-                                                   mlp_only_layers=[0]))
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**common, head_dim=hidden // 4, intermediate_size=2 * hidden,
+                                                   moe_intermediate_size=expert, num_experts=8, norm_topk_prob=True,
+                                                   mlp_only_layers=[0] if dense_first else []))
     elif arch == "qwen2_moe":
-        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, intermediate_size=256, moe_intermediate_size=64,
-                                                   shared_expert_intermediate_size=128, num_experts=8,
+        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, intermediate_size=2 * hidden, moe_intermediate_size=expert,
+                                                   shared_expert_intermediate_size=hidden, num_experts=8,
                                                    norm_topk_prob=False))
     else:
-        model = MixtralForCausalLM(MixtralConfig(**common, intermediate_size=64, num_local_experts=8))
+        model = MixtralForCausalLM(MixtralConfig(**common, intermediate_size=expert, num_local_experts=8))
     torch.manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():

@@ -2,7 +2,9 @@
 // and hyperparameter keys, llama.cpp's tensor names, the Q/K row order of the "llama" architecture,
 // extra tensors (rope_freqs for llama3 rope scaling) and the tokenizer (gguf_tokenizer.h). Mirrors what
 // llama.cpp's convert_hf_to_gguf.py writes for LlamaForCausalLM, MistralForCausalLM (both "llama"),
-// Qwen2ForCausalLM ("qwen2") and Qwen3ForCausalLM ("qwen3").
+// Qwen2ForCausalLM ("qwen2") and Qwen3ForCausalLM ("qwen3"), and the mixture-of-experts families:
+// MixtralForCausalLM ("llama" with experts), Qwen2MoeForCausalLM ("qwen2moe"), Qwen3MoeForCausalLM
+// ("qwen3moe"), whose experts are stacked per layer into ffn_{gate,up,down}_exps [E, rows, cols].
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,13 +16,17 @@ namespace ar {
 
 class GgufWriter;
 
-// llama.cpp architecture of a model: "llama" (Llama, Mistral), "qwen2", "qwen3"; Unsupported otherwise.
+// llama.cpp architecture of a model: "llama" (Llama, Mistral, Mixtral), "qwen2", "qwen3", "qwen2moe",
+// "qwen3moe"; Unsupported otherwise, and for MoE configs llama.cpp's graph does not run (dense layers
+// in a qwen*moe, norm_topk_prob other than its fixed choice).
 std::string gguf_architecture(const ModelConfig& cfg);
 
 // llama.cpp name of an HF tensor (model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight).
 // Names the architecture does not have (a layer past num_layers, q_norm without qk_norm, ...) and
-// unknown names fail with the name.
-std::string gguf_tensor_name(const std::string& hf_name, const ModelConfig& cfg);
+// unknown names fail with the name. An expert's Linear (model.layers.3.mlp.experts.5.gate_proj.weight,
+// Mixtral's w1/w3/w2 or gate/up/down_proj) maps to its layer's stacked tensor (blk.3.ffn_gate_exps.weight)
+// and *expert gets its index (-1 for every other tensor).
+std::string gguf_tensor_name(const std::string& hf_name, const ModelConfig& cfg, int64_t* expert = nullptr);
 
 // convert_hf_to_gguf's Q/K permutation of the llama architecture, as row indices: row i of the GGUF
 // tensor is row order[i] of the HF tensor. HF rotates pairs (i, i + D/2) of each head of D rows;

@@ -52,7 +52,11 @@ struct MoeConfig {
   bool norm_topk_prob = false;      // renormalize the top-k probabilities to sum 1
   int64_t sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
-  bool mixtral_names = false;  // per-expert tensors as block_sparse_moe.experts.<e>.w1/w2/w3
+  // Mixtral: the experts live under block_sparse_moe; the checkpoint spells their Linears w1/w3/w2
+  // (mixtral_w_names, the original checkpoints) or gate_proj/up_proj/down_proj (what AutoRound writes
+  // and transformers 5 + auto-round read back): HfModel::open detects which.
+  bool mixtral_names = false;
+  bool mixtral_w_names = true;
 };
 
 struct ModelConfig {

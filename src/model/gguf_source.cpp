@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "export/gguf_model.h"
 #include "io/gguf.h"
+#include "model/moe_names.h"
 #include "quant/ggml_types.h"
 
 namespace ar {
@@ -26,8 +27,9 @@ struct ArchRow {
   const char* gguf;
   const char* hf;
 };
-constexpr ArchRow kArchs[] = {
-    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+constexpr ArchRow kArchs[] = {{"llama", "LlamaForCausalLM"},      {"qwen2", "Qwen2ForCausalLM"},
+                               {"qwen3", "Qwen3ForCausalLM"},      {"qwen2moe", "Qwen2MoeForCausalLM"},
+                               {"qwen3moe", "Qwen3MoeForCausalLM"}};  // llama with expert_count: Mixtral
 
 std::string dims_str(const std::vector<uint64_t>& d) {
   std::string s = "[";
@@ -82,6 +84,7 @@ class GgufSource final : public TensorSource {
  public:
   struct Entry {
     const GgufTensorInfo* info = nullptr;
+    uint64_t offset = 0;  // of its bytes in the data section (an expert's: inside its stacked tensor)
     GgmlType type = GgmlType::F32;
     Shape shape;  // HF shape
     const uint8_t* bytes = nullptr;
@@ -151,6 +154,22 @@ std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c
       out.push_back({p + "self_attn.k_norm.weight", {D}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {C}});
+    if (c.is_moe_layer(l)) {
+      const int64_t E = c.moe.num_experts, Ie = c.moe.expert_intermediate, Is = c.moe.shared_intermediate;
+      out.push_back({router_weight_name(c, l, false), {E, C}});
+      for (int64_t e = 0; e < E; ++e) {
+        out.push_back({expert_weight_name(c, l, e, ExpertProj::Gate), {Ie, C}});
+        out.push_back({expert_weight_name(c, l, e, ExpertProj::Up), {Ie, C}});
+        out.push_back({expert_weight_name(c, l, e, ExpertProj::Down), {C, Ie}});
+      }
+      if (Is) {
+        out.push_back({shared_expert_name(l, ExpertProj::Gate), {Is, C}});
+        out.push_back({shared_expert_name(l, ExpertProj::Up), {Is, C}});
+        out.push_back({shared_expert_name(l, ExpertProj::Down), {C, Is}});
+        out.push_back({shared_gate_name(l), {1, C}});
+      }
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", {I, C}});
     out.push_back({p + "mlp.up_proj.weight", {I, C}});
     out.push_back({p + "mlp.down_proj.weight", {C, I}});
@@ -167,7 +186,7 @@ std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c
 void check_no_overlap(const std::string& path, const std::map<std::string, GgufSource::Entry>& entries) {
   struct Range { uint64_t begin, end; const std::string* name; };
   std::vector<Range> rs;
-  for (const auto& [hf, e] : entries) rs.push_back({e.info->offset, e.info->offset + e.nbytes, &e.info->name});
+  for (const auto& [hf, e] : entries) rs.push_back({e.offset, e.offset + e.nbytes, &e.info->name});
   std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -184,15 +203,37 @@ void check_no_overlap(const std::string& path, const std::map<std::string, GgufS
   }
 }
 
+// The config.json fields of a MoE family from llama.cpp's keys (what its graph does: every layer MoE,
+// top-k renormalized for qwen3moe and Mixtral, not for qwen2moe).
+void moe_keys(const Keys& k, const std::string& a, const std::string& arch, nlohmann::json& j) {
+  const int64_t E = k.required_count(a + "expert_count"), K = k.required_count(a + "expert_used_count");
+  j["num_experts_per_tok"] = K;
+  if (arch == "llama") {  // Mixtral: experts of feed_forward_length
+    j["num_local_experts"] = E;
+    return;
+  }
+  j["num_experts"] = E;
+  j["moe_intermediate_size"] = k.required_count(a + "expert_feed_forward_length");
+  j["norm_topk_prob"] = arch == "qwen3moe";
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = nlohmann::json::array();
+  if (arch == "qwen2moe")  // llama.cpp's default for a missing key: feed_forward_length
+    j["shared_expert_intermediate_size"] =
+        k.count(a + "expert_shared_feed_forward_length").value_or(j["intermediate_size"].get<int64_t>());
+}
+
 ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const GgufTensorInfo*>& by_name) {
   const std::string arch = g.string("general.architecture", "");
   const char* hf = nullptr;
   for (const auto& a : kArchs)
     if (arch == a.gguf) hf = a.hf;
   if (!hf)
-    fail(ErrorKind::Unsupported, g.path + ": GGUF architecture '" + arch + "' is not supported (llama, qwen2, qwen3)");
+    fail(ErrorKind::Unsupported,
+         g.path + ": GGUF architecture '" + arch + "' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe)");
   const Keys k{g};
   const std::string a = arch + ".";
+  const std::optional<int64_t> experts = k.count(a + "expert_count");
+  if (arch == "llama" && experts) hf = "MixtralForCausalLM";
   const std::string s = g.string(a + "rope.scaling.type", "none");
   if (s != "none" || by_name.count("rope_freqs.weight"))
     fail(ErrorKind::Unsupported, g.path + ": rope scaling ('" + (s != "none" ? s : std::string("rope_freqs.weight")) +
@@ -234,10 +275,11 @@ ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const Ggu
     if (const int64_t id = g.token_id(std::string("tokenizer.ggml.") + key + "_token_id", j["vocab_size"]); id >= 0)
       j[std::string(key) + "_token_id"] = id;
   j["tie_word_embeddings"] = by_name.count("output.weight") == 0;
+  if (experts || arch == "qwen2moe" || arch == "qwen3moe") moe_keys(k, a, arch, j);
   ModelConfig c = parse_model_config(j, g.path + " (GGUF keys)");
   c.qkv_bias = by_name.count("blk.0.attn_q.bias") > 0;
   c.o_bias = by_name.count("blk.0.attn_output.bias") > 0;
-  c.qk_norm = arch == "qwen3" || by_name.count("blk.0.attn_q_norm.weight") > 0;
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || by_name.count("blk.0.attn_q_norm.weight") > 0;
   return c;
 }
 }  // namespace
@@ -252,7 +294,8 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
   const ModelConfig cfg = gguf_config(g, by_name);
   std::set<std::string> used;
   for (const auto& [hf, shape] : expected_tensors(cfg, !cfg.tie_word_embeddings)) {
-    const std::string name = gguf_tensor_name(hf, cfg);
+    int64_t expert = -1;  // an expert's Linear: part `expert` of its layer's stacked tensor
+    const std::string name = gguf_tensor_name(hf, cfg, &expert);
     auto it = by_name.find(name);
     if (it == by_name.end()) fail(ErrorKind::InvalidInput, path + ": tensor '" + name + "' is missing (" + hf + ")");
     const GgufTensorInfo& t = *it->second;
@@ -262,7 +305,8 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
                                       ", which is not decoded here (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
                                       "q3_k, q4_k, q5_k, q6_k)");
     std::vector<uint64_t> want = {uint64_t(shape.back())};  // ggml order: ne0 = row length
-    if (shape.size() == 2) want.push_back(uint64_t(shape[0]));
+    if (shape.size() == 2 && shape[0] > 1) want.push_back(uint64_t(shape[0]));
+    if (expert >= 0) want.push_back(uint64_t(cfg.moe.num_experts));
     std::vector<uint64_t> dims = t.dims;
     while (dims.size() > want.size() && dims.back() == 1) dims.pop_back();
     if (dims != want)
@@ -278,7 +322,14 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
                                        std::to_string(cols) + " elements, not a multiple of its block of " +
                                        std::to_string(quant::ggml_block_elems(e.type)));
     e.nbytes = uint64_t(rows) * uint64_t(quant::ggml_row_bytes(e.type, cols));  // < 2^60: shapes are limited
-    e.bytes = g.tensor_data(t, e.nbytes);
+    if (expert >= 0) {  // the whole stack is checked against the file, then this expert's rows taken
+      const uint8_t* all = g.tensor_data(t, e.nbytes * uint64_t(cfg.moe.num_experts));
+      e.bytes = all + e.nbytes * uint64_t(expert);
+      e.offset = t.offset + e.nbytes * uint64_t(expert);
+    } else {
+      e.bytes = g.tensor_data(t, e.nbytes);
+      e.offset = t.offset;
+    }
     e.row_order = gguf_tensor_row_order(hf, cfg);
     used.insert(name);
     src->entries()[hf] = std::move(e);

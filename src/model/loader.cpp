@@ -80,6 +80,7 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   } else {
     fail(ErrorKind::InvalidInput, dir + ": neither model.safetensors nor model.safetensors.index.json found");
   }
+  m->detect_mixtral_spelling();
   m->check_tensors();
   m->check_values();
   return m;

@@ -25,7 +25,7 @@ struct BlockWeights {
   // either checkpoint layout), Qwen2-MoE's shared expert and its gate.
   Tensor router, sg, su, sd, sgate;
   std::vector<Tensor> eg, eu, ed;
-  bool mixtral_names = false;  // the experts' Linears are named block_sparse_moe.experts.<e>.w1/w3/w2
+  bool mixtral_names = false;  // the experts' Linears are block_sparse_moe.experts.<e>.gate_proj ... (Mixtral)
   BlockPtrs<const float*> ptrs() const;
   size_t bytes() const;
 };
@@ -79,6 +79,7 @@ class HfModel {
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;
   void load_moe(int64_t layer, BlockWeights& w, Context& ctx) const;  // moe_load.cpp
+  void detect_mixtral_spelling();  // moe_load.cpp: cfg_.moe.mixtral_w_names from the tensor names
   // Elements [offset, offset + numel(shape)) of a stored tensor as fp32 `shape` (an expert of a fused tensor).
   Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
   std::string dir_, context_field_;

@@ -17,13 +17,15 @@ const char* proj_name(ExpertProj p, bool mixtral) {
 
 std::string expert_linear_name(bool mixtral_names, int64_t expert, ExpertProj proj) {
   return std::string(mixtral_names ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) + "." +
-         proj_name(proj, mixtral_names);
+         proj_name(proj, false);
 }
 
 std::string shared_linear_name(ExpertProj proj) { return std::string("mlp.shared_expert.") + proj_name(proj, false); }
 
 std::string expert_weight_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertProj proj) {
-  return HfModel::layer_prefix(layer) + expert_linear_name(c.moe.mixtral_names, expert, proj) + ".weight";
+  const bool mx = c.moe.mixtral_names;
+  return HfModel::layer_prefix(layer) + (mx ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) + "." +
+         proj_name(proj, mx && c.moe.mixtral_w_names) + ".weight";
 }
 
 std::string fused_experts_name(int64_t layer, ExpertProj proj) {

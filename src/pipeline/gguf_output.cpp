@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "export/gguf_model.h"
+#include "model/moe_names.h"
 
 namespace ar {
 
@@ -17,7 +18,8 @@ quant::GgufTensorKind kind_of(const std::string& n) {
   if (n == "model.embed_tokens.weight") return K::TokenEmbd;
   if (n == "lm_head.weight") return K::Output;
   for (auto [part, k] : {std::pair{"q_proj", K::AttnQ}, {"k_proj", K::AttnK}, {"v_proj", K::AttnV}, {"o_proj", K::AttnOutput},
-                         {"gate_proj", K::FfnGate}, {"up_proj", K::FfnUp}, {"down_proj", K::FfnDown}})
+                         {"gate_proj", K::FfnGate}, {"up_proj", K::FfnUp}, {"down_proj", K::FfnDown},
+                         {".w1.", K::FfnGate}, {".w3.", K::FfnUp}, {".w2.", K::FfnDown}})
     if (n.find(part) != std::string::npos) return k;
   fail(ErrorKind::Internal, "gguf: no tensor kind for " + n);
 }
@@ -47,48 +49,109 @@ GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant
                          "self_attn.v_proj.bias", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
                          "self_attn.o_proj.weight", "self_attn.o_proj.bias", "post_attention_layernorm.weight",
                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-  for (int64_t b = 0; b < cfg_.num_layers; ++b)
-    for (const char* t : block) names.push_back(HfModel::layer_prefix(b) + t);
+  for (const auto& n : names)
+    if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
+  names.clear();
+  for (int64_t b = 0; b < cfg_.num_layers; ++b) {
+    for (const char* t : block) {
+      const std::string n = HfModel::layer_prefix(b) + t;
+      if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
+    }
+    if (cfg_.is_moe_layer(b)) declare_moe(b);
+  }
   names.push_back("model.norm.weight");
   if (!cfg_.tie_word_embeddings && model.has("lm_head.weight")) names.push_back("lm_head.weight");
   for (const auto& n : names)
-    if (const StTensorInfo* info = model.info(n)) declare(n, *info);
+    if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
   writer_->write_header();
   for (size_t i = 0; i < extras_.size(); ++i) writer_->write_tensor_data(order_[i].substr(1), extras_[i].data(), extras_[i].size());
   next_ = extras_.size();
 }
 
-void GgufOutput::declare(const std::string& hf_name, const StTensorInfo& info) {
+// A MoE layer's router (f32, as convert_hf_to_gguf forces it), its experts stacked per projection (one
+// declaration each, filled expert by expert) and Qwen2-MoE's shared expert and gate (f32, 1-D).
+void GgufOutput::declare_moe(int64_t layer) {
+  const std::string p = HfModel::layer_prefix(layer);
+  const int64_t C = cfg_.hidden_size, E = cfg_.moe.num_experts, I = cfg_.moe.expert_intermediate,
+                Is = cfg_.moe.shared_intermediate;
+  declare(p + (cfg_.moe.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), {E, C}, 1, true);
+  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
+  for (ExpertProj j : projs)
+    declare(p + expert_linear_name(cfg_.moe.mixtral_names, 0, j) + ".weight",
+            j == ExpertProj::Down ? Shape{C, I} : Shape{I, C}, E);
+  if (!Is) return;
+  for (ExpertProj j : projs)
+    declare(p + shared_linear_name(j) + ".weight", j == ExpertProj::Down ? Shape{C, Is} : Shape{Is, C});
+  declare(p + "mlp.shared_expert_gate.weight", {C});
+}
+
+// `parts` > 1: the stacked experts of a layer, keyed by the GGUF name (their HF names, one per expert,
+// resolve to it: gguf_tensor_name). f32: a 2-D tensor kept in f32 (a router).
+void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t parts, bool f32) {
   Decl d;
-  d.gguf_name = gguf_tensor_name(hf_name, cfg_);
-  d.cols = info.shape.back();
-  d.rows = info.shape.size() == 2 ? info.shape[0] : 1;
-  if (info.shape.size() == 2) {
+  int64_t expert = -1;
+  d.gguf_name = gguf_tensor_name(hf_name, cfg_, &expert);
+  d.parts = parts;
+  d.cols = shape.back();
+  d.rows = shape.size() == 2 ? shape[0] : 1;
+  if (shape.size() == 2 && !f32) {
     quant::GgufTensorKind k = kind_of(hf_name);
     if (k == quant::GgufTensorKind::TokenEmbd && cfg_.tie_word_embeddings) k = quant::GgufTensorKind::Output;
     d.type = scheme_.type_of(k, layer_of(hf_name), cfg_.num_layers, d.cols,
-                             cfg_.num_heads / std::max<int64_t>(1, cfg_.num_kv_heads));
+                             cfg_.num_heads / std::max<int64_t>(1, cfg_.num_kv_heads), cfg_.moe.num_experts);
   }
   d.row_order = gguf_tensor_row_order(hf_name, cfg_);
   std::vector<uint64_t> dims = {uint64_t(d.cols)};
-  if (info.shape.size() == 2) dims.push_back(uint64_t(d.rows));
-  writer_->add_tensor_info(d.gguf_name, dims, uint32_t(d.type), uint64_t(d.rows * quant::ggml_row_bytes(d.type, d.cols)));
-  order_.push_back(hf_name);
-  decl_[hf_name] = std::move(d);
+  if (shape.size() == 2) dims.push_back(uint64_t(d.rows));
+  if (parts > 1) dims.push_back(uint64_t(parts));
+  writer_->add_tensor_info(d.gguf_name, dims, uint32_t(d.type),
+                           uint64_t(parts * d.rows * quant::ggml_row_bytes(d.type, d.cols)));
+  const std::string key = parts > 1 ? d.gguf_name : hf_name;
+  order_.push_back(key);
+  decl_[key] = std::move(d);
+}
+
+// The declaration an HF name fills, and the part of it (an expert of a stacked tensor, else 0).
+std::pair<const std::string, GgufOutput::Decl>* GgufOutput::find(const std::string& hf_name, int64_t* part) {
+  *part = 0;
+  if (auto it = decl_.find(hf_name); it != decl_.end()) return &*it;
+  if (hf_name.find("experts.") == std::string::npos) return nullptr;
+  int64_t e = -1;
+  const std::string g = gguf_tensor_name(hf_name, cfg_, &e);
+  auto it = decl_.find(g);
+  if (it == decl_.end() || e < 0 || e >= it->second.parts) return nullptr;
+  *part = e;
+  return &*it;
+}
+
+bool GgufOutput::expects(const std::string& hf_name) const {
+  int64_t part = 0;
+  return const_cast<GgufOutput*>(this)->find(hf_name, &part) != nullptr;
 }
 
 quant::GgmlType GgufOutput::type_of(const std::string& hf_name) const {
-  auto it = decl_.find(hf_name);
-  if (it == decl_.end()) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
+  int64_t part = 0;
+  const auto* it = const_cast<GgufOutput*>(this)->find(hf_name, &part);
+  if (!it) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
   return it->second.type;
 }
 
 void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
-  auto it = decl_.find(hf_name);
-  if (it == decl_.end()) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
-  const Decl& d = it->second;
+  int64_t part = 0;
+  auto* it = find(hf_name, &part);
+  if (!it) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
+  Decl& d = it->second;
   const size_t rb = size_t(quant::ggml_row_bytes(d.type, d.cols));
   AR_CHECK(bytes.size() == rb * size_t(d.rows), "gguf: " + hf_name + " has the wrong byte count");
+  if (d.parts > 1) {  // an expert: its rows into the stacked tensor, staged once every expert is in
+    if (d.stack.empty()) d.stack.resize(bytes.size() * size_t(d.parts));
+    AR_CHECK(!d.filled.count(part), "gguf: " + hf_name + " was added twice");
+    std::memcpy(d.stack.data() + size_t(part) * bytes.size(), bytes.data(), bytes.size());
+    d.filled.insert(part);
+    if (int64_t(d.filled.size()) < d.parts) return;
+    staged_[it->first] = std::move(d.stack);
+    return flush();
+  }
   if (!d.row_order.empty()) {
     const size_t unit = bytes.size() / d.row_order.size();  // a row; an element of a 1-D q/k bias
     std::vector<uint8_t> moved(bytes.size());
@@ -101,6 +164,7 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
 }
 
 void GgufOutput::add_f32(const std::string& hf_name, const float* data, int64_t n) {
+  AR_CHECK(expects(hf_name), "gguf: " + hf_name + " is not declared");
   AR_CHECK(type_of(hf_name) == quant::GgmlType::F32, "gguf: " + hf_name + " is not an f32 tensor");
   const auto* p = reinterpret_cast<const uint8_t*>(data);
   add(hf_name, std::vector<uint8_t>(p, p + n * 4));

@@ -3,6 +3,8 @@
 // the preset gives it: quant/gguf_scheme.h) in llama.cpp's converter order: rope_freqs (llama3 rope
 // scaling), token_embd, per block attn_norm, attn_q/k/v (and biases), attn_q_norm/k_norm,
 // attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and output (not when tied).
+// A MoE layer adds its router (f32), the stacked experts ffn_{gate,up,down}_exps (each expert's
+// rows arrive under its HF name and fill part e of the stack) and a shared expert.
 // Tensors may arrive in any order within that stream; each is held until every tensor declared
 // before it is written, so at most one block's packed tensors wait in memory. The llama
 // architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,18 +31,23 @@ class GgufOutput {
   void add(const std::string& hf_name, std::vector<uint8_t> bytes);
   // fp32 values of a 1-D tensor (norms, biases).
   void add_f32(const std::string& hf_name, const float* data, int64_t n);
-  bool expects(const std::string& hf_name) const { return decl_.count(hf_name) > 0; }
+  bool expects(const std::string& hf_name) const;
   void finish();  // every declared tensor must have been added
   const std::string& path() const { return path_; }
 
  private:
   struct Decl {
     std::string gguf_name;
-    int64_t rows = 1, cols = 0;
+    int64_t rows = 1, cols = 0;        // of one part
+    int64_t parts = 1;                 // experts stacked in it
     quant::GgmlType type = quant::GgmlType::F32;
     std::vector<int64_t> row_order;  // llama Q/K permutation, empty = as is
+    std::vector<uint8_t> stack;      // the experts added so far
+    std::set<int64_t> filled;
   };
-  void declare(const std::string& hf_name, const StTensorInfo& info);
+  void declare(const std::string& hf_name, const Shape& shape, int64_t parts = 1, bool f32 = false);
+  void declare_moe(int64_t layer);
+  std::pair<const std::string, Decl>* find(const std::string& hf_name, int64_t* part);
   void flush();
   const ModelConfig& cfg_;
   quant::GgufScheme scheme_;

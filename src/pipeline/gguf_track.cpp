@@ -32,12 +32,14 @@ void GgufTrack::open(const std::string& dir) {
   file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_);
 }
 
-// The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h), 1-D as f32.
+// The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h); 1-D tensors
+// and routers as f32 (the fake companion copies them as stored).
 void GgufTrack::add(const std::string& name, const Tensor& t) {
   if (!file_->expects(name)) return;
   Context& c = env_.ctx;
-  if (t.shape().size() == 1) {
-    if (fake_) fake_->copy_tensor(env_.model, name, c);
+  if (file_->type_of(name) == quant::GgmlType::F32) {
+    if (fake_ && env_.model.has(name)) fake_->copy_tensor(env_.model, name, c);
+    else if (fake_) fake_->add_tensor(c, name, t, DType::F32);  // a fused checkpoint's Mixtral router
     return file_->add_f32(name, t.f32(), t.numel());
   }
   Tensor deq = fake_ ? Tensor::empty(t.shape(), DType::F32, c) : Tensor();
@@ -143,6 +145,11 @@ std::map<std::string, int> GgufTrack::write_tensors(BlockWeights& w, const std::
       {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
   for (const auto& [nm, t] : rest)
     if (t->defined()) add(prefix + nm, *t), count(prefix + nm);
+  if (w.router.defined()) {  // MoE: the router and Qwen2-MoE's shared expert gate, f32
+    const std::string router = prefix + (w.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+    add(router, w.router), count(router);
+  }
+  if (w.sgate.defined()) add(prefix + "mlp.shared_expert_gate.weight", w.sgate), count(prefix + "mlp.shared_expert_gate.weight");
   for (auto& [nm, t] : quant::block_linears(w))  // untuned: float fallbacks, or every Linear of a plain RTN run
     if (!done.count(nm)) add(prefix + nm + ".weight", *t), count(prefix + nm + ".weight");
   return types;

@@ -102,13 +102,25 @@ OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64
   }
 }
 
-void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& ctx) {
+// A plain (fake) model is read by transformers' own loader, which fuses a Mixtral checkpoint's experts
+// from their original spelling (block_sparse_moe.experts.E.w1/w3/w2); the packed formats keep AutoRound's
+// gate_proj/up_proj/down_proj, which transformers + auto-round reads.
+std::string OutputSet::Sink::tensor_name(const std::string& name) const {
+  if (format != "fake" || name.find(".block_sparse_moe.experts.") == std::string::npos) return name;
+  for (auto [from, to] : {std::pair{".gate_proj.", ".w1."}, {".up_proj.", ".w3."}, {".down_proj.", ".w2."}})
+    if (const size_t at = name.rfind(from); at != std::string::npos)
+      return name.substr(0, at) + to + name.substr(at + std::string(from).size());
+  return name;
+}
+
+void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& ctx, const std::string& out_name) {
+  const std::string& out = out_name.empty() ? name : out_name;
   const uint8_t* bytes = nullptr;
   const StTensorInfo& info = m.raw_info(name, &bytes);
   Tensor half;  // converted once, shared by every fp16 output
   for (auto& s : sinks_) {
     if (!s.fp16 || (info.dtype != DType::BF16 && info.dtype != DType::F32)) {
-      s.writer->add_raw(name, info.dtype, info.shape, bytes, info.end - info.begin);
+      s.writer->add_raw(s.tensor_name(out), info.dtype, info.shape, bytes, info.end - info.begin);
       continue;
     }
     if (!half.defined()) {
@@ -116,7 +128,7 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
       check_fp16_range(t, m.dir() + ": tensor '" + name + "'", s.format, "; use the auto_round format");
       half = t.to(DType::F16, ctx);
     }
-    s.writer->add(name, half);
+    s.writer->add(s.tensor_name(out), half);
   }
 }
 
@@ -124,7 +136,7 @@ void OutputSet::add_tensor(Context& ctx, const std::string& name, const Tensor& 
   for (auto& s : sinks_) {
     const DType d = s.fp16 ? DType::F16 : dtype;
     if (d == DType::F16) check_fp16_range(t, "tensor '" + name + "'", s.format, "");
-    s.writer->add(name, t.to(d, ctx));
+    s.writer->add(s.tensor_name(name), t.to(d, ctx));
   }
 }
 
@@ -136,7 +148,7 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
   for (auto& s : sinks_) {
     if (!in_block.empty()) s.in_block.insert(in_block);
     if (s.format == "fake") {
-      s.writer->add(name + ".weight", L.weight->to(DType::F16, ctx));
+      s.writer->add(s.tensor_name(name + ".weight"), L.weight->to(DType::F16, ctx));
       continue;
     }
     if (L.fp) {

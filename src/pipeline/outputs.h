@@ -48,8 +48,9 @@ class OutputSet {
   // `root` is the (temporary) output directory; subdirectories are created there for several formats.
   OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes);
   size_t size() const { return sinks_.size(); }
-  // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats).
-  void copy_tensor(const HfModel& m, const std::string& name, Context& ctx);
+  // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats), under
+  // `out_name` when given (a Mixtral expert's w1 written as gate_proj).
+  void copy_tensor(const HfModel& m, const std::string& name, Context& ctx, const std::string& out_name = "");
   // Computed values in `dtype` (fp16 in the GPTQ/AWQ formats): a GGUF run's fake companion (the file's
   // dequantized tensors), a kept expert of a fused checkpoint.
   void add_tensor(Context& ctx, const std::string& name, const Tensor& t, DType dtype = DType::F16);
@@ -74,6 +75,7 @@ class OutputSet {
     std::unique_ptr<ShardWriter> writer;
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     std::set<std::string> in_block;  // names inside a block of the Linears it packs (mlp.down_proj)
+    std::string tensor_name(const std::string& name) const;  // as this format writes it (Mixtral's fake: w1)
   };
   std::vector<Sink> sinks_;
   bool sym_;

@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/job.h"
+#include "export/gguf_model.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "model/linear_specs.h"
@@ -60,9 +61,9 @@ bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 void check_moe_run(const QuantizeOptions& requested, const QuantizeOptions& opt, AmpChoice& amp, const HfModel& model) {
   const std::string what = model.dir() + ": " + model.config().architecture + " is a mixture-of-experts model";
   for (const auto& f : parse_formats(opt))
-    if (f.rfind("gguf", 0) == 0 || f == "llm_compressor")
+    if (f == "llm_compressor")
       fail(ErrorKind::Unsupported, "--format " + f + ": " + what + "; it is written as auto_round, auto_gptq, "
-                                   "auto_awq or fake for now");
+                                   "auto_awq, gguf or fake for now");
   if (opt.fmt.is_float())
     fail(ErrorKind::Unsupported, what + ": the float schemes (" + float_scheme_name(opt.fmt) + ") are not supported "
                                  "for MoE models yet; use an integer scheme");
@@ -118,6 +119,7 @@ void QuantizeRun::plan_tracks(const FormatPlan& formats) {
     fail(ErrorKind::Unsupported, "--format " + f + ": --resume and multi-process jobs are not supported for GGUF "
                                  "outputs yet");
   quant::GgufScheme scheme = quant::parse_gguf_scheme(f);
+  gguf_architecture(model_->config());  // an architecture (or MoE layout) llama.cpp cannot run: refused now
   if (scheme.preset == "q2_k_mixed" && opt_.tune.iters > 0) {  // as AutoRound does for dense models
     steps::note(rep_, "gguf:q2_k_mixed is a recipe for --iters 0 (tuned, it serves mixture-of-experts models); "
                       "falling back to gguf:q2_k_s");

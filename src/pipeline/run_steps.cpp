@@ -21,6 +21,7 @@
 #include "io/mapped_file.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "model/linear_specs.h"
 #include "model/loader.h"
 #include "model/moe_names.h"
 #include "model/rope_table.h"
@@ -226,6 +227,21 @@ void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
   br.best_iter = tr.best_iter;
 }
 
+// The checkpoint's names of a layer's Linear weights in block_linears' order (Mixtral's w1/w3/w2).
+std::vector<std::string> stored_linear_names(const HfModel& model, int64_t layer) {
+  const ModelConfig& cfg = model.config();
+  const std::string prefix = HfModel::layer_prefix(layer);
+  std::vector<std::string> r;
+  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
+  size_t e = 0, j = 0;
+  for (const auto& s : block_linear_specs(cfg, layer)) {
+    const bool expert = s.group.find(".*.") != std::string::npos;
+    r.push_back(expert ? expert_weight_name(cfg, layer, int64_t(e), projs[j]) : prefix + s.name + ".weight");
+    if (expert && ++j == 3) j = 0, ++e;
+  }
+  return r;
+}
+
 // Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
 // kept in 16 bit recorded, every other tensor of the block copied unchanged. A MoE layer's experts are
 // written one tensor per expert Linear under their per-expert names in either input layout (as
@@ -250,12 +266,13 @@ void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockW
     copy(prefix + t);
   const bool fused = cfg.is_moe_layer(layer) && model.fused_experts(layer);
   const DType fused_dtype = fused ? model.info(fused_experts_name(layer, ExpertProj::Gate))->dtype : DType::F32;
+  const std::vector<std::string> stored = stored_linear_names(model, layer);  // the checkpoint's spelling
+  size_t k = 0;
   for (const auto& [nm, t] : quant::block_linears(w)) {
-    const std::string name = prefix + nm + ".weight";
+    const std::string name = prefix + nm + ".weight", src = stored[k++];
     if (packed.count(nm)) continue;
-    if (model.has(name)) outputs.copy_tensor(model, name, ctx);
-    else if (fused) outputs.add_tensor(ctx, name, *t, fused_dtype);
-    else fail(ErrorKind::Internal, model.dir() + ": tensor '" + name + "' is missing");  // checked at open
+    if (fused && !model.has(src)) outputs.add_tensor(ctx, name, *t, fused_dtype);
+    else outputs.copy_tensor(model, src, ctx, name);
   }
   if (w.router.defined()) copy(router_weight_name(cfg, layer, fused));
   if (w.sgate.defined()) copy(shared_gate_name(layer));

@@ -75,7 +75,17 @@ GgmlType gguf_shape_fallback(GgmlType t, int64_t ncols) {
   return ncols % ggml_block_elems(f) == 0 ? f : GgmlType::F16;
 }
 
-GgmlType GgufScheme::type_of(GgufTensorKind kind, int64_t layer, int64_t n_layers, int64_t ncols, int64_t n_gqa) const {
+// llama.cpp's rules for models of exactly 8 experts (Mixtral-8x7B): attn_v and attn_k in q8_0 and
+// attn_output in q5_k for the low presets (it is shared by every token, the experts are not).
+GgmlType eight_experts(GgufTensorKind kind, const std::string& p, GgmlType t) {
+  if (kind == GgufTensorKind::AttnV || kind == GgufTensorKind::AttnK) return GgmlType::Q8_0;
+  if (kind == GgufTensorKind::AttnOutput)
+    return (p == "q2_k" || p == "q3_k_s" || p == "q3_k_m" || p == "q4_k_s" || p == "q4_k_m") ? GgmlType::Q5_K : t;
+  return t;
+}
+
+GgmlType GgufScheme::type_of(GgufTensorKind kind, int64_t layer, int64_t n_layers, int64_t ncols, int64_t n_gqa,
+                             int64_t n_expert) const {
   GgmlType t = main;
   if (preset == "q2_k_mixed") {
     if (kind == GgufTensorKind::TokenEmbd || kind == GgufTensorKind::Output) t = GgmlType::Q8_0;
@@ -89,6 +99,7 @@ GgmlType GgufScheme::type_of(GgufTensorKind kind, int64_t layer, int64_t n_layer
       case GgufTensorKind::AttnOutput: t = attn_output(preset, main); break;
       default: break;
     }
+    if (n_expert == 8) t = eight_experts(kind, preset, kind == GgufTensorKind::AttnOutput ? main : t);
   }
   return gguf_shape_fallback(t, ncols);
 }

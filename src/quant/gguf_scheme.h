@@ -19,7 +19,11 @@
 //                    the pipeline (pipeline/quantize.cpp).
 // A row length that is not a multiple of the type's block falls back as llama.cpp does: q2_k, q3_k ->
 // q4_0; q4_k -> q5_0; q5_k -> q5_1; q6_k -> q8_0; and when that does not divide either, f16.
-// Not modelled (llama.cpp's other cases): mixture-of-experts counts, Falcon, the 70B attn_v bump,
+//   8 experts       (n_expert == 8, llama.cpp's Mixtral-8x7B rule) attn_v and attn_k q8_0; attn_output
+//                    q5_k for q2_k, q3_k_s, q3_k_m, q4_k_s, q4_k_m (its dense rule is skipped)
+//   experts          ffn_{gate,up,down}_exps and the shared expert follow ffn_gate / ffn_up / ffn_down
+//                    (layer from the tensor's block); routers and shared_expert_gate stay f32
+// Not modelled (llama.cpp's other cases): Falcon, the 70B attn_v bump,
 // imatrix-dependent q4_0/q5_0 ffn_down changes, i-quants. 1-D tensors (norms, biases) stay f32.
 #pragma once
 #include <cstdint>
@@ -38,7 +42,9 @@ struct GgufScheme {
   uint32_t file_type = 15;  // llama_ftype, written as general.file_type
   // The type of a 2-D tensor of `kind` in layer `layer` of `n_layers` (ignored for token_embd and
   // output) whose rows hold `ncols` elements; n_gqa = n_head / n_head_kv.
-  GgmlType type_of(GgufTensorKind kind, int64_t layer, int64_t n_layers, int64_t ncols, int64_t n_gqa) const;
+  // n_expert: the model's expert count (0: dense); 8 turns on llama.cpp's Mixtral-8x7B rules.
+  GgmlType type_of(GgufTensorKind kind, int64_t layer, int64_t n_layers, int64_t ncols, int64_t n_gqa,
+                   int64_t n_expert = 0) const;
 };
 
 // "gguf:q4_k_m" (case-insensitive); InvalidInput naming the spec and the known presets otherwise.

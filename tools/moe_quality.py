@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Quality and wall time on a mixture-of-experts model (issue 24): autoround.cpp against auto-round 0.16.1
+on identical calibration tokens, W4 G128 symmetric, RTN (each tool's --iters 0 default: optimized RTN)
+and SignRound, both written as auto_round and scored by our `autoround eval` (KL divergence and top-1
+agreement against the FP model; it reads both tools' files).
+
+Not part of the test suite. Needs the venv outside the repository (torch, transformers, auto-round) and
+the built CLI. From the repository root (about 15 minutes on 2 cores):
+
+    /work/arvenv/bin/python tools/moe_quality.py --autoround build/src/cli/autoround --work /tmp/moeq
+
+The model: Qwen3MoeForCausalLM generated with transformers (hidden 256, 2 layers, 4 heads of 64 / 2 KV
+heads, 16 experts of 128, top-4 renormalized, transformers' initialisation under torch.manual_seed(0),
+bfloat16, per-expert tensors as save_pretrained writes them) with the Llama-2 tokenizer. Calibration:
+compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen tokens, the same ids for
+both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB, 256-token windows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_autoround as ca  # noqa: E402
+import float_quality as fq  # noqa: E402
+
+TAG = "MOEQ_WORKER "
+
+
+def make_model(d, seqlen):
+    if (d / "config.json").exists():
+        return
+    import torch
+    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    d.mkdir(parents=True, exist_ok=True)
+    tk = ca.FIXTURES / "tokenizers/llama2-spm"
+    for f in ca.TOKENIZER_FILES:
+        if (tk / f).exists():
+            shutil.copyfile(tk / f, d / f)
+    tok = AutoTokenizer.from_pretrained(d)
+    cfg = Qwen3MoeConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=768, moe_intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                         num_experts=16, num_experts_per_tok=4, norm_topk_prob=True,
+                         max_position_embeddings=max(4096, seqlen), tie_word_embeddings=False,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval().save_pretrained(d)
+
+
+def worker(a):
+    import torch
+    from auto_round import AutoRound
+
+    samples = json.loads(Path(a.ids_file).read_text())["samples"]
+    dataset = [torch.tensor([s], dtype=torch.long) for s in samples]
+    t0 = time.perf_counter()
+    ar = AutoRound(a.model_dir, bits=4, group_size=128, sym=True, iters=a.iters, nsamples=len(samples),
+                   seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu")
+    _, folders = ar.quantize_and_save(output_dir=a.out, format="auto_round")
+    folders = folders if isinstance(folders, (list, tuple)) else [folders]
+    print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--autoround", default=str(ca.REPO / "build/src/cli/autoround"))
+    ap.add_argument("--work", default="/tmp/moeq")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--nsamples", type=int, default=16)
+    ap.add_argument("--seqlen", type=int, default=256)
+    ap.add_argument("--batch_size", type=int, default=8)
+    ap.add_argument("--_worker", action="store_true")
+    ap.add_argument("--model_dir")
+    ap.add_argument("--ids_file")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a._worker:
+        return worker(a)
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "qwen3moe-h256-e16x128-top4"
+    make_model(model, a.seqlen)
+    g = argparse.Namespace(seqlen=a.seqlen, nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
+    jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
+    evaltxt = work / "eval.txt"
+    evaltxt.write_bytes((ca.FIXTURES / "text/tinystories/tinystories_sample.txt").read_bytes()[1_000_000:1_100_000])
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    print(f"model {model.name}; calibration {a.nsamples} x {a.seqlen} tokens; SignRound {a.iters} iters, "
+          f"batch {a.batch_size}; nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
+    print("| method | KL mean ours | KL mean AutoRound | top-1 ours / AutoRound | wall s ours / AutoRound |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for method, iters in (("RTN", 0), (f"SignRound {a.iters}", a.iters)):
+        out_ours = work / f"ours-{iters}"
+        cmd = [a.autoround, "quantize", "--model", str(model), "--iters", str(iters), "--nsamples", str(a.nsamples),
+               "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size), "--dataset", str(jsonl), "--bits", "4",
+               "--group_size", "128", "--format", "auto_round", "--output_dir", str(out_ours), "--overwrite"]
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        w_ours = time.perf_counter() - t0
+        if r.returncode:
+            sys.exit(f"ours failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
+        routing = [l for l in r.stderr.splitlines() if "experts received no token" in l]
+        wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
+                "--out", str(work / f"ar-{iters}"), "--iters", str(iters), "--seqlen", str(a.seqlen),
+                "--batch_size", str(a.batch_size)]
+        t0 = time.perf_counter()
+        r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
+        w_ar = time.perf_counter() - t0
+        res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(TAG)]
+        if r.returncode or not res:
+            sys.exit(f"auto-round failed (iters {iters}):\n{(r.stdout + r.stderr)[-3000:]}")
+        ar_dir = json.loads(res[-1][len(TAG):])["dir"]
+        ko, eo = fq.kl(a, out_ours, model, evaltxt)
+        ka, ea = fq.kl(a, ar_dir, model, evaltxt)
+        rows.append({"method": method, "ours": ko, "autoround": ka, "err": [eo, ea], "wall_ours": w_ours,
+                     "wall_autoround": w_ar, "routing": routing})
+        f = lambda j, k, fmt: (fmt % j[k]) if j else "n/a"  # noqa: E731
+        print(f"| {method} | {f(ko, 'kl_mean', '%.5f')} | {f(ka, 'kl_mean', '%.5f')} | "
+              f"{f(ko, 'top1_agreement', '%.4f')} / {f(ka, 'top1_agreement', '%.4f')} | {w_ours:.1f} / {w_ar:.1f} |"
+              + (f" ours: {eo}" if eo else "") + (f" AutoRound: {ea}" if ea else ""), flush=True)
+        for line in routing:
+            print("    " + line.split("] ", 1)[-1])
+    (work / "moe_quality.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
