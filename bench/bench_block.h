@@ -1,5 +1,8 @@
 // A random Llama-shaped decoder block with calibration inputs/targets for the tuning benchmarks.
 //   --hidden --inter --heads --kv --head_dim --seq --bs (samples = bs)
+//   --experts E --topk K: a mixture-of-experts block of E experts of --inter (top-K renormalized, a
+//   router drawn wide enough that routing is spread), e.g. Qwen3-30B-A3B's: --hidden 2048 --inter 768
+//   --heads 32 --kv 4 --head_dim 128 --experts 128 --topk 8. FLOPs count the active weights.
 #pragma once
 #include <cmath>
 #include <cstdlib>
@@ -41,9 +44,12 @@ struct BenchBlock {
   std::vector<int32_t> pos;
   std::vector<uint8_t> mask;
   BlockAux<float> aux() const { return {1, T, pos.data(), cs.data(), sn.data(), nullptr}; }
+  // Parameters each token meets: attention, and the dense MLP or its K experts and the router.
   double params() const {
     const double QD = double(d.H * d.D), KD = double(d.Hkv * d.D);
-    return QD * double(d.C) * 2 + KD * double(d.C) * 2 + 3.0 * double(d.I * d.C);
+    const double ffn = d.is_moe() ? double(d.moe.K) * 3.0 * double(d.moe.I * d.C) + double(d.moe.E * d.C)
+                                  : 3.0 * double(d.I * d.C);
+    return QD * double(d.C) * 2 + KD * double(d.C) * 2 + ffn;
   }
   // Model FLOPs of one iteration: forward 2 N params + causal attention, backward twice that.
   double flops() const {
@@ -72,9 +78,22 @@ inline BenchBlock make_block(Context& ctx, int argc, char** argv, int64_t hidden
   w.wk = rnd(ctx, {KD, d.C}, 6, 1.f / std::sqrt(float(d.C)));
   w.wv = rnd(ctx, {KD, d.C}, 7, 1.f / std::sqrt(float(d.C)));
   w.wo = rnd(ctx, {d.C, QD}, 8, 1.f / std::sqrt(float(QD)));
-  w.wg = rnd(ctx, {d.I, d.C}, 9, 1.f / std::sqrt(float(d.C)));
-  w.wu = rnd(ctx, {d.I, d.C}, 10, 1.f / std::sqrt(float(d.C)));
-  w.wd = rnd(ctx, {d.C, d.I}, 11, 1.f / std::sqrt(float(d.I)));
+  d.moe.E = arg(argc, argv, "--experts", 0);
+  if (d.is_moe()) {
+    d.moe.K = arg(argc, argv, "--topk", 8);
+    d.moe.I = d.I;
+    d.moe.norm_topk = true;
+    w.router = rnd(ctx, {d.moe.E, d.C}, 14, 4.f / std::sqrt(float(d.C)));
+    for (int64_t e = 0; e < d.moe.E; ++e) {
+      w.eg.push_back(rnd(ctx, {d.I, d.C}, 100 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.C))));
+      w.eu.push_back(rnd(ctx, {d.I, d.C}, 101 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.C))));
+      w.ed.push_back(rnd(ctx, {d.C, d.I}, 102 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.I))));
+    }
+  } else {
+    w.wg = rnd(ctx, {d.I, d.C}, 9, 1.f / std::sqrt(float(d.C)));
+    w.wu = rnd(ctx, {d.I, d.C}, 10, 1.f / std::sqrt(float(d.C)));
+    w.wd = rnd(ctx, {d.C, d.I}, 11, 1.f / std::sqrt(float(d.I)));
+  }
   b.x = rnd(ctx, {b.n, b.T, d.C}, 12, 1.f);
   b.y = rnd(ctx, {b.n, b.T, d.C}, 13, 1.f);
   b.cs.resize(size_t(b.T * d.D / 2));

@@ -10,7 +10,7 @@
 // Iteration 0 of a block also first-touches the tuning state (weight-gradient tree, QDQ weights): the
 // steady rate is the median of the later iterations.
 //   tune_bench [--amp] [--both] [--hidden 2048] [--inter 8192] [--heads 32] [--kv 8] [--head_dim 64]
-//              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1]
+//              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1] [--experts 0] [--topk 8]
 //              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]   (the scheme tuned; default w4g128;
 //              fp8_static: W8A8, the activations fake-quantized in the tuning forward)
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
@@ -147,9 +147,11 @@ int main(int argc, char** argv) {
   const double fp32_peak = bench::fp32_peak_gflops(ctx), dp_loop = bench::dpbf16_peak_gflops(ctx, has_bf16);
   const double bf16_limit = 2 * fp32_peak;
   const double sgemm = gemm_rate(ctx, false), bgemm = cpu::bf16_gemm_supported() ? gemm_rate(ctx, true) : 0.0;
-  std::printf("tune_bench: %s, hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s\n",
+  std::printf("tune_bench: %s, hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s%s\n",
               scheme.c_str(), (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D,
-              (long long)blk.n, (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves");
+              (long long)blk.n, (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves",
+              d.is_moe() ? (", " + std::to_string(d.moe.E) + " experts, top-" + std::to_string(d.moe.K) +
+                            " (FLOPs of the active weights)").c_str() : "");
   std::printf("%s\n", cpu::isa_summary().c_str());
   std::printf("limits: fp32 FMA peak (%s) %.1f GFLOP/s, bf16 limit %.1f (VDPBF16PS loop %.1f); GEMM 2048^3: fp32 %.1f (%s), "
               "bf16 %.1f (%s)\n",

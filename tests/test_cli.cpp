@@ -376,6 +376,7 @@ TEST(Cli, AnOutputDirectoryNameOf255BytesWorks) {
     EXPECT_TRUE(fs::exists(out + "/model.safetensors")) << extra;
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator{}), 2);  // m and the output
+  fs::remove_all(d);
 }
 
 // The resume state holds the model by content (every file's size and checksum) and the options: a

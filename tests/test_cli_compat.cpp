@@ -98,11 +98,16 @@ const Row kRows[] = {
 class AutoRoundFlags : public ::testing::TestWithParam<Row> {};
 
 TEST_P(AutoRoundFlags, AcceptedWithNoteOrRefusedWithWhatIsSupported) {
-  static const std::string d = [] {
+  struct Model {  // written once per process, removed when it exits
     std::string dir = ar::test::temp_path("compat_model");
-    ar::write_synthetic_model(dir, ar::tiny_llama_config(1), 3);
-    return dir;
-  }();
+    Model() { ar::write_synthetic_model(dir, ar::tiny_llama_config(1), 3); }
+    ~Model() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  };
+  static const Model model;
+  const std::string& d = model.dir;
   const Row& r = GetParam();
   const std::string out = ar::test::temp_path("compat_out");
   const CliOut res = run("--model " + d + " --iters 0 --nsamples 2 --seqlen 16 --output_dir " + out + " " + r.flags);

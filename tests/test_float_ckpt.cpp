@@ -102,4 +102,7 @@ TEST(FloatCheckpoint, RefusesLyingFilesNamingTheTensor) {
   { std::ofstream(d + "/config.json") << cfg.dump(); }
   EXPECT_NE(error_of([&] { HfModel::open(d); }).find("field 'quantization_config.format': 'pack-quantized' is not supported"),
             std::string::npos) << error_of([&] { HfModel::open(d); });
+  m.reset();
+  for (const char* c : {"nvfp4_llm_compressor", "mxfp4_llm_compressor", "fp8_static_llm_compressor"})
+    fs::remove_all(test::temp_path(std::string("float_ckpt_") + c));
 }

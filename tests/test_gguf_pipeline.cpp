@@ -16,6 +16,7 @@
 #include "pipeline/quantize.h"
 #include "quant/gguf_rtn.h"
 #include "quant/gguf_scheme.h"
+#include "quantize_options.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -32,14 +33,8 @@ nlohmann::json wide_config() {
 }
 
 QuantizeOptions gguf_opts(const std::string& model, const std::string& out, const std::string& preset, int iters) {
-  QuantizeOptions o;
-  o.model_dir = model;
-  o.output_dir = out;
+  QuantizeOptions o = test::small_quantize_options(model, out, iters);
   o.format = "gguf:" + preset;
-  o.tune.iters = iters;
-  o.calib.nsamples = 8;
-  o.calib.seqlen = 64;
-  o.threads = 2;
   o.overwrite = true;
   return o;
 }

@@ -164,6 +164,7 @@ TEST(MoeModel, RefusesMissingOrMisshapenExpertTensors) {
     rewrite_tensors(d, [](StEntry& e) { return e.name != "model.layers.2.mlp.experts.5.up_proj.weight"; });
     const std::string err = error_of([&] { HfModel::open(d); });
     EXPECT_NE(err.find("'model.layers.2.mlp.experts.5.up_proj.weight' is missing"), std::string::npos) << err;
+    fs::remove_all(d);
   }
   {  // a fused expert tensor with the wrong expert count
     const std::string d = copy_case("mixtral", "fused", "shape");
@@ -176,18 +177,21 @@ TEST(MoeModel, RefusesMissingOrMisshapenExpertTensors) {
     EXPECT_NE(err.find("'model.layers.1.mlp.experts.down_proj' has shape [3, 32, 16], config.json implies [4, 32, 16]"),
               std::string::npos)
         << err;
+    fs::remove_all(d);
   }
   {  // the fused down_proj missing while gate_up_proj is there
     const std::string d = copy_case("qwen2_moe", "fused", "half");
     rewrite_tensors(d, [](StEntry& e) { return e.name != "model.layers.3.mlp.experts.down_proj"; });
     const std::string err = error_of([&] { HfModel::open(d); });
     EXPECT_NE(err.find("'model.layers.3.mlp.experts.down_proj' is missing"), std::string::npos) << err;
+    fs::remove_all(d);
   }
   {  // the shared expert's gate missing (Qwen2-MoE)
     const std::string d = copy_case("qwen2_moe", "per_expert", "gate");
     rewrite_tensors(d, [](StEntry& e) { return e.name != "model.layers.1.mlp.shared_expert_gate.weight"; });
     const std::string err = error_of([&] { HfModel::open(d); });
     EXPECT_NE(err.find("'model.layers.1.mlp.shared_expert_gate.weight' is missing"), std::string::npos) << err;
+    fs::remove_all(d);
   }
 }
 

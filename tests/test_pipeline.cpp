@@ -30,6 +30,7 @@
 #include "pipeline/run_summary.h"
 #include "model/config.h"
 #include "quant/qdq.h"
+#include "quantize_options.h"
 #include "test_util.h"
 #include "stories260k_model.h"
 #include "kill_after_block.h"
@@ -43,15 +44,7 @@ std::string tmpdir(const std::string& n) {
   return d;
 }
 QuantizeOptions small_opts(const std::string& model, const std::string& out, int iters) {
-  QuantizeOptions o;
-  o.model_dir = model;
-  o.output_dir = out;
-  o.fmt = {4, 32, true};
-  o.tune.iters = iters;
-  o.calib.nsamples = 8;
-  o.calib.seqlen = 64;
-  o.threads = 2;
-  return o;
+  return test::small_quantize_options(model, out, iters);
 }
 }  // namespace
 

@@ -27,6 +27,7 @@
 #include "pipeline/run_summary.h"
 #include "quant/qdq.h"
 #include "fp_schemes.h"
+#include "quantize_options.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -37,14 +38,8 @@ namespace {
 const char* const kArchs[] = {"qwen3_moe", "qwen2_moe", "mixtral"};
 
 QuantizeOptions moe_opts(const std::string& model, const std::string& out, int iters) {
-  QuantizeOptions o;
-  o.model_dir = model;
-  o.output_dir = out;
-  o.fmt = {4, 32, true};
-  o.tune.iters = iters;
-  o.calib.nsamples = 8;
+  QuantizeOptions o = test::small_quantize_options(model, out, iters);
   o.calib.seqlen = 32;
-  o.threads = 2;
   o.overwrite = true;
   return o;
 }

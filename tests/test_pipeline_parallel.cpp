@@ -12,6 +12,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
 #include "pipeline/quantize.h"
+#include "quantize_options.h"
 #include "test_util.h"
 #include "stories260k_model.h"
 
@@ -20,14 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 QuantizeOptions opts(const std::string& model, const std::string& out, int iters, const std::string& world) {
-  QuantizeOptions o;
-  o.model_dir = model;
-  o.output_dir = out;
-  o.fmt = {4, 32, false};
-  o.tune.iters = iters;
-  o.calib.nsamples = 8;
-  o.calib.seqlen = 64;
-  o.threads = 2;
+  QuantizeOptions o = test::small_quantize_options(model, out, iters);
+  o.fmt.sym = false;
   o.overwrite = true;
   o.parallel = parallel::ParallelSetting::parse(world);
   if (world == "2") o.devices = "cpu:0,cpu:1";

@@ -30,12 +30,19 @@ namespace fs = std::filesystem;
 namespace {
 // Converted model directory shared by the tests of this file (converted once per process).
 std::string converted(const std::string& fx) {
-  static std::string dir;
-  if (!dir.empty()) return dir;
-  dir = (fs::temp_directory_path() / ("ar_s260_" + std::to_string(::getpid()))).string();
-  fs::remove_all(dir);
-  test::convert_stories260k(fx, dir);
-  return dir;
+  struct Dir {  // removed when the process exits
+    std::string path;
+    ~Dir() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  if (!dir.path.empty()) return dir.path;
+  dir.path = (fs::temp_directory_path() / ("ar_s260_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir.path);
+  test::convert_stories260k(fx, dir.path);
+  return dir.path;
 }
 
 std::string generate_text(const std::string& dir, const std::string& prompt, int64_t n) {

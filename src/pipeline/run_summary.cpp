@@ -10,6 +10,7 @@
 #include "model/loader.h"
 #include "pipeline/float_export.h"
 #include "pipeline/outputs.h"
+#include "quant/signround.h"
 
 namespace ar {
 
@@ -162,11 +163,15 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   lines.push_back(b);
   // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
   // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
-  // gradients: ~4 more copies of its Linears), and the per-batch forward caches of the tuning loop.
+  // gradients: ~4 more copies of its Linears, and with --deterministic one more per level of the
+  // gradient tree beyond the first), and the per-batch forward caches of the tuning loop.
   const FormatPlan formats = plan_formats(opt);
   const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
   const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
-  const double block = double(max_block_params(cfg)) * 4 * (opt.tune.iters > 0 ? 5 : 2);
+  const int64_t global_batch =
+      std::min<int64_t>(nsamples, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
+  const int depth = opt.tune.deterministic ? quant::signround_tree_levels(global_batch) : 1;
+  const double block = double(max_block_params(cfg)) * 4 * (opt.tune.iters > 0 ? 4 + depth : 2);
   int64_t cache = 0;  // per token, the largest block's
   for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l), seqlen));
   const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
