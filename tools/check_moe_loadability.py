@@ -72,7 +72,12 @@ def main():
     ap.add_argument("--work", default="/tmp/moe_loadability")
     ap.add_argument("--rtol", type=float, default=2e-2)
     ap.add_argument("--text", default=cl.DEFAULT_TEXT)
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--dtype", default="float32", help="the native load's dtype")
+    ap.add_argument("--scheme_args", default="--bits 4 --group_size 32",
+                    help='the weight scheme, e.g. "--scheme NVFP4 --act_bits 16" with --formats llm_compressor')
     a = ap.parse_args()
+    formats = a.formats.split(",")
     autoround = os.path.abspath(a.autoround)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
@@ -81,21 +86,21 @@ def main():
         model = os.path.join(a.work, arch)
         make_model(arch, model)
         out = os.path.join(a.work, arch + "_q")
-        cmd = [autoround, "--model", model, "--output_dir", out, "--format", ",".join(FORMATS), "--bits", "4",
-               "--group_size", "32", "--iters", "2", "--nsamples", "8", "--seqlen", "64", "--threads", "2"]
+        cmd = [autoround, "--model", model, "--output_dir", out, "--format", ",".join(formats), "--iters", "2",
+               "--nsamples", "8", "--seqlen", "64", "--threads", "2", "--overwrite"] + a.scheme_args.split()
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             rows.append((arch, "-", "quantize failed: " + (r.stdout + r.stderr).strip().splitlines()[-1]))
             ok = False
             continue
-        for fmt in FORMATS:
-            d = os.path.join(out, fmt.replace("_", "-"))
+        for fmt in formats:
+            d = os.path.join(out, fmt.replace("_", "-")) if len(formats) > 1 else out
             ids, ours, err = cl.our_logits(autoround, d, a.text, os.path.join(a.work, f"{arch}_{fmt}.bin"))
             if err:
                 rows.append((arch, fmt, "our logits failed: " + " ".join(err)))
                 ok = False
                 continue
-            native, res = cl.native_logits(d, ids, "float32", a.work)
+            native, res = cl.native_logits(d, ids, a.dtype, a.work)
             if native is None:
                 rows.append((arch, fmt, "native load failed: " + res.get("error", "?")))
                 ok = False

@@ -10,13 +10,14 @@ namespace ar {
 bool HfModel::fused_experts(int64_t layer) const { return has(fused_experts_name(layer, ExpertProj::Gate)); }
 
 // A Mixtral checkpoint spells its experts' Linears w1/w3/w2 (the original checkpoints) unless its first
-// MoE layer's expert 0 is stored as gate_proj (plain or packed: a quantized Mixtral as AutoRound writes it).
+// MoE layer's expert 0 is stored as gate_proj (plain, GPTQ-packed or compressed-tensors-packed: a quantized
+// Mixtral as AutoRound writes it).
 void HfModel::detect_mixtral_spelling() {
   if (!cfg_.moe.mixtral_names) return;
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     if (!cfg_.is_moe_layer(l)) continue;
     const std::string p = layer_prefix(l) + "block_sparse_moe.experts.0.gate_proj.";
-    cfg_.moe.mixtral_w_names = !(has(p + "weight") || has(p + "qweight"));
+    cfg_.moe.mixtral_w_names = !(has(p + "weight") || has(p + "qweight") || has(p + "weight_packed"));
     return;
   }
 }

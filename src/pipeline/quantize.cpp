@@ -60,13 +60,9 @@ bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 // before any work. Its blocks run in fp32: --amp true is refused, the default amp turned off.
 void check_moe_run(const QuantizeOptions& requested, const QuantizeOptions& opt, AmpChoice& amp, const HfModel& model) {
   const std::string what = model.dir() + ": " + model.config().architecture + " is a mixture-of-experts model";
-  for (const auto& f : parse_formats(opt))
-    if (f == "llm_compressor")
-      fail(ErrorKind::Unsupported, "--format " + f + ": " + what + "; it is written as auto_round, auto_gptq, "
-                                   "auto_awq, gguf or fake for now");
-  if (opt.fmt.is_float())
-    fail(ErrorKind::Unsupported, what + ": the float schemes (" + float_scheme_name(opt.fmt) + ") are not supported "
-                                 "for MoE models yet; use an integer scheme");
+  if (opt.fmt.act_static())
+    fail(ErrorKind::Unsupported, what + ": static activation scales (FP8_STATIC) are not supported for MoE models "
+                                 "yet (the experts' inputs need one scale each)");
   if (requested.amp == true)
     fail(ErrorKind::Unsupported, "--amp true: " + what + ", whose blocks are tuned in fp32 for now (--amp false)");
   if (amp.on) amp = {false, "amp: off (mixture-of-experts blocks are tuned in fp32 for now): fp32 GEMMs"};

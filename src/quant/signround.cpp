@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -152,13 +153,20 @@ FpQdqShape fp_shape(const QuantFormat& fmt, int64_t out, int64_t in) {
                            fmt.block_rows);
 }
 
+// NVFP4 global scales that vLLM's fused kernels need shared (AutoRound's update_fused_layer_global_scales):
+// q/k/v of the attention, and gate/up of each MLP: the dense one, each expert's (mlp.experts.<e>.,
+// Mixtral's block_sparse_moe.experts.<e>.) and the shared expert's. The group is the module path.
 void share_fused_global_scales(std::vector<TunedLinear>& layers) {
-  for (const auto& group : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
-                            std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
-    std::vector<FpQdqShape*> members;
-    for (auto& L : layers)
-      if (L.fp && L.fp->family == FpFamily::Nvfp4 && std::find(group.begin(), group.end(), L.name) != group.end())
-        members.push_back(&*L.fp);
+  std::map<std::string, std::vector<FpQdqShape*>> groups;
+  for (auto& L : layers) {
+    if (!L.fp || L.fp->family != FpFamily::Nvfp4) continue;
+    const size_t dot = L.name.rfind('.');
+    const std::string parent = L.name.substr(0, dot == std::string::npos ? 0 : dot),
+                      leaf = L.name.substr(dot == std::string::npos ? 0 : dot + 1);
+    if (leaf == "q_proj" || leaf == "k_proj" || leaf == "v_proj" || leaf == "gate_proj" || leaf == "up_proj")
+      groups[parent + (leaf == "gate_proj" || leaf == "up_proj" ? ":mlp" : ":attn")].push_back(&*L.fp);
+  }
+  for (auto& [parent, members] : groups) {
     if (members.size() < 2) continue;
     float g = members[0]->global_scale;
     for (const FpQdqShape* m : members) g = std::min(g, m->global_scale);

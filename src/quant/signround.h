@@ -158,7 +158,7 @@ std::vector<std::pair<std::string, const Tensor*>> block_linears(const BlockWeig
 TunedLinear make_tuned_linear(Context& ctx, const std::string& name, Tensor* weight, const QuantFormat& fmt);
 // NVFP4's fused layers (AutoRound's update_fused_layer_global_scales, what vLLM's fused QKV and
 // gate-up kernels need): the tuned q/k/v projections share the smallest of their global scales, and
-// gate/up theirs. Call after make_tuned_linear, before the first QDQ; other layers are left as they are.
+// gate/up theirs, per MLP (each expert's and the shared expert's gate/up pair apart). Call after make_tuned_linear, before the first QDQ; other layers are left as they are.
 void share_fused_global_scales(std::vector<TunedLinear>& layers);
 // The learning rate of V: --lr, or 1/iters (2/iters for iters >= 1000 at <= 3 bits).
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
