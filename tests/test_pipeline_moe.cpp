@@ -235,8 +235,12 @@ TEST(PipelineMoe, ExpertsWithoutTokensAreCountedAndKeepTheirInitialRounding) {
   for (int e = 0; e < 8; ++e)
     for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
       const std::string n = "model.layers.1.mlp.experts." + std::to_string(e) + "." + part + ".qweight";
-      if (e >= 2 && e < 6) EXPECT_TRUE(t.at(n) == r.at(n)) << n << " moved without tokens";
-      if (e == 0 || e == 7) EXPECT_FALSE(t.at(n) == r.at(n)) << n << " was not tuned";
+      if (e >= 2 && e < 6) {
+        EXPECT_TRUE(t.at(n) == r.at(n)) << n << " moved without tokens";
+      }
+      if (e == 0 || e == 7) {
+        EXPECT_FALSE(t.at(n) == r.at(n)) << n << " was not tuned";
+      }
     }
   for (const auto& d : {m, qt, qr}) fs::remove_all(d);
 }
@@ -355,12 +359,12 @@ TEST(PipelineMoe, GgufOfEachFamilyReadsBackAsItsFakeCompanion) {
     ASSERT_EQ(gm->config().moe.num_experts, 8);
     Context ctx(Device{}, 2);
     for (int64_t l = 0; l < 2; ++l) {
-      const BlockWeights a = gm->load_block(l, ctx), b = f->load_block(l, ctx);
-      auto la = quant::block_linears(a), lb = quant::block_linears(b);
+      const BlockWeights wa = gm->load_block(l, ctx), wb = f->load_block(l, ctx);
+      auto la = quant::block_linears(wa), lb = quant::block_linears(wb);
       ASSERT_EQ(la.size(), lb.size());
-      la.push_back({"router", &a.router});
-      lb.push_back({"router", &b.router});
-      if (a.sgate.defined()) la.push_back({"sgate", &a.sgate}), lb.push_back({"sgate", &b.sgate});
+      la.push_back({"router", &wa.router});
+      lb.push_back({"router", &wb.router});
+      if (wa.sgate.defined()) la.push_back({"sgate", &wa.sgate}), lb.push_back({"sgate", &wb.sgate});
       for (size_t k = 0; k < la.size(); ++k) {
         const bool half = la[k].first != "router" && la[k].first != "sgate";  // fake copies the f32 ones
         for (int64_t i = 0; i < la[k].second->numel(); ++i) {
@@ -394,10 +398,10 @@ TEST(PipelineMoe, FloatSchemesWriteEveryExpert) {
   const std::string m = test::temp_path("pmoe_fp"), q = test::temp_path("pmoe_fp_q");
   // Mixtral first: its packed experts (gate_proj ... .weight_packed) are read back under that spelling.
   write_synthetic_model(m, tiny_moe_config("mixtral", 1), 52);
-  auto o = moe_opts(m, q, 2);
-  o.fmt = test::kFpSchemes[0].fmt;
-  o.format = "llm_compressor";
-  quantize_model(o);
+  auto mx = moe_opts(m, q, 2);
+  mx.fmt = test::kFpSchemes[0].fmt;
+  mx.format = "llm_compressor";
+  quantize_model(mx);
   Context one(Device{}, 1);
   EXPECT_EQ(HfModel::open(q)->load_block(0, one).eg.size(), 8u);
   fs::remove_all(q);
