@@ -87,21 +87,28 @@ def kl(a, out, model, text):
     return j, None
 
 
-def main():
+def run_args(work):
+    """The options a side-by-side quality run shares (this tool, moe_quality.py): the CLI, the work
+    directory, SignRound's iterations, the calibration and the batch; and the worker's own."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--autoround", default=str(ca.REPO / "build/src/cli/autoround"))
-    ap.add_argument("--work", default="/tmp/fq")
+    ap.add_argument("--work", default=work)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--batch_size", type=int, default=8)
-    ap.add_argument("--schemes", default=",".join(s[0] for s in SCHEMES))
-    ap.add_argument("--stories260k", action="store_true",
-                    help="the stories260K fixture (converted by our CLI) calibrated on TinyStories, not the random Llama")
     ap.add_argument("--_worker", action="store_true")
     ap.add_argument("--model_dir")
     ap.add_argument("--ids_file")
     ap.add_argument("--out")
+    return ap
+
+
+def main():
+    ap = run_args("/tmp/fq")
+    ap.add_argument("--schemes", default=",".join(s[0] for s in SCHEMES))
+    ap.add_argument("--stories260k", action="store_true",
+                    help="the stories260K fixture (converted by our CLI) calibrated on TinyStories, not the random Llama")
     ap.add_argument("--ar_kwargs", default="{}")
     ap.add_argument("--scheme_name", default="")
     a = ap.parse_args()

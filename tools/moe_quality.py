@@ -69,18 +69,7 @@ def worker(a):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--autoround", default=str(ca.REPO / "build/src/cli/autoround"))
-    ap.add_argument("--work", default="/tmp/moeq")
-    ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--nsamples", type=int, default=16)
-    ap.add_argument("--seqlen", type=int, default=256)
-    ap.add_argument("--batch_size", type=int, default=8)
-    ap.add_argument("--_worker", action="store_true")
-    ap.add_argument("--model_dir")
-    ap.add_argument("--ids_file")
-    ap.add_argument("--out")
-    a = ap.parse_args()
+    a = fq.run_args("/tmp/moeq").parse_args()
     if a._worker:
         return worker(a)
     work = Path(a.work)
