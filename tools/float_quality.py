@@ -87,6 +87,19 @@ def kl(a, out, model, text):
     return j, None
 
 
+def autoround_run(script, a, model, ids_file, out, iters, env, tag, what, extra=()):
+    """`script --_worker ...` in its own process (AutoRound on the ids): its output directory and wall s."""
+    wcmd = [sys.executable, script, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
+            "--out", str(out), "--iters", str(iters), "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size)]
+    t0 = time.perf_counter()
+    r = subprocess.run(wcmd + list(extra), capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(tag)]
+    if r.returncode or not res:
+        sys.exit(f"auto-round failed ({what}):\n{(r.stdout + r.stderr)[-3000:]}")
+    return json.loads(res[-1][len(tag):])["dir"], wall
+
+
 def run_args(work):
     """The options a side-by-side quality run shares (this tool, moe_quality.py): the CLI, the work
     directory, SignRound's iterations, the calibration and the batch; and the worker's own."""
@@ -154,16 +167,8 @@ def main():
             w_ours = time.perf_counter() - t0
             if r.returncode:
                 sys.exit(f"ours failed: {shlex.join(cmd)}\n{r.stderr[-2000:]}")
-            wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
-                    "--out", str(work / f"ar-{tag}"), "--iters", str(iters), "--seqlen", str(a.seqlen),
-                    "--batch_size", str(a.batch_size), "--ar_kwargs", json.dumps(ar_kw), "--scheme_name", name]
-            t0 = time.perf_counter()
-            r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
-            w_ar = time.perf_counter() - t0
-            res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(TAG)]
-            if r.returncode or not res:
-                sys.exit(f"auto-round failed ({tag}):\n{(r.stdout + r.stderr)[-3000:]}")
-            ar_dir = json.loads(res[-1][len(TAG):])["dir"]
+            ar_dir, w_ar = autoround_run(__file__, a, model, ids_file, work / f"ar-{tag}", iters, env, TAG, tag,
+                                         ["--ar_kwargs", json.dumps(ar_kw), "--scheme_name", name])
             ko, eo = kl(a, out_ours, model, evaltxt)
             ka, ea = kl(a, ar_dir, model, evaltxt)
             row = {"scheme": name, "method": method, "ours": ko, "autoround": ka, "err": [eo, ea],

@@ -97,16 +97,8 @@ def main():
         if r.returncode:
             sys.exit(f"ours failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
         routing = [l for l in r.stderr.splitlines() if "experts received no token" in l]
-        wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
-                "--out", str(work / f"ar-{iters}"), "--iters", str(iters), "--seqlen", str(a.seqlen),
-                "--batch_size", str(a.batch_size)]
-        t0 = time.perf_counter()
-        r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
-        w_ar = time.perf_counter() - t0
-        res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(TAG)]
-        if r.returncode or not res:
-            sys.exit(f"auto-round failed (iters {iters}):\n{(r.stdout + r.stderr)[-3000:]}")
-        ar_dir = json.loads(res[-1][len(TAG):])["dir"]
+        ar_dir, w_ar = fq.autoround_run(__file__, a, model, ids_file, work / f"ar-{iters}", iters, env, TAG,
+                                        f"iters {iters}")
         ko, eo = fq.kl(a, out_ours, model, evaltxt)
         ka, ea = fq.kl(a, ar_dir, model, evaltxt)
         rows.append({"method": method, "ours": ko, "autoround": ka, "err": [eo, ea], "wall_ours": w_ours,
