@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "model/block_impl.h"
+#include "quant/expert_grad_tree.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -46,9 +47,11 @@ struct MoeCase {
   std::vector<double> x, R, cs, sn;
   std::vector<int32_t> pos;
 
-  explicit MoeCase(const Variant& v) {
-    d.C = 12; d.I = 0; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
-    d.moe = {v.E, v.K, 10, v.Is, v.norm_topk};
+  explicit MoeCase(const Variant& v, int64_t width = 12, int64_t expert_width = 10, int64_t tokens = 5,
+                   int64_t batch = 2)
+      : B(batch), T(tokens) {
+    d.C = width; d.I = 0; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
+    d.moe = {v.E, v.K, expert_width, v.Is, v.norm_topk};
     const int64_t QD = d.H * d.D, KD = d.Hkv * d.D, C = d.C, I = d.moe.I;
     uint32_t seed = 300;
     auto add = [&](const std::string& k, int64_t n, double scale, double mean = 0) {
@@ -238,5 +241,122 @@ TEST(MoeRouting, ExpertsWithoutTokensStillTakeTheirGradientAddends) {
   run2.forward(ptrs<const float*>(wf, 4), aux, xf.data(), y.data(), c2);
   run2.backward(ptrs<const float*>(wf, 4), aux, c2, Rf.data(), dx.data(), ptrs<float*>(plain, 4), false);
   for (size_t i = 0; i < keep.size(); ++i) ASSERT_EQ(gf["eg1"][i], plain["eg1"][i] + 0.25f) << i;
+}
+}  // namespace
+
+namespace {
+// The experts run grouped on the pool (cpu::CpuOps::for_each_group: each thread a run of experts on
+// serial kernels). Block output, input gradient and every Linear's gradient, with tree addends, are the
+// bits of a one-thread context, for pools that split the experts differently. Widths where the expert
+// GEMMs are cut into several units and reach oneDNN's path where the CPU has one.
+TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThread) {
+  MoeCase s(Variant{"grouped", 8, 2, 64, true, true, false}, 512, 384, 128);
+  Named<float> wf;
+  for (auto& [k, w] : s.w) wf[k] = cast<float>(w);
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  BlockAux<float> aux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), nullptr};
+  const std::vector<float> a1(wf["eg5"].size(), 0.25f);
+  struct Out {
+    std::vector<float> y, dx;
+    Named<float> g;
+    std::vector<int64_t> rows;
+  };
+  auto run = [&](int threads) {
+    Context ctx(Device{}, threads);
+    cpu::GradAddends add;
+    Out o;
+    for (auto& [k, w] : s.w) o.g[k].assign(w.size(), 0.f);
+    add.set(o.g["eg5"].data(), {a1.data()});
+    cpu::CpuOps ops{ctx, nullptr, &add};
+    BlockRunner<cpu::CpuOps> r(ops, s.d);
+    BlockRunner<cpu::CpuOps>::Cache c;
+    o.y.resize(xf.size());
+    o.dx.resize(xf.size());
+    r.forward(ptrs<const float*>(wf, 8), aux, xf.data(), o.y.data(), c);
+    for (const auto& e : c.moe.ex) o.rows.push_back(e.rows());
+    r.backward(ptrs<const float*>(wf, 8), aux, c, Rf.data(), o.dx.data(), ptrs<float*>(o.g, 8), false);
+    return o;
+  };
+  const Out one = run(1);
+  int busy = 0;
+  for (int64_t r : one.rows) busy += r > 0;
+  ASSERT_GE(busy, 6);  // the routing spreads: most experts get rows
+  for (int threads : {2, 3}) {
+    const Out o = run(threads);
+    EXPECT_EQ(o.rows, one.rows);
+    EXPECT_EQ(o.y, one.y) << threads;
+    EXPECT_EQ(o.dx, one.dx) << threads;
+    for (auto& [k, g] : one.g) {  // norm weights (never tuned) reduce per-thread partial sums (rmsnorm.cpp)
+      if (k == "ln1" || k == "ln2" || k == "q_norm" || k == "k_norm") continue;
+      EXPECT_EQ(o.g.at(k), g) << k << ", " << threads << " threads";
+    }
+  }
+}
+}  // namespace
+
+namespace {
+// The tuning tree's deferred experts (quant/expert_grad_tree.h): each leaf's block backward hands its
+// expert products to a cpu::DeferredGrads (writing none of the experts' gradients) and the per-expert
+// tree afterwards gives, bit for bit, the tree of the products the leaves compute themselves:
+// S(a, b) = S(mid, b) + S(a, mid) in fp32, a pair P_a + P_(a+1). Five one-sample leaves (an odd split
+// and pending sums), experts that some leaves route no row to, on two threads (grouped experts).
+TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) {
+  const int64_t L = 5, E = 8;
+  MoeCase s(Variant{"tree", E, 2, 0, true, true, false}, 64, 48, 6, L);
+  Named<float> wf;
+  for (auto& [k, w] : s.w) wf[k] = cast<float>(w);
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  const int64_t C = s.d.C, T = s.T;
+  Context ctx(Device{}, 2);
+  BlockAux<float> aux{1, T, s.pos.data(), csf.data(), snf.data(), nullptr};
+  std::vector<Named<float>> P(L);  // the leaves' own gradients
+  cpu::DeferredGrads dg;
+  Named<float> marks;  // the expert gradients the deferring backward is given: must stay untouched
+  for (auto& [k, w] : s.w) marks[k].assign(w.size(), -7.f);
+  int empty_pairs = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    std::vector<float> y(size_t(T * C)), dx(size_t(T * C)), dx2(size_t(T * C));
+    const float* xl = xf.data() + l * T * C;
+    const float* rl = Rf.data() + l * T * C;
+    for (auto& [k, w] : s.w) P[size_t(l)][k].assign(w.size(), 0.f);
+    cpu::CpuOps now{ctx};
+    BlockRunner<cpu::CpuOps> r1(now, s.d);
+    BlockRunner<cpu::CpuOps>::Cache c1;
+    r1.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c1);
+    for (const auto& e : c1.moe.ex) empty_pairs += e.slots.empty();
+    r1.backward(ptrs<const float*>(wf, E), aux, c1, rl, dx.data(), ptrs<float*>(P[size_t(l)], E), false);
+    cpu::CpuOps later{ctx, nullptr, nullptr, &dg};
+    BlockRunner<cpu::CpuOps> r2(later, s.d);
+    BlockRunner<cpu::CpuOps>::Cache c2;
+    r2.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c2);
+    dg.begin_leaf(3 * E);
+    r2.backward(ptrs<const float*>(wf, E), aux, c2, rl, dx2.data(), ptrs<float*>(marks, E), false);
+    ASSERT_EQ(dx2, dx) << "leaf " << l;
+  }
+  ASSERT_GT(empty_pairs, 0) << "no leaf left an expert without rows";
+  for (int64_t e = 0; e < E; ++e)
+    for (const char* k : {"eg", "eu", "ed"})
+      for (float v : marks[k + std::to_string(e)]) ASSERT_EQ(v, -7.f) << "a deferred gradient was written";
+  // The reference tree over the leaves' own products, in fp32.
+  std::function<std::vector<float>(const std::string&, int64_t, int64_t)> S = [&](const std::string& k, int64_t a,
+                                                                                   int64_t b) {
+    if (b - a == 1) return P[size_t(a)][k];
+    std::vector<float> lo = b - a == 2 ? P[size_t(a)][k] : S(k, a, (a + b) / 2);
+    std::vector<float> hi = b - a == 2 ? P[size_t(a + 1)][k] : S(k, (a + b) / 2, b);
+    for (size_t i = 0; i < hi.size(); ++i) hi[i] = hi[i] + lo[i];
+    return hi;
+  };
+  Named<float> got;
+  std::vector<quant::ExpertGradTarget> targets;
+  const int64_t I = s.d.moe.I;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t kind = 0; kind < 3; ++kind) {
+      const std::string k = std::string(kind == 0 ? "eg" : kind == 1 ? "eu" : "ed") + std::to_string(e);
+      got[k].assign(s.w[k].size(), 123.f);
+      targets.push_back({3 * e + kind, kind == 2 ? C : I, kind == 2 ? I : C, got[k].data()});
+    }
+  cpu::CpuOps ops{ctx};
+  quant::expert_grad_tree(ops, dg, targets);
+  for (auto& [k, g] : got) EXPECT_EQ(g, S(k, 0, L)) << k;
 }
 }  // namespace

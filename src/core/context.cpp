@@ -140,6 +140,12 @@ Context::Context(Device device, const std::vector<int>& cores)
   pool_ = std::make_unique<ThreadPool>(int(cores.size()), cores);
 }
 
+Context Context::serial_view(const Context& parent) {
+  Context c(parent.device_, 1);
+  c.allocator_ = parent.allocator_;
+  return c;
+}
+
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);

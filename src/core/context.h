@@ -53,6 +53,10 @@ class Context {
   explicit Context(Device device = {}, int threads = 0);
   // A device of the data-parallel lane: a pool pinned to `cores` (one thread each).
   Context(Device device, const std::vector<int>& cores);
+  // A one-thread view of `parent` for work that one of parent's pool threads runs on its own (grouped
+  // GEMMs, model/moe_ffn.h): the same device and allocator (bytes count against parent's peak), a
+  // pool without workers, so every kernel given it runs inline on the calling thread.
+  static Context serial_view(const Context& parent);
   const Device& device() const { return device_; }
   ThreadPool& pool() { return *pool_; }
   int threads() const { return pool_->size(); }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "model/block_dims.h"
@@ -52,16 +53,17 @@ class MoeFfn {
   void forward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
     const int64_t C = d_.C, K = m_.K;
     route(w, h, N, c);
-    for (int64_t e = 0; e < m_.E; ++e) {
+    std::vector<int64_t> rows(static_cast<size_t>(m_.E));
+    for (int64_t e = 0; e < m_.E; ++e) rows[size_t(e)] = c.ex[size_t(e)].rows();
+    grouped(rows, [&](Ops& o, int64_t e) {  // the experts with rows, grouped on the pool
       Expert& x = c.ex[size_t(e)];
-      if (x.slots.empty()) continue;
       const int64_t r = x.rows();
-      x.x = ops_.alloc(r * C);
-      for (int64_t i = 0; i < r; ++i) ops_.copy(h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
-      x.xo = ops_.operand(p(x.x), r * C);
-      x.y = ops_.alloc(r * C);
-      swiglu_fwd(x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u, x.ao, p(x.y));
-    }
+      x.x = o.alloc(r * C);
+      for (int64_t i = 0; i < r; ++i) o.copy(h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
+      x.xo = o.operand(p(x.x), r * C);
+      x.y = o.alloc(r * C);
+      swiglu_fwd(o, x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u, x.ao, p(x.y));
+    });
     for (int64_t n = 0; n < N; ++n) {
       T* yn = y + n * C;
       std::fill(yn, yn + C, T(0));
@@ -101,25 +103,43 @@ class MoeFfn {
     route_bwd(c, p(dw), p(dlogits), N);
     ops_.linear_bwd(ops_.operand(p(dlogits), N * E), h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
     if (m_.Is) shared_bwd(w, h, N, dy, dh, g, acc, c);
-    // The routed experts; their input gradients are added per token in k order.
+    // The routed experts, grouped on the pool; their input gradients are added per token in k order.
+    // An item's cost: its GEMMs' rows, plus the pass over its weight gradients (all an expert without
+    // rows costs when its gradients are wanted: the policy still writes or adds its addends). With a
+    // deferral sink (cpu::DeferredGrads: the tuning tree's) the experts' weight-gradient products are
+    // handed over instead of computed, and an expert without rows has nothing to do.
+    const bool defer = deferring(), want_dw = !defer && (!g.eg.empty() || !g.eu.empty() || !g.ed.empty());
+    std::vector<int64_t> cost(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) cost[size_t(e)] = 4 * c.ex[size_t(e)].rows() + (want_dw ? 8 : 0);
     std::vector<Buf> dxe(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
+    grouped(cost, [&](Ops& o, int64_t e) {
       Expert& x = c.ex[size_t(e)];
       T* dWg = g.eg.empty() ? nullptr : g.eg[size_t(e)];
       T* dWu = g.eu.empty() ? nullptr : g.eu[size_t(e)];
       T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
-      if (x.slots.empty()) {  // a product over no rows: the policy still writes or adds its addends
-        Buf z = ops_.alloc(1);
-        const Operand none = ops_.operand(p(z), 0);
-        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWg, acc, nullptr, 0, C, m_.I);
-        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWu, acc, nullptr, 0, C, m_.I);
-        ops_.linear_bwd(none, none, nullptr, nullptr, false, dWd, acc, nullptr, 0, m_.I, C);
-        continue;
+      const int64_t r = x.rows(), I = m_.I;
+      if (r == 0) {  // a product over no rows (deferred: none, cost 0 keeps it from running)
+        Buf z = o.alloc(1);
+        const Operand none = o.operand(p(z), 0);
+        o.linear_bwd(none, none, nullptr, nullptr, false, dWg, acc, nullptr, 0, C, I);
+        o.linear_bwd(none, none, nullptr, nullptr, false, dWu, acc, nullptr, 0, C, I);
+        o.linear_bwd(none, none, nullptr, nullptr, false, dWd, acc, nullptr, 0, I, C);
+        return;
       }
-      dxe[size_t(e)] = ops_.alloc(x.rows() * C);
-      swiglu_bwd(ops_.operand(p(dye[size_t(e)]), x.rows() * C), x.xo, x.ao, x.g, x.u, w.eg[size_t(e)],
-                 w.eu[size_t(e)], w.ed[size_t(e)], p(dxe[size_t(e)]), dWg, dWu, dWd, acc, x.rows(), m_.I);
-    }
+      dxe[size_t(e)] = o.alloc(r * C);
+      const Operand dy_e = o.operand(p(dye[size_t(e)]), r * C);
+      const auto d = swiglu_bwd(o, dy_e, x.xo, x.ao, x.g, x.u, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)],
+                                p(dxe[size_t(e)]), defer ? nullptr : dWg, defer ? nullptr : dWu,
+                                defer ? nullptr : dWd, acc, r, I);
+      if constexpr (requires { o.defer; }) {
+        if (!defer) return;
+        auto put = [&](int64_t kind, const Operand& dy_k, const Operand& in, const Buf& keep, int64_t n_in,
+                       int64_t n_out) { o.defer->put(3 * e + kind, {dy_k, in, {keep}, r, n_in, n_out}); };
+        if (dWg) put(0, d.first, x.xo, x.x, C, I);
+        if (dWu) put(1, d.second, x.xo, x.x, C, I);
+        if (dWd) put(2, dy_e, x.ao, dye[size_t(e)], I, C);
+      }
+    });
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) {
         const int32_t e = c.idx[size_t(n * K + k)];
@@ -130,6 +150,21 @@ class MoeFfn {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
+  bool deferring() const {
+    if constexpr (requires { ops_.defer; }) return ops_.defer != nullptr;
+    return false;
+  }
+  // fn(ops, i) for every item i with cost[i] > 0: on the pool at once where the policy groups work
+  // (cpu::CpuOps::for_each_group), else one after another.
+  template <class F>
+  void grouped(const std::vector<int64_t>& cost, F&& fn) {
+    if constexpr (requires(Ops& o) { o.for_each_group(cost, fn); }) {
+      ops_.for_each_group(cost, fn);
+    } else {
+      for (size_t i = 0; i < cost.size(); ++i)
+        if (cost[i] > 0) fn(ops_, int64_t(i));
+    }
+  }
   const T* expert_row(Cache& c, int64_t n, int64_t k) const {
     const size_t s = size_t(n * m_.K + k);
     return p(c.ex[size_t(c.idx[s])].y) + c.row[s] * d_.C;
@@ -190,23 +225,27 @@ class MoeFfn {
   }
 
   // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u and the product operand for backward.
-  void swiglu_fwd(const Operand& x, const T* Wg, const T* Wu, const T* Wd, int64_t r, int64_t I, Buf& g, Buf& u,
-                  Operand& a, T* y) {
-    g = ops_.alloc(r * I);
-    u = ops_.alloc(r * I);
-    ops_.linear_fwd(x, Wg, nullptr, p(g), r, d_.C, I);
-    ops_.linear_fwd(x, Wu, nullptr, p(u), r, d_.C, I);
-    a = ops_.swiglu_operand(p(g), p(u), r * I);
-    ops_.linear_fwd(a, Wd, nullptr, y, r, I, d_.C);
+  // (on `o`: ops_ or a grouped item's serial ops)
+  void swiglu_fwd(Ops& o, const Operand& x, const T* Wg, const T* Wu, const T* Wd, int64_t r, int64_t I, Buf& g,
+                  Buf& u, Operand& a, T* y) const {
+    g = o.alloc(r * I);
+    u = o.alloc(r * I);
+    o.linear_fwd(x, Wg, nullptr, p(g), r, d_.C, I);
+    o.linear_fwd(x, Wu, nullptr, p(u), r, d_.C, I);
+    a = o.swiglu_operand(p(g), p(u), r * I);
+    o.linear_fwd(a, Wd, nullptr, y, r, I, d_.C);
   }
-  // Its backward from dy [r, C]: dx [r, C] written, weight gradients as in the block.
-  void swiglu_bwd(const Operand& dy, const Operand& x, const Operand& a, Buf& g, Buf& u, const T* Wg, const T* Wu,
-                  const T* Wd, T* dx, T* dWg, T* dWu, T* dWd, bool acc, int64_t r, int64_t I) {
-    Buf da = ops_.alloc(r * I);
-    ops_.linear_bwd(dy, a, Wd, p(da), false, dWd, acc, nullptr, r, I, d_.C);
-    const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(g), p(u), r * I);
-    ops_.linear_bwd(dg, x, Wg, dx, false, dWg, acc, nullptr, r, d_.C, I);
-    ops_.linear_bwd(du, x, Wu, dx, true, dWu, acc, nullptr, r, d_.C, I);
+  // Its backward from dy [r, C]: dx [r, C] written, weight gradients as in the block (the non-null
+  // ones); returns the gate and up outputs' gradients.
+  std::pair<Operand, Operand> swiglu_bwd(Ops& o, const Operand& dy, const Operand& x, const Operand& a, Buf& g, Buf& u,
+                                         const T* Wg, const T* Wu, const T* Wd, T* dx, T* dWg, T* dWu, T* dWd,
+                                         bool acc, int64_t r, int64_t I) const {
+    Buf da = o.alloc(r * I);
+    o.linear_bwd(dy, a, Wd, p(da), false, dWd, acc, nullptr, r, I, d_.C);
+    auto d = o.swiglu_bwd_operands(p(da), p(g), p(u), r * I);
+    o.linear_bwd(d.first, x, Wg, dx, false, dWg, acc, nullptr, r, d_.C, I);
+    o.linear_bwd(d.second, x, Wu, dx, true, dWu, acc, nullptr, r, d_.C, I);
+    return d;
   }
 
   static T sigmoid(T z) { return T(1) / (T(1) + std::exp(-z)); }
@@ -215,7 +254,7 @@ class MoeFfn {
     const int64_t C = d_.C;
     c.sy = ops_.alloc(N * C);
     c.sz = ops_.alloc(N);
-    swiglu_fwd(h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, p(c.sy));
+    swiglu_fwd(ops_, h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, p(c.sy));
     ops_.linear_fwd(h, w.sgate, nullptr, p(c.sz), N, C, 1);
     for (int64_t n = 0; n < N; ++n) {
       const T s = sigmoid(p(c.sz)[n]);
@@ -237,7 +276,7 @@ class MoeFfn {
       p(dz)[n] = dot * s * (T(1) - s);
     }
     ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
-    swiglu_bwd(ops_.operand(p(dsy), N * C), h, c.sao, c.sg, c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N,
+    swiglu_bwd(ops_, ops_.operand(p(dsy), N * C), h, c.sao, c.sg, c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N,
                m_.Is);
     ops_.add(dh, p(dxs), dh, N * C);
   }

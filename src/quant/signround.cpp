@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/moe_names.h"
 #include "parallel/exchange.h"
+#include "quant/expert_grad_tree.h"
 #include "quant/linear_family.h"
 
 namespace ar::quant {
@@ -188,10 +189,13 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Where each tuned layer's weight gradient dW^ sits in the flat [wsize] partial sums, and after them
-// (FP8_STATIC) the dL/ds of its activation QDQ (a, -1: none).
+// (FP8_STATIC) the dL/ds of its activation QDQ (a, -1: none). A MoE block's experts come last, after
+// `shared` entries: a replica whose tree defers the experts (expert_grad_tree.h) needs its scratch
+// levels for the shared part only.
 struct GradLayout {
   std::vector<int64_t> w, a;
-  int64_t wsize = 0;
+  std::vector<bool> expert;
+  int64_t wsize = 0, shared = 0;
 };
 
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
@@ -210,6 +214,7 @@ struct Replica {
   std::vector<const float*> scalar_add;  // the same sums' buffers, for the dL/ds entries (add_scalars)
   ActQdq<float> act;                     // FP8_STATIC: the activation scales of this iteration
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
+  cpu::DeferredGrads deferred;  // a MoE block's expert products of this iteration's leaves (ops->defer)
   Tensor total;                // the exchanged dW^ sum (world > 1)
   std::unique_ptr<cpu::CpuOps> ops;
   std::unique_ptr<BlockRunner<cpu::CpuOps>> runner;
@@ -291,6 +296,7 @@ class BlockTuner {
     if (b - a == 1) return reps_[size_t(a)].loss;
     return loss_tree(a, (a + b) / 2) + loss_tree((a + b) / 2, b);
   }
+  void experts_tree(Replica& R);
   void iteration(int it);
   void exchange();
   void step(Replica& R, const float* dw, float lr, float mm_lr, bool save);
@@ -332,9 +338,17 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
     if (opt_.fix_params) opt_.fix_params(ctx_, res_.layers.back());
   }
   share_fused_global_scales(res_.layers);
-  for (const auto& L : res_.layers) {
-    g_.w.push_back(g_.wsize);
-    g_.wsize += L.weight->numel();
+  const size_t first_expert = 4, experts = 3 * w_.eg.size();  // linear_slot: q k v o, then the experts
+  g_.w.assign(res_.layers.size(), 0);
+  for (size_t l = 0; l < res_.layers.size(); ++l)
+    g_.expert.push_back(lin_[l] >= first_expert && lin_[l] < first_expert + experts);
+  for (bool experts_now : {false, true}) {
+    for (size_t l = 0; l < res_.layers.size(); ++l) {
+      if (g_.expert[l] != experts_now) continue;
+      g_.w[l] = g_.wsize;
+      g_.wsize += res_.layers[l].weight->numel();
+    }
+    if (!experts_now) g_.shared = g_.wsize;
   }
   for (size_t l = 0; l < res_.layers.size(); ++l) g_.a.push_back(fmt.act_static() ? g_.wsize++ : -1);
   if (W_ > 1) xchg_ = std::make_unique<parallel::GradExchange>(W_, g_.wsize, parallel::GradExchange::Mode::Values);
@@ -400,9 +414,14 @@ void BlockTuner::build_replica(int r) {
       if (s >= 3) R.dx_pack.back().pack(c, Wb, W.dim(0), W.dim(1), false);
     }
   }
-  for (int d = 0; d < depth_; ++d) R.levels.push_back(Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c));
+  // A rank of several leaves in a MoE block defers its experts' weight gradients to one tree per expert
+  // after its last leaf (expert_grad_tree.h): its scratch levels hold the other Linears only.
+  const bool defer = leaves_of(r) > 1 && g_.shared < g_.wsize && !fmt_.act_static();
+  for (int d = 0; d < depth_; ++d)
+    R.levels.push_back(Tensor::empty({std::max<int64_t>(d > 0 && defer ? g_.shared : g_.wsize, 1)}, DType::F32, c));
   if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
-  R.ops = std::make_unique<cpu::CpuOps>(cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add});
+  R.ops = std::make_unique<cpu::CpuOps>(
+      cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add, defer ? &R.deferred : nullptr});
   R.ops->keep_fp32 = fmt_.act_static();  // the activation QDQ reads the Linears' fp32 inputs
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
@@ -427,7 +446,8 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
   BlockPtrs<float*> gp;
   for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
-  for (size_t l = 0; l < lin_.size(); ++l) linear_slot(gp, lin_[l]) = dw + g_.w[l];  // FP layers get no gradient
+  for (size_t l = 0; l < lin_.size(); ++l)  // FP layers get no gradient; deferred experts only mark theirs
+    linear_slot(gp, lin_[l]) = (R.ops->defer && g_.expert[l] ? R.levels[0].f32() : dw) + g_.w[l];
   Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
          yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
   for (int64_t b = 0; b < Bm; ++b) {
@@ -464,6 +484,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   if (!grad_) return loss / denom_;
   auto tb = Clock::now();
   float ds[7] = {};
+  if (R.ops->defer) R.deferred.begin_leaf(3 * int64_t(R.wp.eg.size()));
   R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate, ds);  // every entry of dw; no input gradient
   if (fmt_.act_static()) add_scalars(R, ds, dw, accumulate);
   R.backward += since(tb);
@@ -494,6 +515,7 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
   auto leaf = [&](int64_t i, bool accumulate, const std::vector<int>& adds) {
     R.grad_add.clear();
     for (size_t l = 0; l < lin_.size(); ++l) {
+      if (R.ops->defer && g_.expert[l]) continue;
       std::vector<const float*> m;
       for (auto x = adds.rbegin(); x != adds.rend(); ++x) m.push_back(R.levels[size_t(*x)].f32() + g_.w[l]);
       if (!m.empty()) R.grad_add.set(R.levels[size_t(dst)].f32() + g_.w[l], std::move(m));
@@ -570,6 +592,19 @@ void BlockTuner::exchange() {
   ph.exchange += since(tx);
 }
 
+// The deferred experts' tree (expert_grad_tree.h) into the rank's root sums, timed as backward.
+void BlockTuner::experts_tree(Replica& R) {
+  auto tb = Clock::now();
+  std::vector<ExpertGradTarget> t;
+  for (size_t l = 0; l < lin_.size(); ++l)
+    if (g_.expert[l])
+      t.push_back({int64_t(lin_[l]) - 4, R.layers[l].weight->dim(0), R.layers[l].weight->dim(1),
+                   R.levels[0].f32() + g_.w[l]});
+  expert_grad_tree(*R.ops, R.deferred, t);
+  R.deferred.clear();
+  R.backward += since(tb);
+}
+
 void BlockTuner::iteration(int it) {
   auto& ph = res_.phases;
   const auto t_it = Clock::now();
@@ -588,6 +623,7 @@ void BlockTuner::iteration(int it) {
     R.qdq += since(tq);
     R.loss = tree(R, r, 0, leaves_of(r), 0, {});
     if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
+    if (R.ops->defer && grad_) experts_tree(R);
   });
   double loss = loss_tree(0, W_);
   if (lane_.procs) loss = lane_.procs->sum_tree(loss);  // the tree's top levels span the processes

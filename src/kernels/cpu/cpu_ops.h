@@ -3,11 +3,14 @@
 // With `amp` set (--amp), the Linears' GEMMs take bf16 operands with fp32 accumulation (linear_bf16.cpp);
 // every other op, all activations and all gradients stay fp32.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "core/context.h"
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
@@ -61,15 +64,50 @@ class GradAddends {
   std::vector<std::pair<const float*, std::vector<const float*>>> v_;  // a block has at most seven
 };
 
+class DeferredGrads;
+
 struct CpuOps {
   using Real = float;
   using Buf = Tensor;
   Context& ctx;
   const Bf16Operands* amp = nullptr;  // non-null: bf16 GEMM operands
   const GradAddends* grad_add = nullptr;  // non-null: addends of weight gradients
+  DeferredGrads* defer = nullptr;  // non-null: a MoE block hands its experts' weight-gradient products here
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
+
+  // Grouped work (a MoE block's experts): fn(ops, i) for every i with cost[i] > 0, the items split over
+  // the pool in contiguous runs of about equal total cost, each thread's items on serial kernels (a
+  // one-thread view of ctx). Every kernel's bits are independent of its thread count (GEMMs cut the same
+  // units either way, matmul.cpp), so the results equal running the items one by one on the whole pool.
+  template <class F>
+  void for_each_group(const std::vector<int64_t>& cost, F&& fn) {
+    const int64_t n = int64_t(cost.size());
+    int64_t total = 0;
+    for (int64_t c : cost) total += c;
+    const int threads = int(std::min<int64_t>(ctx.threads(), n));
+    if (threads <= 1 || total == 0) {
+      for (int64_t i = 0; i < n; ++i)
+        if (cost[size_t(i)] > 0) fn(*this, i);
+      return;
+    }
+    std::vector<int64_t> first(size_t(threads) + 1, n);  // thread t runs items [first[t], first[t + 1])
+    first[0] = 0;
+    int64_t acc = 0, t = 1;
+    for (int64_t i = 0; i < n && t < threads; ++i) {
+      acc += cost[size_t(i)];
+      while (t < threads && acc * threads >= total * t) first[size_t(t++)] = i + 1;
+    }
+    ctx.pool().parallel_for(threads, [&](int64_t t0, int64_t t1) {
+      Context one = Context::serial_view(ctx);
+      CpuOps sub{one, amp, grad_add, defer};
+      sub.keep_fp32 = keep_fp32;
+      for (int64_t u = t0; u < t1; ++u)
+        for (int64_t i = first[size_t(u)]; i < first[size_t(u) + 1]; ++i)
+          if (cost[size_t(i)] > 0) fn(sub, i);
+    }, 1);
+  }
 
   // A GEMM operand (an activation or an output gradient), prepared once for every Linear that reads it:
   // fp32 x, and under amp its bf16 copy xb. A producer that writes the operand in bf16 only (the
@@ -177,6 +215,31 @@ struct CpuOps {
     o.xf = std::move(t);
     return o;
   }
+};
+
+// The experts' weight-gradient products of the leaves of a tuning tree, kept instead of computed so the
+// tree can sum each expert's leaves on buffers of one expert (quant/expert_grad_tree.h) rather than
+// passing over every expert's full-size gradient at every leaf. Per leaf, per weight slot (3 e + 0/1/2
+// for expert e's gate/up/down): dW = dy^T x over `rows` rows, [out, in], with the operands kept alive.
+// A slot a leaf routes no row to has no product. put() from several threads is safe for distinct slots.
+class DeferredGrads {
+ public:
+  struct Product {
+    CpuOps::Operand dy, x;
+    std::vector<Tensor> keep;  // the storage dy.x / x.x point into when no operand owns it
+    int64_t rows = 0, in = 0, out = 0;
+  };
+  void begin_leaf(int64_t slots) { leaves_.emplace_back(size_t(slots)); }
+  void put(int64_t slot, Product p) { leaves_.back()[size_t(slot)] = std::move(p); }
+  int64_t leaves() const { return int64_t(leaves_.size()); }
+  const Product* find(int64_t leaf, int64_t slot) const {
+    const Product& p = leaves_[size_t(leaf)][size_t(slot)];
+    return p.rows > 0 ? &p : nullptr;
+  }
+  void clear() { leaves_.clear(); }
+
+ private:
+  std::vector<std::vector<Product>> leaves_;
 };
 
 }  // namespace ar::cpu
