@@ -164,14 +164,26 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
   // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
   // gradients: ~4 more copies of its Linears, and with --deterministic one more per level of the
-  // gradient tree beyond the first), and the per-batch forward caches of the tuning loop.
+  // gradient tree beyond the first), and the per-batch forward caches of the tuning loop. A MoE
+  // block's deeper tree levels hold its other Linears only; its experts' leaf products wait for the
+  // batch's last leaf instead (quant/expert_grad_tree.h): per routed slot x, dy (C) and a, dg, du (I).
   const FormatPlan formats = plan_formats(opt);
   const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
   const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
   const int64_t global_batch =
       std::min<int64_t>(nsamples, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
   const int depth = opt.tune.deterministic ? quant::signround_tree_levels(global_batch) : 1;
-  const double block = double(max_block_params(cfg)) * 4 * (opt.tune.iters > 0 ? 4 + depth : 2);
+  double block = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const BlockDims d = cfg.block_dims(l);
+    const double all = double(block_params(cfg, l)) * 4;
+    const double experts = d.is_moe() ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
+    double need = all * (opt.tune.iters > 0 ? 5 : 2);
+    if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
+    if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0)
+      need += double(global_batch * seqlen * d.moe.K * (2 * d.C + 3 * d.moe.I)) * 4;
+    block = std::max(block, need);
+  }
   int64_t cache = 0;  // per token, the largest block's
   for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l), seqlen));
   const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
