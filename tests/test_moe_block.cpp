@@ -247,9 +247,10 @@ TEST(MoeRouting, ExpertsWithoutTokensStillTakeTheirGradientAddends) {
 namespace {
 // The experts run grouped on the pool (cpu::CpuOps::for_each_group: each thread a run of experts on
 // serial kernels). Block output, input gradient and every Linear's gradient, with tree addends, are the
-// bits of a one-thread context, for pools that split the experts differently. Widths where the expert
-// GEMMs are cut into several units and reach oneDNN's path where the CPU has one.
-TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThread) {
+// bits of a one-thread context, for pools that split the experts differently; in fp32 and under amp (bf16
+// operands, where the CPU has bf16 GEMMs). Widths where the expert GEMMs are cut into several units and
+// reach oneDNN's path where the CPU has one.
+void expect_grouped_bits_of_one_thread(bool amp) {
   MoeCase s(Variant{"grouped", 8, 2, 64, true, true, false}, 512, 384, 128);
   Named<float> wf;
   for (auto& [k, w] : s.w) wf[k] = cast<float>(w);
@@ -261,13 +262,14 @@ TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThread) {
     Named<float> g;
     std::vector<int64_t> rows;
   };
+  const cpu::Bf16Operands rounded_per_call;  // amp: every weight rounded to bf16 at each GEMM
   auto run = [&](int threads) {
     Context ctx(Device{}, threads);
     cpu::GradAddends add;
     Out o;
     for (auto& [k, w] : s.w) o.g[k].assign(w.size(), 0.f);
     add.set(o.g["eg5"].data(), {a1.data()});
-    cpu::CpuOps ops{ctx, nullptr, &add};
+    cpu::CpuOps ops{ctx, amp ? &rounded_per_call : nullptr, &add};
     BlockRunner<cpu::CpuOps> r(ops, s.d);
     BlockRunner<cpu::CpuOps>::Cache c;
     o.y.resize(xf.size());
@@ -292,6 +294,13 @@ TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThread) {
     }
   }
 }
+
+TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThread) { expect_grouped_bits_of_one_thread(false); }
+
+TEST(MoeRouting, GroupedExpertsGiveTheBitsOfOneThreadUnderAmp) {
+  if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
+  expect_grouped_bits_of_one_thread(true);
+}
 }  // namespace
 
 namespace {
@@ -300,7 +309,7 @@ namespace {
 // tree afterwards gives, bit for bit, the tree of the products the leaves compute themselves:
 // S(a, b) = S(mid, b) + S(a, mid) in fp32, a pair P_a + P_(a+1). Five one-sample leaves (an odd split
 // and pending sums), experts that some leaves route no row to, on two threads (grouped experts).
-TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) {
+void expect_deferred_tree_of_immediate_leaves(bool amp) {
   const int64_t L = 5, E = 8;
   MoeCase s(Variant{"tree", E, 2, 0, true, true, false}, 64, 48, 6, L);
   Named<float> wf;
@@ -308,6 +317,8 @@ TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) {
   auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
   const int64_t C = s.d.C, T = s.T;
   Context ctx(Device{}, 2);
+  const cpu::Bf16Operands rounded_per_call;
+  const cpu::Bf16Operands* bf = amp ? &rounded_per_call : nullptr;
   BlockAux<float> aux{1, T, s.pos.data(), csf.data(), snf.data(), nullptr};
   std::vector<Named<float>> P(L);  // the leaves' own gradients
   cpu::DeferredGrads dg;
@@ -319,13 +330,13 @@ TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) {
     const float* xl = xf.data() + l * T * C;
     const float* rl = Rf.data() + l * T * C;
     for (auto& [k, w] : s.w) P[size_t(l)][k].assign(w.size(), 0.f);
-    cpu::CpuOps now{ctx};
+    cpu::CpuOps now{ctx, bf};
     BlockRunner<cpu::CpuOps> r1(now, s.d);
     BlockRunner<cpu::CpuOps>::Cache c1;
     r1.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c1);
     for (const auto& e : c1.moe.ex) empty_pairs += e.slots.empty();
     r1.backward(ptrs<const float*>(wf, E), aux, c1, rl, dx.data(), ptrs<float*>(P[size_t(l)], E), false);
-    cpu::CpuOps later{ctx, nullptr, nullptr, &dg};
+    cpu::CpuOps later{ctx, bf, nullptr, &dg};
     BlockRunner<cpu::CpuOps> r2(later, s.d);
     BlockRunner<cpu::CpuOps>::Cache c2;
     r2.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c2);
@@ -355,8 +366,15 @@ TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) {
       got[k].assign(s.w[k].size(), 123.f);
       targets.push_back({3 * e + kind, kind == 2 ? C : I, kind == 2 ? I : C, got[k].data()});
     }
-  cpu::CpuOps ops{ctx};
+  cpu::CpuOps ops{ctx, bf};
   quant::expert_grad_tree(ops, dg, targets);
   for (auto& [k, g] : got) EXPECT_EQ(g, S(k, 0, L)) << k;
+}
+
+TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) { expect_deferred_tree_of_immediate_leaves(false); }
+
+TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeavesUnderAmp) {
+  if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
+  expect_deferred_tree_of_immediate_leaves(true);
 }
 }  // namespace

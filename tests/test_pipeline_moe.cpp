@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/dtype.h"
 #include "io/gguf.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "io/mapped_file.h"
 #include "model/gguf_source.h"
 #include "io/safetensors.h"
@@ -311,6 +312,36 @@ TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
   fs::remove_all(q);
 }
 
+// --amp on a MoE model (bf16 GEMM operands, calibration activations in bf16): the serial run and world 2
+// write the same bytes, the tuning reduces each block's loss as fp32's does (within 10% of it), and
+// the output differs from fp32's (amp really ran).
+TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
+  if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
+  const std::string m = test::temp_path("pmoe_amp"), q = test::temp_path("pmoe_amp_q");
+  write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 49);
+  auto o = moe_opts(m, q, 8);
+  o.calib.seqlen = 16;
+  o.amp = false;
+  const QuantizeReport fp = quantize_model(o);
+  const std::string fp_bytes = read_text_file(q + "/model.safetensors");
+  o.amp = true;
+  const QuantizeReport amp = quantize_model(o);
+  const std::string ref = read_text_file(q + "/model.safetensors");
+  EXPECT_FALSE(ref == fp_bytes) << "amp wrote the fp32 run's bytes";
+  ASSERT_EQ(amp.blocks.size(), fp.blocks.size());
+  for (size_t b = 0; b < fp.blocks.size(); ++b) {
+    EXPECT_LT(amp.blocks[b].loss_best, amp.blocks[b].loss_first) << b;
+    EXPECT_NEAR(amp.blocks[b].loss_best, fp.blocks[b].loss_best, 0.1 * fp.blocks[b].loss_best) << b;
+  }
+  o.parallel = parallel::ParallelSetting::parse("2");
+  o.devices = "cpu:0,cpu:1";
+  const QuantizeReport w2 = quantize_model(o);
+  EXPECT_EQ(w2.blocks[0].world_tune, 2);
+  EXPECT_TRUE(read_text_file(q + "/model.safetensors") == ref) << "amp world 2 differs from serial";
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
 // GGUF of each family (gguf:q4_k_m with its fake companion, SignRound): llama.cpp's layout (experts
 // stacked per projection in ffn_*_exps [E, rows, cols], f32 routers and shared expert gate, the MoE keys,
 // llama-quantize's 8-expert rules) and read back by our GGUF reader to the fake companion's weights
@@ -455,7 +486,6 @@ TEST(PipelineMoe, UnsupportedCombinationsAreRefusedBeforeWriting) {
          o.format = "llm_compressor";
        },
        "static activation scales (FP8_STATIC) are not supported for MoE models yet"},
-      {[](QuantizeOptions& o) { o.amp = true; }, "--amp true"},
   };
   for (const Case& k : cases) {
     auto o = moe_opts(m, q, 2);

@@ -23,6 +23,16 @@
 
 namespace ar {
 
+// dW (+)= dy^T x over zero rows: an expert that no row reaches still gets what the policy adds to a
+// weight gradient (the tuning tree's addends), and a written gradient its zeros.
+template <class Ops>
+void weight_grad_of_no_rows(Ops& o, typename Ops::Real* dW, bool acc, int64_t in, int64_t out) {
+  if (!dW) return;
+  auto z = o.alloc(1);
+  const typename Ops::Operand none = o.operand(Ops::ptr(z), 0);
+  o.linear_bwd(none, none, nullptr, nullptr, false, dW, acc, nullptr, 0, in, out);
+}
+
 template <class Ops>
 class MoeFfn {
  public:
@@ -119,11 +129,9 @@ class MoeFfn {
       T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
       const int64_t r = x.rows(), I = m_.I;
       if (r == 0) {  // a product over no rows (deferred: none, cost 0 keeps it from running)
-        Buf z = o.alloc(1);
-        const Operand none = o.operand(p(z), 0);
-        o.linear_bwd(none, none, nullptr, nullptr, false, dWg, acc, nullptr, 0, C, I);
-        o.linear_bwd(none, none, nullptr, nullptr, false, dWu, acc, nullptr, 0, C, I);
-        o.linear_bwd(none, none, nullptr, nullptr, false, dWd, acc, nullptr, 0, I, C);
+        weight_grad_of_no_rows(o, dWg, acc, C, I);
+        weight_grad_of_no_rows(o, dWu, acc, C, I);
+        weight_grad_of_no_rows(o, dWd, acc, I, C);
         return;
       }
       dxe[size_t(e)] = o.alloc(r * C);

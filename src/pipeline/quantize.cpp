@@ -57,15 +57,12 @@ namespace {
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // What a mixture-of-experts model cannot be quantized with yet (docs/moe.md, "What remains"), refused
-// before any work. Its blocks run in fp32: --amp true is refused, the default amp turned off.
-void check_moe_run(const QuantizeOptions& requested, const QuantizeOptions& opt, AmpChoice& amp, const HfModel& model) {
+// before any work, naming the model.
+void check_moe_run(const QuantizeOptions& opt, const HfModel& model) {
   const std::string what = model.dir() + ": " + model.config().architecture + " is a mixture-of-experts model";
   if (opt.fmt.act_static())
     fail(ErrorKind::Unsupported, what + ": static activation scales (FP8_STATIC) are not supported for MoE models "
                                  "yet (the experts' inputs need one scale each)");
-  if (requested.amp == true)
-    fail(ErrorKind::Unsupported, "--amp true: " + what + ", whose blocks are tuned in fp32 for now (--amp false)");
-  if (amp.on) amp = {false, "amp: off (mixture-of-experts blocks are tuned in fp32 for now): fp32 GEMMs"};
 }
 }  // namespace
 
@@ -84,11 +81,7 @@ void QuantizeRun::plan() {
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
-  if (cfg.is_moe()) {
-    check_moe_run(requested_, opt_, amp_, *model_);
-    opt_.tune.amp = amp_.on;
-    act_dtype_ = amp_.on ? DType::BF16 : DType::F32;
-  }
+  if (cfg.is_moe()) check_moe_run(opt_, *model_);
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())

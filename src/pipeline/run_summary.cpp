@@ -166,7 +166,8 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   // gradients: ~4 more copies of its Linears, and with --deterministic one more per level of the
   // gradient tree beyond the first), and the per-batch forward caches of the tuning loop. A MoE
   // block's deeper tree levels hold its other Linears only; its experts' leaf products wait for the
-  // batch's last leaf instead (quant/expert_grad_tree.h): per routed slot x, dy (C) and a, dg, du (I).
+  // batch's last leaf instead (quant/expert_grad_tree.h): per routed slot x, dy (C) and a, dg, du (I)
+  // (under amp partly in bf16).
   const FormatPlan formats = plan_formats(opt);
   const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
   const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
@@ -180,8 +181,11 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
     const double experts = d.is_moe() ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
     double need = all * (opt.tune.iters > 0 ? 5 : 2);
     if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
-    if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0)
-      need += double(global_batch * seqlen * d.moe.K * (2 * d.C + 3 * d.moe.I)) * 4;
+    if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0) {
+      // fp32: x, dy, a, dg, du in fp32; amp: x and dy in fp32 and bf16, a, dg, du in bf16 only
+      const double slot = opt.tune.amp ? 12.0 * d.C + 6.0 * d.moe.I : 8.0 * d.C + 12.0 * d.moe.I;
+      need += double(global_batch * seqlen * d.moe.K) * slot;
+    }
     block = std::max(block, need);
   }
   int64_t cache = 0;  // per token, the largest block's

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/moe_ffn.h"
+
 namespace ar::quant {
 namespace {
 
@@ -28,9 +30,7 @@ class WeightTree {
     cpu::CpuOps lo{o_.ctx, o_.amp, &ga};
     if (const cpu::DeferredGrads::Product* p = d_.find(i, t_.slot))
       return lo.linear_bwd(p->dy, p->x, nullptr, nullptr, false, dw, accumulate, nullptr, p->rows, p->in, p->out);
-    Tensor z = o_.alloc(1);  // a leaf that routed no row to this expert: a product over no rows
-    const cpu::CpuOps::Operand none = lo.operand(z.f32(), 0);
-    lo.linear_bwd(none, none, nullptr, nullptr, false, dw, accumulate, nullptr, 0, t_.in, t_.out);
+    weight_grad_of_no_rows(lo, dw, accumulate, t_.in, t_.out);  // a leaf that routed no row to this expert
   }
   void tree(int64_t a, int64_t b, int dst, std::vector<int> pend) {
     if (b - a == 1) return leaf(a, dst, false, pend);

@@ -191,11 +191,12 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // Where each tuned layer's weight gradient dW^ sits in the flat [wsize] partial sums, and after them
 // (FP8_STATIC) the dL/ds of its activation QDQ (a, -1: none). A MoE block's experts come last, after
 // `shared` entries: a replica whose tree defers the experts (expert_grad_tree.h) needs its scratch
-// levels for the shared part only.
+// levels for the shared part only. expert: the layer's cpu::DeferredGrads slot (3 e + 0/1/2 for expert
+// e's gate/up/down), -1 for the others.
 struct GradLayout {
-  std::vector<int64_t> w, a;
-  std::vector<bool> expert;
+  std::vector<int64_t> w, a, expert;
   int64_t wsize = 0, shared = 0;
+  bool is_expert(size_t l) const { return expert[l] >= 0; }
 };
 
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
@@ -341,10 +342,11 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(
   const size_t first_expert = 4, experts = 3 * w_.eg.size();  // linear_slot: q k v o, then the experts
   g_.w.assign(res_.layers.size(), 0);
   for (size_t l = 0; l < res_.layers.size(); ++l)
-    g_.expert.push_back(lin_[l] >= first_expert && lin_[l] < first_expert + experts);
+    g_.expert.push_back(lin_[l] >= first_expert && lin_[l] < first_expert + experts ? int64_t(lin_[l] - first_expert)
+                                                                                    : -1);
   for (bool experts_now : {false, true}) {
     for (size_t l = 0; l < res_.layers.size(); ++l) {
-      if (g_.expert[l] != experts_now) continue;
+      if (g_.is_expert(l) != experts_now) continue;
       g_.w[l] = g_.wsize;
       g_.wsize += res_.layers[l].weight->numel();
     }
@@ -447,7 +449,7 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   BlockPtrs<float*> gp;
   for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
   for (size_t l = 0; l < lin_.size(); ++l)  // FP layers get no gradient; deferred experts only mark theirs
-    linear_slot(gp, lin_[l]) = (R.ops->defer && g_.expert[l] ? R.levels[0].f32() : dw) + g_.w[l];
+    linear_slot(gp, lin_[l]) = (R.ops->defer && g_.is_expert(l) ? R.levels[0].f32() : dw) + g_.w[l];
   Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
          yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
   for (int64_t b = 0; b < Bm; ++b) {
@@ -515,7 +517,7 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
   auto leaf = [&](int64_t i, bool accumulate, const std::vector<int>& adds) {
     R.grad_add.clear();
     for (size_t l = 0; l < lin_.size(); ++l) {
-      if (R.ops->defer && g_.expert[l]) continue;
+      if (R.ops->defer && g_.is_expert(l)) continue;
       std::vector<const float*> m;
       for (auto x = adds.rbegin(); x != adds.rend(); ++x) m.push_back(R.levels[size_t(*x)].f32() + g_.w[l]);
       if (!m.empty()) R.grad_add.set(R.levels[size_t(dst)].f32() + g_.w[l], std::move(m));
@@ -597,8 +599,8 @@ void BlockTuner::experts_tree(Replica& R) {
   auto tb = Clock::now();
   std::vector<ExpertGradTarget> t;
   for (size_t l = 0; l < lin_.size(); ++l)
-    if (g_.expert[l])
-      t.push_back({int64_t(lin_[l]) - 4, R.layers[l].weight->dim(0), R.layers[l].weight->dim(1),
+    if (g_.is_expert(l))
+      t.push_back({g_.expert[l], R.layers[l].weight->dim(0), R.layers[l].weight->dim(1),
                    R.levels[0].f32() + g_.w[l]});
   expert_grad_tree(*R.ops, R.deferred, t);
   R.deferred.clear();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -22,22 +23,14 @@ namespace ar::cpu {
 // gradient (Bf16Weight). A weight without an entry is rounded to bf16 at every call.
 class Bf16Operands {
  public:
-  void bind(const float* w, const Bf16Weight& b) {
-    for (auto& e : v_)
-      if (e.first == w) {
-        e.second = b;
-        return;
-      }
-    v_.emplace_back(w, b);
-  }
+  void bind(const float* w, const Bf16Weight& b) { m_[w] = b; }
   const Bf16Weight* find(const float* w) const {
-    for (const auto& e : v_)
-      if (e.first == w) return &e.second;
-    return nullptr;
+    auto it = m_.find(w);
+    return it == m_.end() ? nullptr : &it->second;
   }
 
  private:
-  std::vector<std::pair<const float*, Bf16Weight>> v_;  // a block has at most seven
+  std::unordered_map<const float*, Bf16Weight> m_;  // seven in a dense block, 3 per expert more in a MoE one
 };
 
 // Matrices to add to a weight gradient right after its GEMM (gemm's `add`), keyed by the dW address the
@@ -45,23 +38,15 @@ class Bf16Operands {
 // (quant/signround.cpp) instead of in separate passes over the gradient.
 class GradAddends {
  public:
-  void set(const float* dW, std::vector<const float*> add) {
-    for (auto& e : v_)
-      if (e.first == dW) {
-        e.second = std::move(add);
-        return;
-      }
-    v_.emplace_back(dW, std::move(add));
-  }
-  void clear() { v_.clear(); }
+  void set(const float* dW, std::vector<const float*> add) { m_[dW] = std::move(add); }
+  void clear() { m_.clear(); }
   Addends find(const float* dW) const {
-    for (const auto& e : v_)
-      if (e.first == dW) return e.second;
-    return {};
+    auto it = m_.find(dW);
+    return it == m_.end() ? Addends() : Addends(it->second);
   }
 
  private:
-  std::vector<std::pair<const float*, std::vector<const float*>>> v_;  // a block has at most seven
+  std::unordered_map<const float*, std::vector<const float*>> m_;
 };
 
 class DeferredGrads;
