@@ -314,7 +314,8 @@ TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
 
 // --amp on a MoE model (bf16 GEMM operands, calibration activations in bf16): the serial run and world 2
 // write the same bytes, the tuning reduces each block's loss as fp32's does (within 10% of it), and
-// the output differs from fp32's (amp really ran).
+// the output differs from fp32's (amp really ran). (The fp32 run's log also says when every expert
+// received tokens.)
 TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
   if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
   const std::string m = test::temp_path("pmoe_amp"), q = test::temp_path("pmoe_amp_q");
@@ -322,7 +323,10 @@ TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
   auto o = moe_opts(m, q, 8);
   o.calib.seqlen = 16;
   o.amp = false;
+  testing::internal::CaptureStderr();
   const QuantizeReport fp = quantize_model(o);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("block 2/2: every one of 8 experts received tokens ("), std::string::npos) << log;
   const std::string fp_bytes = read_text_file(q + "/model.safetensors");
   o.amp = true;
   const QuantizeReport amp = quantize_model(o);

@@ -284,9 +284,14 @@ void log_routing(const BlockReport& br, int64_t blocks) {
   const int64_t idle = std::count(n.begin(), n.end(), int64_t(0));
   const auto [lo, hi] = std::minmax_element(n.begin(), n.end());
   char line[200];
-  std::snprintf(line, sizeof line, "block %lld/%lld: %lld of %zu experts received no token (tokens per expert %lld to %lld)%s",
-                (long long)(br.index + 1), (long long)blocks, (long long)idle, n.size(), (long long)*lo, (long long)*hi,
-                idle ? "; they keep their initial rounding" : "");
+  if (idle == 0)
+    std::snprintf(line, sizeof line, "block %lld/%lld: every one of %zu experts received tokens (%lld to %lld each)",
+                  (long long)(br.index + 1), (long long)blocks, n.size(), (long long)*lo, (long long)*hi);
+  else
+    std::snprintf(line, sizeof line,
+                  "block %lld/%lld: %lld of %zu experts received no token (tokens per expert %lld to %lld); they keep "
+                  "their initial rounding",
+                  (long long)(br.index + 1), (long long)blocks, (long long)idle, n.size(), (long long)*lo, (long long)*hi);
   log_info(line);
 }
 
