@@ -134,12 +134,13 @@ struct SurrogateOps : ref::RefOps<double> {
 ActQdq<double> clipping_scales(BlockCase& s, SurrogateOps& ops, BlockRunner<SurrogateOps>& run,
                                const BlockAux<double>& aux) {
   ActQdq<double> probe;
-  for (double& v : probe.s) v = 1.0;
+  probe.s.assign(7, 1.0);
   std::vector<double> y(s.x.size());
   BlockRunner<SurrogateOps>::Cache c;
   run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), c, nullptr, &probe);
   const double factor[7] = {0.7, 1.5, 0.6, 0.8, 1.2, 0.7, 0.5};
   ActQdq<double> a;
+  a.s.resize(7);
   for (int k = 0; k < 7; ++k) a.s[k] = factor[k] * ops.max_abs[k] / 448.0;
   return a;
 }
@@ -201,6 +202,7 @@ void expect_cpu_matches_reference(const Variant& v, bool with_act) {
     SurrogateOps probe_ops;
     BlockRunner<SurrogateOps> probe(probe_ops, s.d);
     act = clipping_scales(s, probe_ops, probe, raux);
+    actf.s.resize(7);
     for (int k = 0; k < 7; ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
   }
 

@@ -155,6 +155,164 @@ TEST_P(MoeBlockTest, CpuBlockMatchesReference) {
   for (const char* k : {"router", "eg0", "ed1"}) EXPECT_EQ(gw[k], gf[k]) << k;
 }
 
+// FP8_STATIC in a MoE block: the reference ops with the activation QDQ replaced by the surrogate whose
+// exact gradients are the straight-through ones (test_block.cpp's, here per call of a forward: q, k, v,
+// o, then each routed expert's gate, up and down in expert order, then the shared expert's), so dx, every
+// dW and each dL/ds must match finite differences of the surrogate.
+struct MoeSurrogateOps : ref::RefOps<double> {
+  bool recording = true;
+  size_t call = 0;
+  std::vector<std::vector<double>> x0, q0;
+  std::vector<double> eps, max_abs;
+  Operand act_qdq_operand(const Operand& x, double s, int64_t n) {
+    const size_t k = call++;
+    if (recording) {
+      if (x0.size() <= k) {
+        x0.resize(k + 1); q0.resize(k + 1); eps.resize(k + 1); max_abs.resize(k + 1);
+      }
+      Operand q = ref::RefOps<double>::act_qdq_operand(x, s, n);
+      x0[k].assign(x.x, x.x + n);
+      q0[k].assign(q.x, q.x + n);
+      max_abs[k] = 0;
+      for (int64_t i = 0; i < n; ++i) max_abs[k] = std::max(max_abs[k], std::abs(x.x[i]));
+      return q;
+    }
+    Buf y = alloc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = x0[k][size_t(i)], u = xi / s;
+      const bool pass = std::abs(u) < 448.0;
+      const double r = pass ? double(e4m3_round(float(u))) - u : std::copysign(448.0, u);
+      y[size_t(i)] = q0[k][size_t(i)] + (pass ? x.x[i] - xi : 0.0) + eps[k] * r;
+    }
+    Operand o;
+    o.own = std::move(y);
+    o.x = o.own.data();
+    return o;
+  }
+};
+
+// The linear_slot each activation QDQ call of a forward belongs to (MoeSurrogateOps' order).
+template <class Cache>
+std::vector<size_t> act_call_slots(const BlockDims& d, const Cache& c) {
+  std::vector<size_t> slots = {0, 1, 2, 3};
+  for (size_t e = 0; e < c.moe.ex.size(); ++e)
+    if (c.moe.ex[e].rows() > 0)
+      for (size_t j = 0; j < 3; ++j) slots.push_back(4 + 3 * e + j);
+  if (d.moe.Is)
+    for (size_t j = 0; j < 3; ++j) slots.push_back(4 + 3 * size_t(d.moe.E) + j);
+  return slots;
+}
+
+size_t linear_slots(const BlockDims& d) { return 4 + 3 * size_t(d.moe.E) + (d.moe.Is ? 3 : 0); }
+
+// Scales from a first pass's input maxima (scale 1 everywhere), some below them (clipping).
+ActQdq<double> moe_clipping_scales(MoeCase& s, MoeSurrogateOps& ops, BlockRunner<MoeSurrogateOps>& run) {
+  ActQdq<double> probe;
+  probe.s.assign(linear_slots(s.d), 1.0);
+  std::vector<double> y(s.x.size());
+  BlockRunner<MoeSurrogateOps>::Cache c;
+  ops.call = 0;
+  run.forward(ptrs<const double*>(s.w, s.d.moe.E), s.aux(), s.x.data(), y.data(), c, nullptr, &probe);
+  const std::vector<size_t> slots = act_call_slots(s.d, c);
+  const double factor[6] = {0.7, 1.5, 0.6, 0.8, 1.2, 0.5};
+  ActQdq<double> a;
+  a.s.assign(linear_slots(s.d), 0.0);
+  for (size_t k = 0; k < slots.size(); ++k) a.s[slots[k]] = factor[k % 6] * ops.max_abs[k] / 448.0;
+  return a;
+}
+
+TEST_P(MoeBlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
+  MoeCase s(GetParam());
+  const int64_t E = s.d.moe.E;
+  MoeSurrogateOps ops;
+  BlockRunner<MoeSurrogateOps> run(ops, s.d);
+  const ActQdq<double> act = moe_clipping_scales(s, ops, run);
+  std::vector<double> y(s.x.size()), dx(s.x.size());
+  ops.call = 0;
+  BlockRunner<MoeSurrogateOps>::Cache c;
+  run.forward(ptrs<const double*>(s.w, E), s.aux(), s.x.data(), y.data(), c, nullptr, &act);
+  const std::vector<size_t> slots = act_call_slots(s.d, c);
+  ASSERT_EQ(ops.call, slots.size()) << "a quantized Linear did not read its activation QDQ";
+  int clipped = 0;
+  for (size_t k = 0; k < slots.size(); ++k)
+    for (double v : ops.x0[k]) clipped += std::abs(v / act.s[slots[k]]) > 448.0;
+  EXPECT_GT(clipped, 0) << "no element clipped: the clamp's mask goes untested";
+  Named<double> grads;
+  for (auto& [k, v] : s.w) grads[k].assign(v.size(), 0.0);
+  std::vector<double> dscale(linear_slots(s.d), 0.0);
+  run.backward(ptrs<const double*>(s.w, E), s.aux(), c, s.R.data(), dx.data(), ptrs<double*>(grads, E), true,
+               dscale.data());
+  ops.recording = false;
+  auto loss = [&] {
+    BlockRunner<MoeSurrogateOps>::Cache cc;
+    ops.call = 0;
+    run.forward(ptrs<const double*>(s.w, E), s.aux(), s.x.data(), y.data(), cc, nullptr, &act);
+    return dot(y, s.R);
+  };
+  expect_grad_matches_fd("dx", s.x, dx, loss, 1e-6, 120);
+  for (auto& [k, v] : s.w) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 60);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    std::vector<double> e{0.0}, de{dscale[slots[k]]};
+    auto loss_k = [&] {
+      ops.eps[k] = e[0];
+      const double l = loss();
+      ops.eps[k] = 0;
+      return l;
+    };
+    expect_grad_matches_fd("dscale[" + std::to_string(slots[k]) + "]", e, de, loss_k, 1e-6, 1);
+  }
+}
+
+// The fp32 CPU block with activation QDQ against the double reference one (scales rounded to fp32):
+// forward, input gradient, every weight gradient and dL/ds.
+TEST_P(MoeBlockTest, CpuBlockWithActivationQdqMatchesReference) {
+  MoeCase s(GetParam());
+  const int64_t E = s.d.moe.E;
+  Named<float> wf;
+  for (auto& [k, w] : s.w) { wf[k] = cast<float>(w); w = cast<double>(wf[k]); }
+  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
+  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
+  MoeSurrogateOps probe_ops;
+  BlockRunner<MoeSurrogateOps> probe(probe_ops, s.d);
+  ActQdq<double> act = moe_clipping_scales(s, probe_ops, probe);
+  ActQdq<float> actf;
+  for (double& v : act.s) {
+    actf.s.push_back(float(v));
+    v = actf.s.back();
+  }
+  ref::RefOps<double> rops;
+  BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
+  std::vector<double> y(s.x.size()), dx(s.x.size()), ds(act.s.size(), 0.0);
+  Named<double> g;
+  for (auto& [k, w] : s.w) g[k].assign(w.size(), 0.0);
+  BlockRunner<ref::RefOps<double>>::Cache rc;
+  rrun.forward(ptrs<const double*>(s.w, E), s.aux(), s.x.data(), y.data(), rc, nullptr, &act);
+  rrun.backward(ptrs<const double*>(s.w, E), s.aux(), rc, s.R.data(), dx.data(), ptrs<double*>(g, E), true, ds.data());
+
+  Context ctx(Device{}, 2);
+  cpu::CpuOps cops{ctx};
+  cops.keep_fp32 = true;  // as the tuner sets it for FP8_STATIC
+  BlockRunner<cpu::CpuOps> crun(cops, s.d);
+  BlockAux<float> caux{s.B, s.T, s.pos.data(), csf.data(), snf.data(), nullptr};
+  std::vector<float> yf(xf.size()), dxf(xf.size()), dsf(act.s.size(), 0.f);
+  Named<float> gf;
+  for (auto& [k, w] : wf) gf[k].assign(w.size(), 0.f);
+  BlockRunner<cpu::CpuOps>::Cache cc;
+  crun.forward(ptrs<const float*>(wf, E), caux, xf.data(), yf.data(), cc, nullptr, &actf);
+  crun.backward(ptrs<const float*>(wf, E), caux, cc, Rf.data(), dxf.data(), ptrs<float*>(gf, E), true, dsf.data());
+  EXPECT_EQ(cc.moe.idx, rc.moe.idx) << "routing";
+  EXPECT_LT(rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
+  EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
+  for (auto& [k, w] : g) {
+    if (std::all_of(w.begin(), w.end(), [](double v) { return v == 0; })) continue;
+    EXPECT_LT(rel_err(gf[k].data(), w.data(), w.size()), 1e-5) << "d" << k;
+  }
+  for (size_t k = 0; k < ds.size(); ++k) {
+    if (act.s[k] == 0 || ds[k] == 0) continue;  // an expert without rows
+    EXPECT_NEAR(dsf[k], ds[k], 1e-4 * std::abs(ds[k]) + 1e-9) << "dscale[" << k << "]";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, MoeBlockTest,
                          ::testing::Values(Variant{"qwen3_moe", 8, 3, 0, true, true, false},
                                            Variant{"qwen2_moe", 6, 2, 8, false, false, true},

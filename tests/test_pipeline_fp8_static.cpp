@@ -258,6 +258,7 @@ std::vector<float> composed_logits(const std::string& dir, const std::vector<int
                          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ActQdq<float> act;
+    act.s.resize(7);
     for (int k = 0; k < 7; ++k) act.s[k] = f32_at(*file, HfModel::layer_prefix(l) + slots[k] + ".input_scale");
     BlockRunner<cpu::CpuOps>::Cache cache;
     run.forward(model->load_block(l, ctx).ptrs(), aux, x.f32(), y.f32(), cache, nullptr, with_act ? &act : nullptr);

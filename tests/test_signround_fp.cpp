@@ -96,6 +96,7 @@ double mse_with_act(Fixture& f, const BlockWeights& w, const ActQdq<float>& act)
 
 ActQdq<float> act_of(const BlockTuneResult& r) {
   ActQdq<float> a;
+  a.s.resize(r.layers.size());
   for (size_t l = 0; l < r.layers.size(); ++l) a.s[l] = r.layers[l].input_scale;  // all seven, in slot order
   return a;
 }
@@ -113,6 +114,7 @@ TEST(SignRoundFp8Static, TheTuningForwardQuantizesTheActivations) {
   const BlockTuneResult r = f.tune(a, fp8_static(), 2, 42, o);
   f.tune(rtn, test::fp_format(FpFamily::Fp8, 8, -1), 0);
   ActQdq<float> at1;
+  at1.s.resize(7);
   const float in_max[7] = {m[0], m[0], m[0], m[1], m[2], m[2], m[3]};
   for (int k = 0; k < 7; ++k) at1.s[k] = fp8_static_input_scale(in_max[k]);
   const double with_act = mse_with_act(f, rtn, at1), weights_only = f.mse(rtn);

@@ -22,6 +22,15 @@ struct BlockDims {
   bool is_moe() const { return moe.E > 0; }
 };
 
+// The static activation scale of each Linear, by linear_slot (q, k, v, o, then the dense MLP's gate, up,
+// down, or each expert's and the shared expert's); 0 or past the end: the Linear reads its input as
+// is. Under amp the input operands must keep their fp32 values (keep_fp32).
+template <class T>
+struct ActQdq {
+  std::vector<T> s;
+  T at(size_t slot) const { return slot < s.size() ? s[slot] : T(0); }
+};
+
 // One pointer per block tensor; P = const T* for weights, T* for gradients. Null = absent.
 template <class P>
 struct BlockPtrs {

@@ -12,7 +12,7 @@
 // that are non-null (so a caller can ask for input gradients only).
 // FP8_STATIC (ActQdq): a Linear with a static activation scale reads the QDQ of its input
 // (kernels/ref/act_qdq_ref.h) instead of the input; its input gradient goes back through that QDQ,
-// and backward adds dL/ds per Linear (the attention's only, in a MoE block).
+// and backward adds dL/ds per Linear (a MoE block's experts: model/moe_ffn.h).
 #pragma once
 #include <cstdint>
 
@@ -21,13 +21,6 @@
 #include "model/moe_ffn.h"
 
 namespace ar {
-
-// The static activation scale s of each Linear, in the order q, k, v, o, gate, up, down; 0: the
-// Linear reads its input as is. Under amp the input operands must keep their fp32 values (keep_fp32).
-template <class T>
-struct ActQdq {
-  T s[7] = {};
-};
 
 // Inputs shared by every block of a batch: rope tables [maxpos, D/2], positions [N], key mask [B, T].
 template <class R>
@@ -53,7 +46,7 @@ class BlockRunner {
     typename Ops::Operand h1o, oo, h2o, ao;
     // With activation QDQ: the scales, and the QDQ operand each quantized Linear read.
     const ActQdq<T>* act = nullptr;
-    typename Ops::Operand xq[7];
+    typename Ops::Operand xq[7];  // q, k, v, o and the dense MLP's (a MoE block's experts: MoeFfn's cache)
     Buf h2;  // MoE: h2 in fp32 (the router and the experts' row gathers read it)
     typename MoeFfn<Ops>::Cache moe;
   };
@@ -111,7 +104,7 @@ class BlockRunner {
       c.h2 = ops_.alloc(N * C);
       ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
       c.h2o = ops_.operand(p(c.h2), N * C);
-      MoeFfn<Ops>(ops_, d_).forward(w, c.h2o, N, y, c.moe);
+      MoeFfn<Ops>(ops_, d_).forward(w, c.h2o, N, y, c.moe, act);
       ops_.add(p(c.x1), y, y, N * C);
       return;
     }
@@ -127,7 +120,8 @@ class BlockRunner {
   // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g, or
   // with accumulate = false the Linears' weight gradients are written (the others still accumulate).
   // dx = null (and no ln1 gradient) skips the input-gradient GEMMs of q/k/v (tuning needs none) unless
-  // they have activation QDQ. dscale (7 entries, may be null) accumulates dL/ds of the Linears' QDQ.
+  // they have activation QDQ. dscale (an entry per linear_slot, may be null) accumulates dL/ds of the
+  // Linears' QDQ.
   void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
                 const BlockPtrs<T*>& g, bool accumulate = true, T* dscale = nullptr) {
     const bool acc = accumulate;
@@ -141,7 +135,7 @@ class BlockRunner {
     {  // MLP
       Buf dh2 = ops_.alloc(N * C);
       if (d_.is_moe()) {
-        MoeFfn<Ops>(ops_, d_).backward(w, c.h2o, N, dy, p(dh2), g, acc, c.moe);
+        MoeFfn<Ops>(ops_, d_).backward(w, c.h2o, N, dy, p(dh2), g, acc, c.moe, dscale);
       } else {
         Buf da = ops_.alloc(N * I);
         lin(6, ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, nullptr, I, C);
@@ -180,11 +174,11 @@ class BlockRunner {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
-  bool quantized(const Cache& c, int slot) const { return c.act && c.act->s[slot] != T(0); }
+  bool quantized(const Cache& c, int slot) const { return c.act && c.act->at(size_t(slot)) != T(0); }
   // The operand Linear `slot` reads: x, or its activation QDQ (kept in the cache for backward).
   const typename Ops::Operand& input(Cache& c, int slot, const typename Ops::Operand& x, int64_t n) {
     if (!quantized(c, slot)) return x;
-    c.xq[slot] = ops_.act_qdq_operand(x, c.act->s[slot], n);
+    c.xq[slot] = ops_.act_qdq_operand(x, c.act->at(size_t(slot)), n);
     return c.xq[slot];
   }
   // A Linear's backward from its output gradient dy; x is the input before any activation QDQ. With
@@ -195,7 +189,7 @@ class BlockRunner {
     if (!quantized(c, slot)) return ops_.linear_bwd(dy, x, W, dx, acc_dx, dW, acc_dW, db, n, in, out);
     Buf dxq = ops_.alloc(n * in);
     ops_.linear_bwd(dy, c.xq[slot], W, p(dxq), false, dW, acc_dW, db, n, in, out);
-    const T ds = ops_.act_qdq_bwd(x.x, c.act->s[slot], p(dxq), dx, acc_dx, n, in);
+    const T ds = ops_.act_qdq_bwd(x.x, c.act->at(size_t(slot)), p(dxq), dx, acc_dx, n, in);
     if (dscale) dscale[slot] += ds;
   }
   ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }

@@ -1,11 +1,14 @@
 #include "model/dequant_float.h"
 
+#include "model/linear_specs.h"
+
 #include <cmath>
 #include <initializer_list>
 #include <vector>
 
 #include "core/error.h"
 #include "core/small_float.h"
+#include "model/linear_specs.h"
 
 namespace ar {
 namespace {
@@ -186,16 +189,9 @@ float static_input_scale(const HfModel& m, const std::string& prefix, const Shap
 
 ActQdq<float> block_input_scales(const HfModel& m, int64_t layer) {
   ActQdq<float> a;
-  const ModelConfig& c = m.config();
-  if (!c.quant.act_static) return a;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
-                KD = c.num_kv_heads * c.head_dim;
-  const std::pair<const char*, Shape> slots[7] = {
-      {"self_attn.q_proj", {QD, C}}, {"self_attn.k_proj", {KD, C}}, {"self_attn.v_proj", {KD, C}},
-      {"self_attn.o_proj", {C, QD}}, {"mlp.gate_proj", {I, C}},     {"mlp.up_proj", {I, C}},
-      {"mlp.down_proj", {C, I}}};
-  for (int k = 0; k < 7; ++k)
-    a.s[k] = static_input_scale(m, HfModel::layer_prefix(layer) + slots[k].first, slots[k].second);
+  if (!m.config().quant.act_static) return a;
+  for (const LinearSpec& l : block_linear_specs(m.config(), layer))  // linear_slot order, experts included
+    a.s.push_back(static_input_scale(m, HfModel::layer_prefix(layer) + l.name, {l.out, l.in}));
   return a;
 }
 

@@ -7,6 +7,9 @@
 //   y[n] = sum_{k=0..K-1} w[n,k] Y_{S_k}[n]   (in k order, so the bits do not depend on threads or on
 //     which other tokens share the batch)
 //   Qwen2-MoE: y += sigmoid(h Wsg^T) * SwiGLU_shared(h)
+// FP8_STATIC (ActQdq, by linear_slot: expert e's gate/up/down at 4 + 3e + 0/1/2, the shared expert's
+// after the experts): each quantized Linear reads the QDQ of its input (gate and up each their own), and
+// its backward goes through that QDQ as the dense block's does, adding dL/ds to dscale[slot].
 // Experts that receive no row are skipped (their weight gradients are a product over zero rows: zero,
 // plus whatever the policy adds to a weight gradient, e.g. the tuning tree's addends). The backward reaches the
 // router through the routing weights (dL/dw -> dL/dp -> dL/dlogits), so the input gradient carries the
@@ -44,6 +47,7 @@ class MoeFfn {
     std::vector<int64_t> slots;  // routed (token, k) slots n*K + k, in token order
     Buf x;                       // the routed rows of h [rows, C]
     Operand xo, ao;              // x and silu(g)*u as GEMM operands
+    Operand q[3];                // FP8_STATIC: the QDQ inputs gate, up and down read
     Buf g, u, y;                 // gate/up outputs [rows, I] and the expert's output [rows, C]
     int64_t rows() const { return int64_t(slots.size()); }
   };
@@ -54,14 +58,17 @@ class MoeFfn {
     Buf wt;                    // [N, K] routing weights
     std::vector<Expert> ex;
     Buf sg, su, sy, sz;        // shared expert: gate/up outputs, output [N, C], gate logit [N]
-    Operand sao;
+    Operand sao, sq[3];
+    const ActQdq<T>* act = nullptr;
   };
 
   MoeFfn(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), m_(d.moe) {}
 
   // y [N, C] receives the feed-forward output of h (an operand holding fp32 values in h.x).
-  void forward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
+  void forward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c,
+               const ActQdq<T>* act = nullptr) {
     const int64_t C = d_.C, K = m_.K;
+    c.act = act;
     route(w, h, N, c);
     std::vector<int64_t> rows(static_cast<size_t>(m_.E));
     for (int64_t e = 0; e < m_.E; ++e) rows[size_t(e)] = c.ex[size_t(e)].rows();
@@ -72,7 +79,8 @@ class MoeFfn {
       for (int64_t i = 0; i < r; ++i) o.copy(h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
       x.xo = o.operand(p(x.x), r * C);
       x.y = o.alloc(r * C);
-      swiglu_fwd(o, x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u, x.ao, p(x.y));
+      swiglu_fwd(o, c.act, expert_slot(e), x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u,
+                 x.ao, x.q, p(x.y));
     });
     for (int64_t n = 0; n < N; ++n) {
       T* yn = y + n * C;
@@ -86,9 +94,10 @@ class MoeFfn {
     if (m_.Is) shared_fwd(w, h, N, y, c);
   }
 
-  // dh [N, C] receives dL/dh; weight gradients go to the non-null entries of g (written when !acc).
+  // dh [N, C] receives dL/dh; weight gradients go to the non-null entries of g (written when !acc);
+  // dscale (by linear_slot, may be null) accumulates dL/ds of the activation QDQs.
   void backward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
-                const BlockPtrs<T*>& g, bool acc, Cache& c) {
+                const BlockPtrs<T*>& g, bool acc, Cache& c, T* dscale = nullptr) {
     const int64_t C = d_.C, K = m_.K, E = m_.E;
     // dL/dw of every slot, and the experts' output gradients w * dy.
     Buf dw = ops_.alloc(N * K);
@@ -112,7 +121,7 @@ class MoeFfn {
     Buf dlogits = ops_.alloc(N * E);
     route_bwd(c, p(dw), p(dlogits), N);
     ops_.linear_bwd(ops_.operand(p(dlogits), N * E), h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
-    if (m_.Is) shared_bwd(w, h, N, dy, dh, g, acc, c);
+    if (m_.Is) shared_bwd(w, h, N, dy, dh, g, acc, c, dscale);
     // The routed experts, grouped on the pool; their input gradients are added per token in k order.
     // An item's cost: its GEMMs' rows, plus the pass over its weight gradients (all an expert without
     // rows costs when its gradients are wanted: the policy still writes or adds its addends). With a
@@ -136,9 +145,9 @@ class MoeFfn {
       }
       dxe[size_t(e)] = o.alloc(r * C);
       const Operand dy_e = o.operand(p(dye[size_t(e)]), r * C);
-      const auto d = swiglu_bwd(o, dy_e, x.xo, x.ao, x.g, x.u, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)],
-                                p(dxe[size_t(e)]), defer ? nullptr : dWg, defer ? nullptr : dWu,
-                                defer ? nullptr : dWd, acc, r, I);
+      const auto d = swiglu_bwd(o, c.act, expert_slot(e), dy_e, x.xo, x.ao, x.q, x.g, x.u, w.eg[size_t(e)],
+                                w.eu[size_t(e)], w.ed[size_t(e)], p(dxe[size_t(e)]), defer ? nullptr : dWg,
+                                defer ? nullptr : dWu, defer ? nullptr : dWd, acc, r, I, dscale);
       if constexpr (requires { o.defer; }) {
         if (!defer) return;
         auto put = [&](int64_t kind, const Operand& dy_k, const Operand& in, const Buf& keep, int64_t n_in,
@@ -158,6 +167,8 @@ class MoeFfn {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
+  static size_t expert_slot(int64_t e) { return size_t(4 + 3 * e); }  // linear_slot of expert e's gate
+  size_t shared_slot() const { return expert_slot(m_.E); }
   bool deferring() const {
     if constexpr (requires { ops_.defer; }) return ops_.defer != nullptr;
     return false;
@@ -232,27 +243,48 @@ class MoeFfn {
     }
   }
 
-  // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u and the product operand for backward.
-  // (on `o`: ops_ or a grouped item's serial ops)
-  void swiglu_fwd(Ops& o, const Operand& x, const T* Wg, const T* Wu, const T* Wd, int64_t r, int64_t I, Buf& g,
-                  Buf& u, Operand& a, T* y) const {
+  // Linear `slot`'s input: x, or under FP8_STATIC its activation QDQ, kept in q for backward.
+  static const Operand& input(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& x, Operand& q, int64_t n) {
+    const T s = act ? act->at(slot) : T(0);
+    if (s == T(0)) return x;
+    q = o.act_qdq_operand(x, s, n);
+    return q;
+  }
+  // Linear `slot`'s backward from dy; x the input before its activation QDQ q. With the QDQ, dW comes from
+  // the operand it read and the input gradient goes back through the QDQ, dL/ds into dscale[slot].
+  void linear_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy, const Operand& x, const Operand& q,
+                  const T* W, T* dx, bool acc_dx, T* dW, bool acc, int64_t n, int64_t in, int64_t out,
+                  T* dscale) const {
+    const T s = act ? act->at(slot) : T(0);
+    if (s == T(0)) return o.linear_bwd(dy, x, W, dx, acc_dx, dW, acc, nullptr, n, in, out);
+    Buf dxq = o.alloc(n * in);
+    o.linear_bwd(dy, q, W, p(dxq), false, dW, acc, nullptr, n, in, out);
+    const T ds = o.act_qdq_bwd(x.x, s, p(dxq), dx, acc_dx, n, in);
+    if (dscale) dscale[slot] += ds;
+  }
+
+  // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u, the product operand a and the QDQ
+  // inputs q (Linears slot, slot + 1, slot + 2) for backward (on `o`: ops_ or a grouped item's serial ops).
+  void swiglu_fwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& x, const T* Wg, const T* Wu, const T* Wd,
+                  int64_t r, int64_t I, Buf& g, Buf& u, Operand& a, Operand* q, T* y) const {
     g = o.alloc(r * I);
     u = o.alloc(r * I);
-    o.linear_fwd(x, Wg, nullptr, p(g), r, d_.C, I);
-    o.linear_fwd(x, Wu, nullptr, p(u), r, d_.C, I);
+    o.linear_fwd(input(o, act, slot, x, q[0], r * d_.C), Wg, nullptr, p(g), r, d_.C, I);
+    o.linear_fwd(input(o, act, slot + 1, x, q[1], r * d_.C), Wu, nullptr, p(u), r, d_.C, I);
     a = o.swiglu_operand(p(g), p(u), r * I);
-    o.linear_fwd(a, Wd, nullptr, y, r, I, d_.C);
+    o.linear_fwd(input(o, act, slot + 2, a, q[2], r * I), Wd, nullptr, y, r, I, d_.C);
   }
   // Its backward from dy [r, C]: dx [r, C] written, weight gradients as in the block (the non-null
   // ones); returns the gate and up outputs' gradients.
-  std::pair<Operand, Operand> swiglu_bwd(Ops& o, const Operand& dy, const Operand& x, const Operand& a, Buf& g, Buf& u,
+  std::pair<Operand, Operand> swiglu_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy,
+                                         const Operand& x, const Operand& a, const Operand* q, Buf& g, Buf& u,
                                          const T* Wg, const T* Wu, const T* Wd, T* dx, T* dWg, T* dWu, T* dWd,
-                                         bool acc, int64_t r, int64_t I) const {
+                                         bool acc, int64_t r, int64_t I, T* dscale) const {
     Buf da = o.alloc(r * I);
-    o.linear_bwd(dy, a, Wd, p(da), false, dWd, acc, nullptr, r, I, d_.C);
+    linear_bwd(o, act, slot + 2, dy, a, q[2], Wd, p(da), false, dWd, acc, r, I, d_.C, dscale);
     auto d = o.swiglu_bwd_operands(p(da), p(g), p(u), r * I);
-    o.linear_bwd(d.first, x, Wg, dx, false, dWg, acc, nullptr, r, d_.C, I);
-    o.linear_bwd(d.second, x, Wu, dx, true, dWu, acc, nullptr, r, d_.C, I);
+    linear_bwd(o, act, slot, d.first, x, q[0], Wg, dx, false, dWg, acc, r, d_.C, I, dscale);
+    linear_bwd(o, act, slot + 1, d.second, x, q[1], Wu, dx, true, dWu, acc, r, d_.C, I, dscale);
     return d;
   }
 
@@ -262,7 +294,7 @@ class MoeFfn {
     const int64_t C = d_.C;
     c.sy = ops_.alloc(N * C);
     c.sz = ops_.alloc(N);
-    swiglu_fwd(ops_, h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, p(c.sy));
+    swiglu_fwd(ops_, c.act, shared_slot(), h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, c.sq, p(c.sy));
     ops_.linear_fwd(h, w.sgate, nullptr, p(c.sz), N, C, 1);
     for (int64_t n = 0; n < N; ++n) {
       const T s = sigmoid(p(c.sz)[n]);
@@ -271,7 +303,7 @@ class MoeFfn {
   }
   // Adds the shared expert's and its gate's input gradients to dh.
   void shared_bwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
-                  const BlockPtrs<T*>& g, bool acc, Cache& c) {
+                  const BlockPtrs<T*>& g, bool acc, Cache& c, T* dscale) {
     const int64_t C = d_.C;
     Buf dsy = ops_.alloc(N * C), dz = ops_.alloc(N), dxs = ops_.alloc(N * C);
     for (int64_t n = 0; n < N; ++n) {
@@ -284,8 +316,8 @@ class MoeFfn {
       p(dz)[n] = dot * s * (T(1) - s);
     }
     ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
-    swiglu_bwd(ops_, ops_.operand(p(dsy), N * C), h, c.sao, c.sg, c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N,
-               m_.Is);
+    swiglu_bwd(ops_, c.act, shared_slot(), ops_.operand(p(dsy), N * C), h, c.sao, c.sq, c.sg, c.su, w.sg, w.su, w.sd,
+               p(dxs), g.sg, g.su, g.sd, acc, N, m_.Is, dscale);
     ops_.add(dh, p(dxs), dh, N * C);
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -174,6 +175,14 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
       for (size_t k = 0; k < nin; ++k) m[k] = std::max(m[k], rm[k]);
     if (lane.procs) fold_max_over_processes(*lane.procs, m);
     for (size_t k = 0; k < nin; ++k) (*amax)[inputs[k].key] = m[k];
+    // An expert without tokens takes the largest maximum of the layer's experts at the same input, as
+    // AutoRound's set_amax_for_all_moe_layers fills uncalibrated experts (FP8_STATIC's input scales).
+    for (const char* part : {".in", ".down"}) {
+      float top = 0.f;
+      for (int64_t e = 0; e < dims.moe.E; ++e) top = std::max(top, (*amax)["expert." + std::to_string(e) + part]);
+      for (int64_t e = 0; e < dims.moe.E; ++e)
+        if (tokens[size_t(e)] == 0) (*amax)["expert." + std::to_string(e) + part] = top;
+    }
   }
   if (!imat) return;
   if (lane.procs) per_sample = gather_rows(*lane.procs, per_sample, width);
@@ -207,13 +216,14 @@ std::string linear_input_key(const std::string& linear) {
   return "attn_in";
 }
 
-ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr) {
+ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr, const BlockWeights& w) {
   ActQdq<float> a;
-  BlockWeights probe;  // only the slot names
-  const auto slots = quant::block_linears(probe);
+  const auto slots = quant::block_linears(w);
+  a.s.assign(slots.size(), 0.f);
+  std::map<std::string, size_t> slot_of;
+  for (size_t k = 0; k < slots.size(); ++k) slot_of[slots[k].first] = k;
   for (const auto& L : tr.layers)
-    for (size_t k = 0; k < slots.size(); ++k)
-      if (slots[k].first == L.name) a.s[k] = L.input_scale;
+    if (auto it = slot_of.find(L.name); it != slot_of.end()) a.s[it->second] = L.input_scale;
   return a;
 }
 

@@ -58,8 +58,8 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
                        BlockAux<float> aux, const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp,
                        const PassStats& stats = {}, const ActQdq<float>* act = nullptr);
 
-// The activation scales of a tuned block's Linears (TunedLinear::input_scale) in block slot order.
-ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr);
+// The activation scales of a tuned block's Linears (TunedLinear::input_scale) by linear_slot of w.
+ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr, const BlockWeights& w);
 
 // --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
 // is given, else plain RTN (min/max scale, rounding to nearest). In a multi-process job process p

@@ -56,16 +56,7 @@ namespace ar {
 namespace {
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// What a mixture-of-experts model cannot be quantized with yet (docs/moe.md, "What remains"), refused
-// before any work, naming the model.
-void check_moe_run(const QuantizeOptions& opt, const HfModel& model) {
-  const std::string what = model.dir() + ": " + model.config().architecture + " is a mixture-of-experts model";
-  if (opt.fmt.act_static())
-    fail(ErrorKind::Unsupported, what + ": static activation scales (FP8_STATIC) are not supported for MoE models "
-                                 "yet (the experts' inputs need one scale each)");
-}
 }  // namespace
-
 
 void QuantizeRun::plan() {
   validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
@@ -81,7 +72,6 @@ void QuantizeRun::plan() {
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
-  if (cfg.is_moe()) check_moe_run(opt_, *model_);
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())

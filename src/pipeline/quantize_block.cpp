@@ -114,7 +114,7 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
     const Tensor& x_in = xq.defined() ? xq : x_fp_;
     if (!xq.defined()) xq = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
     tmp_ = x_in.clone(*ctx_);
-    const ActQdq<float> act = block_act_qdq(tr);  // FP8_STATIC: the activations as the block was tuned
+    const ActQdq<float> act = block_act_qdq(tr, w);  // FP8_STATIC: the activations as the block was tuned
     block_forward_all(*ctx_, collect_lane(), dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp, {},
                       t.format().act_static() ? &act : nullptr);  // per sample
     steps::check_finite(xq, "block " + std::to_string(b) + " (" + prefix + ") quantized output");

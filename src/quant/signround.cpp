@@ -328,8 +328,6 @@ class BlockTuner {
 };
 
 void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer) {
-  if (dims_.is_moe() && fmt.act_static())
-    fail(ErrorKind::Unsupported, "FP8_STATIC activation scales are not supported in mixture-of-experts blocks yet");
   size_t li = 0;
   for (auto& [name, t] : block_linears(w_)) {
     const size_t slot = li++;
@@ -425,6 +423,7 @@ void BlockTuner::build_replica(int r) {
   R.ops = std::make_unique<cpu::CpuOps>(
       cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add, defer ? &R.deferred : nullptr});
   R.ops->keep_fp32 = fmt_.act_static();  // the activation QDQ reads the Linears' fp32 inputs
+  if (fmt_.act_static()) R.act.s.assign(block_linears(*bw).size(), 0.f);  // by linear_slot
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
 }
@@ -485,10 +484,10 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   R.forward += since(tf);
   if (!grad_) return loss / denom_;
   auto tb = Clock::now();
-  float ds[7] = {};
+  std::vector<float> ds(R.act.s.size());  // FP8_STATIC: dL/ds by linear_slot
   if (R.ops->defer) R.deferred.begin_leaf(3 * int64_t(R.wp.eg.size()));
-  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate, ds);  // every entry of dw; no input gradient
-  if (fmt_.act_static()) add_scalars(R, ds, dw, accumulate);
+  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate, ds.data());  // every entry of dw; no input gradient
+  if (fmt_.act_static()) add_scalars(R, ds.data(), dw, accumulate);
   R.backward += since(tb);
   return loss / denom_;
 }
