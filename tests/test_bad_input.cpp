@@ -122,16 +122,6 @@ const std::vector<Case> kCases = {
      kEval, 1,
      "m/model.safetensors: tensor 'model.layers.1.input_layernorm.weight' is stored but config.json says "
      "num_hidden_layers 1"},
-    // ---- A mixture-of-experts model: quantize refuses the outputs it cannot write yet before any work
-    {"QuantizeMoeModelWithStaticActivations",
-     [](const Tree& t) {
-       for (const char* f : {"config.json", "model.safetensors"})
-         fs::copy_file(std::string(AR_SOURCE_DIR) + "/tests/data/moe/qwen3_moe/per_expert/" + f, t.p("m/") + f,
-                       fs::copy_options::overwrite_existing);
-     },
-     kQ + "--scheme FP8_STATIC", 1,
-     "m: Qwen3MoeForCausalLM is a mixture-of-experts model: static activation scales (FP8_STATIC) are not "
-     "supported for MoE models yet"},
     // ---- Model files: a context shorter than the command needs names the model's field
     {"ContextShorterThanEvalWindow", set("max_position_embeddings", 3), kEval, 1,
      "m/config.json: max_position_embeddings 3 is smaller than the 4 tokens eval needs"},

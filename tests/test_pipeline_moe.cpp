@@ -3,7 +3,7 @@
 // extra_config, token counts per expert in the report), a fused-layout checkpoint writes the per-expert
 // output of its per-expert twin, experts that receive no calibration token are counted and keep their
 // initial rounding, the per-expert statistics cover every routed token, deterministic worlds write the
-// serial bytes, and what MoE runs cannot do yet is refused before anything is written.
+// serial bytes (also under --amp), and FP8_STATIC writes every expert's input scale.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -19,6 +19,8 @@
 #include "model/gguf_source.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
+#include "model/linear_specs.h"
+#include "model/dequant_float.h"
 #include "model/moe_names.h"
 #include "model/rope_table.h"
 #include "model/synthetic.h"
@@ -475,35 +477,65 @@ TEST(PipelineMoe, FloatSchemesWriteEveryExpert) {
   fs::remove_all(m);
 }
 
-// What MoE runs cannot do yet is refused before any output exists.
-TEST(PipelineMoe, UnsupportedCombinationsAreRefusedBeforeWriting) {
-  const std::string m = test::temp_path("pmoe_refuse"), q = test::temp_path("pmoe_refuse_q");
-  write_synthetic_model(m, tiny_moe_config("mixtral", 1), 48);
-  struct Case {
-    std::function<void(QuantizeOptions&)> set;
-    const char* says;
+// FP8_STATIC on a MoE model (llm_compressor and auto_round): every expert Linear gets its own input
+// scale from its routed tokens' maximum; experts that no token reaches (2..5 of layer 1) take the largest
+// maximum of the layer's experts at that input, as AutoRound fills them; the scales are read back by the
+// model loader in linear_slot order; with tuning, world 2 writes the serial bytes and the idle experts
+// keep coefficient 1 (no gradient reaches them), so their scale stays the layer's largest.
+TEST(PipelineMoe, Fp8StaticWritesEachExpertsInputScale) {
+  const std::string m = test::temp_path("pmoe_fp8s"), q = test::temp_path("pmoe_fp8s_q");
+  write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 53);
+  make_router_skip_middle_experts(m, 1);
+  auto scales = [&](const std::string& dir) {
+    std::map<std::string, float> r;
+    auto f = SafetensorsFile::open(dir + "/model.safetensors");
+    for (const auto& t : f->header().tensors)
+      if (t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, ".input_scale") == 0) {
+        float v;
+        std::memcpy(&v, f->bytes(t), 4);
+        r[t.name.substr(0, t.name.size() - 12)] = v;
+      }
+    return r;
   };
-  const Case cases[] = {
-      {[](QuantizeOptions& o) {
-         o.fmt = test::fp_format(quant::FpFamily::Fp8, 8, -1);
-         o.fmt.act_bits = 8;
-         o.format = "llm_compressor";
-       },
-       "static activation scales (FP8_STATIC) are not supported for MoE models yet"},
-  };
-  for (const Case& k : cases) {
-    auto o = moe_opts(m, q, 2);
-    o.overwrite = false;
-    k.set(o);
-    try {
-      quantize_model(o);
-      ADD_FAILURE() << k.says << " was not refused";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(k.says), std::string::npos) << e.what();
-    }
-    EXPECT_FALSE(fs::exists(q)) << k.says;
+  auto o = moe_opts(m, q, 0);
+  o.fmt = test::fp_format(quant::FpFamily::Fp8, 8, -1);
+  o.fmt.act_bits = 8;
+  o.format = "llm_compressor,auto_round";
+  o.disable_opt_rtn = true;
+  quantize_model(o);
+  const auto rtn = scales(q + "/llm-compressor");
+  EXPECT_TRUE(rtn == scales(q + "/auto-round"));
+  const std::string l1 = "model.layers.1.mlp.experts.";
+  for (const char* part : {"gate_proj", "down_proj"}) {
+    float top = 0;
+    for (int e : {0, 1, 6, 7}) top = std::max(top, rtn.at(l1 + std::to_string(e) + "." + part));
+    for (int e = 2; e < 6; ++e) EXPECT_EQ(rtn.at(l1 + std::to_string(e) + "." + part), top) << e << " " << part;
+    EXPECT_NE(rtn.at(l1 + "0." + part), rtn.at(l1 + "7." + part)) << part << ": one scale for all experts";
   }
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(rtn.at(l1 + std::to_string(e) + ".gate_proj"), rtn.at(l1 + std::to_string(e) + ".up_proj"));
+  auto model = HfModel::open(q + "/llm-compressor");
+  const ActQdq<float> a = block_input_scales(*model, 1);
+  const auto specs = block_linear_specs(model->config(), 1);
+  ASSERT_EQ(a.s.size(), specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) EXPECT_EQ(a.s[k], rtn.at("model.layers.1." + specs[k].name)) << specs[k].name;
+
+  o.tune.iters = 4;
+  o.format = "llm_compressor";
+  quantize_model(o);
+  const std::string serial = read_text_file(q + "/model.safetensors");
+  const auto tuned = scales(q);
+  for (const char* part : {".gate_proj", ".down_proj"})  // the idle experts' coefficients never move (no gradient)
+    for (int e = 0; e < 8; ++e) {
+      const float idle = tuned.at(l1 + "2" + part), mine = tuned.at(l1 + std::to_string(e) + part);
+      if (e >= 2 && e < 6) EXPECT_EQ(mine, idle) << e << part;
+      EXPECT_LE(mine, idle) << e << part;
+    }
+  o.parallel = parallel::ParallelSetting::parse("2");
+  o.devices = "cpu:0,cpu:1";
+  quantize_model(o);
+  EXPECT_TRUE(read_text_file(q + "/model.safetensors") == serial) << "world 2 differs from serial";
   fs::remove_all(m);
+  fs::remove_all(q);
 }
 
 // The start summary counts experts together and names the routers' rule.

@@ -3,7 +3,9 @@
 // no calibration token reaches keeps its initial (RTN) rounding; worlds 1/2/4 of the in-process lane
 // write the serial run's bits; the same under --amp (bf16 GEMM operands) with quality at fp32's.
 #include "block_fixture.h"
+#include "fp_schemes.h"
 #include "parallel/plan.h"
+#include "quant/qdq_fp.h"
 
 using namespace ar;
 
@@ -169,6 +171,116 @@ TEST(SignRoundMoe, AmpQualityAtParityWithFp32) {
     m16 += f.mse(b) / 4;
   }
   EXPECT_NEAR(m16, m32, 0.08 * m32) << "amp " << m16 << " vs fp32 " << m32 << ", RTN " << mr;
+}
+
+// FP8_STATIC in the MoE block: every expert Linear reads the QDQ of its routed input at its own scale
+// (the input maxima over the routed rows; expert 3 receives no token and takes the largest of the
+// others', as the pipeline and AutoRound fill it). The tuned block beats RTN with the activations
+// quantized at coefficient 1, and worlds 2 and 4 write the serial weights and input scales.
+struct MoeFp8Static {
+  MoeFixture& f;
+  std::map<std::string, float> amax;  // Linear name -> its input's maximum |x|
+  explicit MoeFp8Static(MoeFixture& fx) : f(fx) {
+    cpu::CpuOps ops{f.ctx};
+    ops.keep_fp32 = true;
+    BlockRunner<cpu::CpuOps> r(ops, f.dims);
+    BlockRunner<cpu::CpuOps>::Cache c;
+    Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
+    r.forward(f.w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c);
+    auto mx = [](const float* p, int64_t n) {
+      float m = 0;
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(p[i]));
+      return m;
+    };
+    const int64_t N = f.n * f.T;
+    for (const char* q : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) amax[q] = mx(c.h1o.x, N * 64);
+    amax["self_attn.o_proj"] = mx(c.oo.x, N * 64);
+    float top_in = 0, top_down = 0;
+    for (int e = 0; e < 4; ++e) {
+      const auto& x = c.moe.ex[size_t(e)];
+      top_in = std::max(top_in, mx(x.xo.x, x.rows() * 64));
+      top_down = std::max(top_down, mx(x.ao.x, x.rows() * 32));
+    }
+    for (int e = 0; e < 4; ++e) {
+      const auto& x = c.moe.ex[size_t(e)];
+      const std::string p = "mlp.experts." + std::to_string(e) + ".";
+      amax[p + "gate_proj"] = amax[p + "up_proj"] = x.rows() ? mx(x.xo.x, x.rows() * 64) : top_in;
+      amax[p + "down_proj"] = x.rows() ? mx(x.ao.x, x.rows() * 32) : top_down;
+    }
+    EXPECT_EQ(c.moe.ex[3].rows(), 0);
+  }
+  static quant::QuantFormat format() {
+    quant::QuantFormat q = test::fp_format(quant::FpFamily::Fp8, 8, -1);
+    q.act_bits = 8;
+    return q;
+  }
+  quant::BlockTuneResult tune(BlockWeights& bw, int iters, const quant::TuneLane& lane = {}) {
+    quant::SignRoundOptions o;
+    o.iters = iters;
+    o.seed = 42;
+    o.lr = 0.05;
+    o.fix_params = [this](Context&, quant::TunedLinear& L) { L.act_max = amax.at(L.name); };
+    return quant::signround_tune_block(f.ctx, f.dims, bw, format(), f.aux(f.n), f.x, f.y, f.mask, o, lane);
+  }
+  // The block MSE with each Linear's input through its activation QDQ at the result's scales.
+  double mse(const BlockWeights& bw, const quant::BlockTuneResult& r) {
+    ActQdq<float> act;
+    const auto slots = quant::block_linears(bw);
+    act.s.assign(slots.size(), 0.f);
+    for (const auto& L : r.layers)
+      for (size_t k = 0; k < slots.size(); ++k)
+        if (slots[k].first == L.name) act.s[k] = L.input_scale;
+    cpu::CpuOps ops{f.ctx};
+    ops.keep_fp32 = true;
+    BlockRunner<cpu::CpuOps> run(ops, f.dims);
+    BlockRunner<cpu::CpuOps>::Cache c;
+    Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
+    run.forward(bw.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c, nullptr, &act);
+    double s = 0;
+    for (int64_t i = 0; i < f.n * f.T * 64; ++i) {
+      if (!f.mask[size_t(i / 64)]) continue;
+      const double d = double(out.f32()[i]) - double(f.y.f32()[i]);
+      s += d * d;
+    }
+    return s;
+  }
+};
+
+TEST(SignRoundMoe, Fp8StaticTunesEveryExpertsActivationScale) {
+  MoeFixture f;
+  MoeFp8Static st(f);
+  BlockWeights rtn = f.copy(), tuned = f.copy();
+  const auto r0 = st.tune(rtn, 0);
+  const auto r = st.tune(tuned, 40);
+  ASSERT_EQ(r.layers.size(), 4u + 3 * 4);
+  for (const auto& L : r.layers) {
+    EXPECT_GT(L.input_scale, 0.f) << L.name;
+    EXPECT_LE(L.input_scale, quant::fp8_static_input_scale(st.amax.at(L.name)) * (1 + 1e-6f)) << L.name;
+  }
+  EXPECT_EQ(r0.layers[13].input_scale, quant::fp8_static_input_scale(st.amax.at("mlp.experts.3.gate_proj")));
+  const double m_rtn = st.mse(rtn, r0), m_tuned = st.mse(tuned, r);
+  EXPECT_LT(m_tuned, 0.9 * m_rtn) << "tuned " << m_tuned << " vs RTN " << m_rtn;
+  int moved = 0;
+  for (const auto& L : r.layers) moved += L.act_coef != 1.f;
+  EXPECT_GT(moved, 0) << "no activation coefficient was tuned";
+}
+
+TEST(SignRoundMoe, Fp8StaticWorldsWriteTheSerialWeightsAndScales) {
+  MoeFixture f;
+  MoeFp8Static st(f);
+  auto group = parallel::ReplicaGroup(parallel::cpu_device_slots(parallel::CpuTopology::detect(),
+                                                                  {{DeviceKind::CPU, 0}, {DeviceKind::CPU, 1},
+                                                                   {DeviceKind::CPU, 2}, {DeviceKind::CPU, 3}}));
+  BlockWeights s = f.copy();
+  const auto rs = st.tune(s, 10);
+  for (int W : {2, 4}) {
+    BlockWeights a = f.copy();
+    const auto r = st.tune(a, 10, {&group, W, {}});
+    EXPECT_EQ(r.loss_best, rs.loss_best) << W;
+    EXPECT_TRUE(weights_of(a) == weights_of(s)) << "world " << W;
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      EXPECT_EQ(r.layers[l].input_scale, rs.layers[l].input_scale) << r.layers[l].name << " world " << W;
+  }
 }
 
 }  // namespace
