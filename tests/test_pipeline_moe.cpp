@@ -527,7 +527,9 @@ TEST(PipelineMoe, Fp8StaticWritesEachExpertsInputScale) {
   for (const char* part : {".gate_proj", ".down_proj"})  // the idle experts' coefficients never move (no gradient)
     for (int e = 0; e < 8; ++e) {
       const float idle = tuned.at(l1 + "2" + part), mine = tuned.at(l1 + std::to_string(e) + part);
-      if (e >= 2 && e < 6) EXPECT_EQ(mine, idle) << e << part;
+      if (e >= 2 && e < 6) {
+        EXPECT_EQ(mine, idle) << e << part;
+      }
       EXPECT_LE(mine, idle) << e << part;
     }
   o.parallel = parallel::ParallelSetting::parse("2");
@@ -555,4 +557,38 @@ TEST(PipelineMoe, SummaryGroupsTheExperts) {
             std::string::npos)
       << all;
   EXPECT_NE(all.find("mixture of experts: 8 experts, top-2; routers kept in 16 bit"), std::string::npos) << all;
+}
+
+// The start summary's peak memory prices a MoE block's tuning tree as the tuner runs it: deterministic
+// batches defer the experts' gradients (deeper levels without them, plus the held leaf operands, fewer
+// under amp's bf16 copies), FP8_STATIC runs the ordinary tree (every level holds the experts).
+TEST(PipelineMoe, SummaryPricesTheExpertTreeAsTheTunerRunsIt) {
+  nlohmann::json j = tiny_moe_config("qwen3_moe");
+  j["hidden_size"] = 1024;
+  j["moe_intermediate_size"] = 512;
+  j["num_experts"] = 64;
+  j["intermediate_size"] = 1024;
+  const ModelConfig c = parse_model_config(j, "config.json");
+  auto block_mib = [&](const QuantizeOptions& o) {
+    std::string all;
+    for (const auto& line : run_summary(c, o, 8, 256, false)) all += line + "\n";
+    const size_t at = all.find("one block ");
+    EXPECT_NE(at, std::string::npos) << all;
+    return at == std::string::npos ? 0.0 : std::stod(all.substr(at + 10));
+  };
+  QuantizeOptions o;
+  o.fmt = {4, 128, true};
+  o.tune.batch_size = 8;
+  const double deferred = block_mib(o);
+  QuantizeOptions amp = o;
+  amp.tune.amp = true;
+  QuantizeOptions micro = o;
+  micro.tune.deterministic = false;
+  QuantizeOptions st = o;
+  st.fmt = test::fp_format(quant::FpFamily::Fp8, 8, -1);
+  st.fmt.act_bits = 8;
+  const double experts = 64.0 * 3 * 1024 * 512 * 4 / 1048576;  // fp32 MiB of one layer's experts
+  EXPECT_GT(deferred, block_mib(micro)) << "held leaf operands";
+  EXPECT_NE(block_mib(amp), deferred) << "amp holds other operand sizes";
+  EXPECT_GT(block_mib(st), deferred + experts) << "FP8_STATIC's deeper levels hold the experts";
 }

@@ -178,7 +178,8 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   for (int64_t l = 0; l < L; ++l) {
     const BlockDims d = cfg.block_dims(l);
     const double all = double(block_params(cfg, l)) * 4;
-    const double experts = d.is_moe() ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
+    const bool defer = d.is_moe() && !opt.fmt.act_static();  // FP8_STATIC: the ordinary tree (signround.cpp)
+    const double experts = defer ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
     double need = all * (opt.tune.iters > 0 ? 5 : 2);
     if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
     if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0) {
