@@ -12,6 +12,13 @@ inline quant::QuantFormat fp_format(quant::FpFamily fam, int bits, int64_t group
   return f;
 }
 
+// FP8_STATIC: FP8 weights per channel, static E4M3 activation scales (W8A8).
+inline quant::QuantFormat fp8_static_format() {
+  quant::QuantFormat f = fp_format(quant::FpFamily::Fp8, 8, -1);
+  f.act_bits = 8;
+  return f;
+}
+
 struct FpScheme {
   const char* name;
   quant::QuantFormat fmt;

@@ -81,6 +81,20 @@ struct MoeCase {
     for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
   }
   BlockAux<double> aux() const { return {B, T, pos.data(), cs.data(), sn.data(), nullptr}; }
+  // Every input rounded to fp32 (so the fp32 block and the double one see identical data); the fp32 copies.
+  struct Fp32 {
+    Named<float> w;
+    std::vector<float> x, R, cs, sn;
+  };
+  Fp32 round_to_fp32() {
+    Fp32 f;
+    for (auto& [k, v] : w) { f.w[k] = cast<float>(v); v = cast<double>(f.w[k]); }
+    for (auto [d, h] : {std::pair{&x, &f.x}, {&R, &f.R}, {&cs, &f.cs}, {&sn, &f.sn}}) {
+      *h = cast<float>(*d);
+      *d = cast<double>(*h);
+    }
+    return f;
+  }
 };
 
 class MoeBlockTest : public ::testing::TestWithParam<Variant> {};
@@ -113,10 +127,7 @@ TEST_P(MoeBlockTest, ReferenceBackwardMatchesFiniteDifferences) {
 TEST_P(MoeBlockTest, CpuBlockMatchesReference) {
   MoeCase s(GetParam());
   const int64_t E = s.d.moe.E;
-  Named<float> wf;
-  for (auto& [k, w] : s.w) { wf[k] = cast<float>(w); w = cast<double>(wf[k]); }
-  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
-  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
+  auto [wf, xf, Rf, csf, snf] = s.round_to_fp32();
 
   ref::RefOps<double> rops;
   BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
@@ -268,10 +279,7 @@ TEST_P(MoeBlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
 TEST_P(MoeBlockTest, CpuBlockWithActivationQdqMatchesReference) {
   MoeCase s(GetParam());
   const int64_t E = s.d.moe.E;
-  Named<float> wf;
-  for (auto& [k, w] : s.w) { wf[k] = cast<float>(w); w = cast<double>(wf[k]); }
-  auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
-  s.x = cast<double>(xf); s.R = cast<double>(Rf); s.cs = cast<double>(csf); s.sn = cast<double>(snf);
+  auto [wf, xf, Rf, csf, snf] = s.round_to_fp32();
   MoeSurrogateOps probe_ops;
   BlockRunner<MoeSurrogateOps> probe(probe_ops, s.d);
   ActQdq<double> act = moe_clipping_scales(s, probe_ops, probe);

@@ -34,17 +34,11 @@ namespace {
 
 const std::string kData = std::string(AR_SOURCE_DIR) + "/tests/data/fp8_static/";
 
-QuantFormat fp8_static() {
-  QuantFormat f = fp_format(FpFamily::Fp8, 8, -1);
-  f.act_bits = 8;
-  return f;
-}
-
 QuantizeOptions static_opts(const std::string& model, const std::string& out, const std::string& format, int iters) {
   QuantizeOptions o;
   o.model_dir = model;
   o.output_dir = out;
-  o.fmt = fp8_static();
+  o.fmt = test::fp8_static_format();
   o.format = format;
   o.tune.iters = iters;
   o.disable_opt_rtn = true;

@@ -498,8 +498,7 @@ TEST(PipelineMoe, Fp8StaticWritesEachExpertsInputScale) {
     return r;
   };
   auto o = moe_opts(m, q, 0);
-  o.fmt = test::fp_format(quant::FpFamily::Fp8, 8, -1);
-  o.fmt.act_bits = 8;
+  o.fmt = test::fp8_static_format();
   o.format = "llm_compressor,auto_round";
   o.disable_opt_rtn = true;
   quantize_model(o);
@@ -585,8 +584,7 @@ TEST(PipelineMoe, SummaryPricesTheExpertTreeAsTheTunerRunsIt) {
   QuantizeOptions micro = o;
   micro.tune.deterministic = false;
   QuantizeOptions st = o;
-  st.fmt = test::fp_format(quant::FpFamily::Fp8, 8, -1);
-  st.fmt.act_bits = 8;
+  st.fmt = test::fp8_static_format();
   const double experts = 64.0 * 3 * 1024 * 512 * 4 / 1048576;  // fp32 MiB of one layer's experts
   EXPECT_GT(deferred, block_mib(micro)) << "held leaf operands";
   EXPECT_NE(block_mib(amp), deferred) << "amp holds other operand sizes";

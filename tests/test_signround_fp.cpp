@@ -42,13 +42,6 @@ std::vector<float> reference_qdq(const QuantFormat& fmt, const Tensor& W, const 
   return out;
 }
 
-// FP8_STATIC (per-channel FP8 weights, static E4M3 activations).
-QuantFormat fp8_static() {
-  QuantFormat f = test::fp_format(FpFamily::Fp8, 8, -1);
-  f.act_bits = 8;
-  return f;
-}
-
 // The maxima |x| of the four Linear inputs (q/k/v, o, gate/up, down) of the FP block over the pool.
 std::array<float, 4> input_maxima(Fixture& f) {
   cpu::CpuOps ops{f.ctx};
@@ -111,7 +104,7 @@ TEST(SignRoundFp8Static, TheTuningForwardQuantizesTheActivations) {
   SignRoundOptions o = with_act_max(m);
   o.batch_size = int(f.n);
   BlockWeights a = f.copy(), rtn = f.copy();
-  const BlockTuneResult r = f.tune(a, fp8_static(), 2, 42, o);
+  const BlockTuneResult r = f.tune(a, test::fp8_static_format(), 2, 42, o);
   f.tune(rtn, test::fp_format(FpFamily::Fp8, 8, -1), 0);
   ActQdq<float> at1;
   at1.s.resize(7);
@@ -131,7 +124,7 @@ TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
   o.batch_size = int(f.n);
   o.lr = 0.05;
   BlockWeights a = f.copy();
-  const BlockTuneResult r = f.tune(a, fp8_static(), 30, 3, o);
+  const BlockTuneResult r = f.tune(a, test::fp8_static_format(), 30, 3, o);
   ASSERT_EQ(r.layers.size(), 7u);
   int moved = 0;
   for (const TunedLinear& L : r.layers) {
@@ -146,7 +139,7 @@ TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
   // --disable_minmax_tuning keeps them at 1 (AutoRound's act_max_scale sits in the min/max group).
   BlockWeights b = f.copy();
   o.enable_minmax_tuning = false;
-  for (const TunedLinear& L : f.tune(b, fp8_static(), 5, 3, o).layers) EXPECT_EQ(L.act_coef, 1.f) << L.name;
+  for (const TunedLinear& L : f.tune(b, test::fp8_static_format(), 5, 3, o).layers) EXPECT_EQ(L.act_coef, 1.f) << L.name;
 }
 
 TEST(SignRoundFp8Static, DeterministicWorldsWriteIdenticalWeightsAndScales) {
@@ -158,10 +151,10 @@ TEST(SignRoundFp8Static, DeterministicWorldsWriteIdenticalWeightsAndScales) {
   SignRoundOptions o = with_act_max(m);
   o.lr = 0.05;
   BlockWeights serial = f.copy();
-  const BlockTuneResult rs = f.tune(serial, fp8_static(), 10, 42, o);
+  const BlockTuneResult rs = f.tune(serial, test::fp8_static_format(), 10, 42, o);
   for (int W : {2, 4}) {
     BlockWeights a = f.copy();
-    const BlockTuneResult r = f.tune(a, fp8_static(), 10, 42, o, {&group, W, {}});
+    const BlockTuneResult r = f.tune(a, test::fp8_static_format(), 10, 42, o, {&group, W, {}});
     EXPECT_EQ(r.loss_best, rs.loss_best) << "world " << W;
     EXPECT_TRUE(weights_of(a) == weights_of(serial)) << "world " << W;
     for (size_t l = 0; l < r.layers.size(); ++l)
@@ -285,9 +278,9 @@ TEST(SignRoundFp8Static, LinearTuningQuantizesItsInput) {
   o.batch_size = int(n);
   o.lr = 0.05;
   Tensor rtn = w0.clone(ctx), w = w0.clone(ctx);
-  signround_tune_linear(ctx, "lm_head", rtn, fp8_static(), x_in, x_fp, T, mask, [] { SignRoundOptions z; z.iters = 0; return z; }(), amax);
+  signround_tune_linear(ctx, "lm_head", rtn, test::fp8_static_format(), x_in, x_fp, T, mask, [] { SignRoundOptions z; z.iters = 0; return z; }(), amax);
   o.iters = 20;
-  const BlockTuneResult r = signround_tune_linear(ctx, "lm_head", w, fp8_static(), x_in, x_fp, T, mask, o, amax);
+  const BlockTuneResult r = signround_tune_linear(ctx, "lm_head", w, test::fp8_static_format(), x_in, x_fp, T, mask, o, amax);
   // The loss at iteration 0, composed here.
   const float s = fp8_static_input_scale(amax);
   std::vector<float> xq(size_t(x_in.numel()));

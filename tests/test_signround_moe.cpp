@@ -209,18 +209,13 @@ struct MoeFp8Static {
     }
     EXPECT_EQ(c.moe.ex[3].rows(), 0);
   }
-  static quant::QuantFormat format() {
-    quant::QuantFormat q = test::fp_format(quant::FpFamily::Fp8, 8, -1);
-    q.act_bits = 8;
-    return q;
-  }
   quant::BlockTuneResult tune(BlockWeights& bw, int iters, const quant::TuneLane& lane = {}) {
     quant::SignRoundOptions o;
     o.iters = iters;
     o.seed = 42;
     o.lr = 0.05;
     o.fix_params = [this](Context&, quant::TunedLinear& L) { L.act_max = amax.at(L.name); };
-    return quant::signround_tune_block(f.ctx, f.dims, bw, format(), f.aux(f.n), f.x, f.y, f.mask, o, lane);
+    return quant::signround_tune_block(f.ctx, f.dims, bw, test::fp8_static_format(), f.aux(f.n), f.x, f.y, f.mask, o, lane);
   }
   // The block MSE with each Linear's input through its activation QDQ at the result's scales.
   double mse(const BlockWeights& bw, const quant::BlockTuneResult& r) {
