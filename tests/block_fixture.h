@@ -83,4 +83,17 @@ struct Fixture {
     return quant::signround_tune_block(ctx, dims, bw, f, aux(n), x, y, mask, o, lane);
   }
 };
+
+// The FP block's forward over a fixture's whole pool with every Linear's fp32 input kept in the cache
+// (FP8_STATIC's input maxima read them). F: Fixture or another with ctx, dims, w, n, T, x and aux(B).
+template <class F>
+BlockRunner<cpu::CpuOps>::Cache fp_linear_inputs(F& f) {
+  cpu::CpuOps ops{f.ctx};
+  ops.keep_fp32 = true;
+  BlockRunner<cpu::CpuOps> r(ops, f.dims);
+  BlockRunner<cpu::CpuOps>::Cache c;
+  Tensor out = Tensor::empty({f.n, f.T, f.dims.C}, DType::F32, f.ctx);
+  r.forward(f.w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c);
+  return c;
+}
 }  // namespace ar::test

@@ -89,9 +89,9 @@ struct MoeCase {
   Fp32 round_to_fp32() {
     Fp32 f;
     for (auto& [k, v] : w) { f.w[k] = cast<float>(v); v = cast<double>(f.w[k]); }
-    for (auto [d, h] : {std::pair{&x, &f.x}, {&R, &f.R}, {&cs, &f.cs}, {&sn, &f.sn}}) {
-      *h = cast<float>(*d);
-      *d = cast<double>(*h);
+    for (auto [dbl, flt] : {std::pair{&x, &f.x}, {&R, &f.R}, {&cs, &f.cs}, {&sn, &f.sn}}) {
+      *flt = cast<float>(*dbl);
+      *dbl = cast<double>(*flt);
     }
     return f;
   }

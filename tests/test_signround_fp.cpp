@@ -44,12 +44,7 @@ std::vector<float> reference_qdq(const QuantFormat& fmt, const Tensor& W, const 
 
 // The maxima |x| of the four Linear inputs (q/k/v, o, gate/up, down) of the FP block over the pool.
 std::array<float, 4> input_maxima(Fixture& f) {
-  cpu::CpuOps ops{f.ctx};
-  ops.keep_fp32 = true;
-  BlockRunner<cpu::CpuOps> r(ops, f.dims);
-  BlockRunner<cpu::CpuOps>::Cache c;
-  Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
-  r.forward(f.w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c);
+  const auto c = test::fp_linear_inputs(f);
   const float* in[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};
   const int64_t width[] = {64, 64, 64, 128};
   std::array<float, 4> m{};

@@ -181,12 +181,7 @@ struct MoeFp8Static {
   MoeFixture& f;
   std::map<std::string, float> amax;  // Linear name -> its input's maximum |x|
   explicit MoeFp8Static(MoeFixture& fx) : f(fx) {
-    cpu::CpuOps ops{f.ctx};
-    ops.keep_fp32 = true;
-    BlockRunner<cpu::CpuOps> r(ops, f.dims);
-    BlockRunner<cpu::CpuOps>::Cache c;
-    Tensor out = Tensor::empty({f.n, f.T, 64}, DType::F32, f.ctx);
-    r.forward(f.w.ptrs(), f.aux(f.n), f.x.f32(), out.f32(), c);
+    const auto c = test::fp_linear_inputs(f);
     auto mx = [](const float* p, int64_t n) {
       float m = 0;
       for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(p[i]));
