@@ -84,8 +84,7 @@ double mse_with_act(Fixture& f, const BlockWeights& w, const ActQdq<float>& act)
 
 ActQdq<float> act_of(const BlockTuneResult& r) {
   ActQdq<float> a;
-  a.s.resize(r.layers.size());
-  for (size_t l = 0; l < r.layers.size(); ++l) a.s[l] = r.layers[l].input_scale;  // all seven, in slot order
+  for (const TunedLinear& L : r.layers) a.s.push_back(L.input_scale);  // all seven, in slot order
   return a;
 }
 
