@@ -315,10 +315,11 @@ TEST_P(MoeBlockTest, CpuBlockWithActivationQdqMatchesReference) {
     if (std::all_of(w.begin(), w.end(), [](double v) { return v == 0; })) continue;
     EXPECT_LT(rel_err(gf[k].data(), w.data(), w.size()), 1e-5) << "d" << k;
   }
-  for (size_t k = 0; k < ds.size(); ++k) {
-    if (act.s[k] == 0 || ds[k] == 0) continue;  // an expert without rows
-    EXPECT_NEAR(dsf[k], ds[k], 1e-4 * std::abs(ds[k]) + 1e-9) << "dscale[" << k << "]";
-  }
+  // dL/ds sums dq (e4m3(u) - u) over a Linear's inputs: where the fp32 and double inputs round to
+  // different E4M3 values (GEMM kernels differ in summation order), one slot moves by up to 1.5e-4 of
+  // itself (measured over OpenBLAS's Nehalem/Haswell/SkylakeX kernels); all slots together by < 6e-7.
+  EXPECT_LT(rel_err(dsf.data(), ds.data(), ds.size()), 1e-5) << "dscale";
+  for (size_t k = 0; k < ds.size(); ++k) EXPECT_NEAR(dsf[k], ds[k], 1e-3 * std::abs(ds[k])) << "dscale[" << k << "]";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MoeBlockTest,

@@ -204,12 +204,17 @@ struct MoeFp8Static {
     }
     EXPECT_EQ(c.moe.ex[3].rows(), 0);
   }
-  quant::BlockTuneResult tune(BlockWeights& bw, int iters, const quant::TuneLane& lane = {}) {
+  // coef: every Linear's starting coefficient (1 as AutoRound starts; below 1 the sign step can move it
+  // either way, whichever sign dL/ds takes)
+  quant::BlockTuneResult tune(BlockWeights& bw, int iters, const quant::TuneLane& lane = {}, float coef = 1.f) {
     quant::SignRoundOptions o;
     o.iters = iters;
     o.seed = 42;
     o.lr = 0.05;
-    o.fix_params = [this](Context&, quant::TunedLinear& L) { L.act_max = amax.at(L.name); };
+    o.fix_params = [this, coef](Context&, quant::TunedLinear& L) {
+      L.act_max = amax.at(L.name);
+      L.act_coef = coef;
+    };
     return quant::signround_tune_block(f.ctx, f.dims, bw, test::fp8_static_format(), f.aux(f.n), f.x, f.y, f.mask, o, lane);
   }
   // The block MSE with each Linear's input through its activation QDQ at the result's scales.
@@ -240,19 +245,28 @@ TEST(SignRoundMoe, Fp8StaticTunesEveryExpertsActivationScale) {
   MoeFixture f;
   MoeFp8Static st(f);
   BlockWeights rtn = f.copy(), tuned = f.copy();
-  const auto r0 = st.tune(rtn, 0);
-  const auto r = st.tune(tuned, 40);
+  const auto r0 = st.tune(rtn, 0, {}, 0.5f);
+  const auto r = st.tune(tuned, 40, {}, 0.5f);
   ASSERT_EQ(r.layers.size(), 4u + 3 * 4);
+  ASSERT_GT(r.best_iter, 0);
   for (const auto& L : r.layers) {
     EXPECT_GT(L.input_scale, 0.f) << L.name;
-    EXPECT_LE(L.input_scale, quant::fp8_static_input_scale(st.amax.at(L.name)) * (1 + 1e-6f)) << L.name;
+    EXPECT_EQ(L.input_scale, quant::fp8_static_input_scale(st.amax.at(L.name) * L.act_coef)) << L.name;
   }
-  EXPECT_EQ(r0.layers[13].input_scale, quant::fp8_static_input_scale(st.amax.at("mlp.experts.3.gate_proj")));
+  EXPECT_EQ(r0.layers[13].input_scale, quant::fp8_static_input_scale(st.amax.at("mlp.experts.3.gate_proj") * 0.5f));
   const double m_rtn = st.mse(rtn, r0), m_tuned = st.mse(tuned, r);
   EXPECT_LT(m_tuned, 0.9 * m_rtn) << "tuned " << m_tuned << " vs RTN " << m_rtn;
-  int moved = 0;
-  for (const auto& L : r.layers) moved += L.act_coef != 1.f;
-  EXPECT_GT(moved, 0) << "no activation coefficient was tuned";
+  // The routed experts' coefficients move from 0.5 (dL/ds reaches each expert's slot); the idle
+  // expert's stay (no token, no gradient).
+  for (int e = 0; e < 4; ++e) {
+    int moved = 0;
+    for (int j = 0; j < 3; ++j) moved += r.layers[size_t(4 + 3 * e + j)].act_coef != 0.5f;
+    if (e == 3) {
+      EXPECT_EQ(moved, 0) << "the idle expert's coefficients moved";
+    } else {
+      EXPECT_GT(moved, 0) << "expert " << e << "'s coefficients were not tuned";
+    }
+  }
 }
 
 TEST(SignRoundMoe, Fp8StaticWorldsWriteTheSerialWeightsAndScales) {
