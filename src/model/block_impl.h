@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/ref/attention_ref.h"
+#include "model/act_qdq_linear.h"
 #include "model/block_dims.h"
 #include "model/moe_ffn.h"
 
@@ -174,23 +175,16 @@ class BlockRunner {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
-  bool quantized(const Cache& c, int slot) const { return c.act && c.act->at(size_t(slot)) != T(0); }
+  T scale(const Cache& c, int slot) const { return c.act ? c.act->at(size_t(slot)) : T(0); }
   // The operand Linear `slot` reads: x, or its activation QDQ (kept in the cache for backward).
   const typename Ops::Operand& input(Cache& c, int slot, const typename Ops::Operand& x, int64_t n) {
-    if (!quantized(c, slot)) return x;
-    c.xq[slot] = ops_.act_qdq_operand(x, c.act->at(size_t(slot)), n);
-    return c.xq[slot];
+    return act_qdq_input(ops_, scale(c, slot), x, c.xq[slot], n);
   }
-  // A Linear's backward from its output gradient dy; x is the input before any activation QDQ. With
-  // QDQ, dW comes from the operand it read, and the input gradient (taken even with dx null, for
-  // dL/ds) goes back through the QDQ.
+  // A Linear's backward from its output gradient dy; x is the input before any activation QDQ.
   void linear_bwd(Cache& c, int slot, const typename Ops::Operand& dy, const typename Ops::Operand& x, const T* W,
                   T* dx, bool acc_dx, T* dW, bool acc_dW, T* db, int64_t n, int64_t in, int64_t out, T* dscale) {
-    if (!quantized(c, slot)) return ops_.linear_bwd(dy, x, W, dx, acc_dx, dW, acc_dW, db, n, in, out);
-    Buf dxq = ops_.alloc(n * in);
-    ops_.linear_bwd(dy, c.xq[slot], W, p(dxq), false, dW, acc_dW, db, n, in, out);
-    const T ds = ops_.act_qdq_bwd(x.x, c.act->at(size_t(slot)), p(dxq), dx, acc_dx, n, in);
-    if (dscale) dscale[slot] += ds;
+    act_qdq_linear_bwd(ops_, scale(c, slot), size_t(slot), dy, x, c.xq[slot], W, dx, acc_dx, dW, acc_dW, db, n, in,
+                       out, dscale);
   }
   ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }
 

@@ -1,7 +1,5 @@
 #include "model/dequant_float.h"
 
-#include "model/linear_specs.h"
-
 #include <cmath>
 #include <initializer_list>
 #include <vector>

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/act_qdq_linear.h"
 #include "model/block_dims.h"
 
 namespace ar {
@@ -243,24 +244,16 @@ class MoeFfn {
     }
   }
 
-  // Linear `slot`'s input: x, or under FP8_STATIC its activation QDQ, kept in q for backward.
+  // The activation QDQ scale of Linear `slot` (FP8_STATIC; 0: none).
+  static T scale(const ActQdq<T>* act, size_t slot) { return act ? act->at(slot) : T(0); }
   static const Operand& input(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& x, Operand& q, int64_t n) {
-    const T s = act ? act->at(slot) : T(0);
-    if (s == T(0)) return x;
-    q = o.act_qdq_operand(x, s, n);
-    return q;
+    return act_qdq_input(o, scale(act, slot), x, q, n);
   }
-  // Linear `slot`'s backward from dy; x the input before its activation QDQ q. With the QDQ, dW comes from
-  // the operand it read and the input gradient goes back through the QDQ, dL/ds into dscale[slot].
-  void linear_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy, const Operand& x, const Operand& q,
-                  const T* W, T* dx, bool acc_dx, T* dW, bool acc, int64_t n, int64_t in, int64_t out,
-                  T* dscale) const {
-    const T s = act ? act->at(slot) : T(0);
-    if (s == T(0)) return o.linear_bwd(dy, x, W, dx, acc_dx, dW, acc, nullptr, n, in, out);
-    Buf dxq = o.alloc(n * in);
-    o.linear_bwd(dy, q, W, p(dxq), false, dW, acc, nullptr, n, in, out);
-    const T ds = o.act_qdq_bwd(x.x, s, p(dxq), dx, acc_dx, n, in);
-    if (dscale) dscale[slot] += ds;
+  static void linear_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy, const Operand& x,
+                         const Operand& q, const T* W, T* dx, bool acc_dx, T* dW, bool acc, int64_t n, int64_t in,
+                         int64_t out, T* dscale) {
+    act_qdq_linear_bwd(o, scale(act, slot), slot, dy, x, q, W, dx, acc_dx, dW, acc, static_cast<T*>(nullptr), n, in,
+                       out, dscale);
   }
 
   // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u, the product operand a and the QDQ
