@@ -93,6 +93,59 @@ TEST(Allocator, FullCacheEvictsTheOldestBlocks) {
   EXPECT_EQ(a.cached(), 4096u + 6144u);
 }
 
+// The bookkeeping a GPU's allocator runs on (kernels/cuda/device.h), over a counting fake backing: blocks
+// come from the backing only on a cache miss, go back to it on eviction, trim and destruction, and a
+// refused request names the memory and the size and leaves nothing counted in use.
+TEST(Allocator, RunsOverAnyBackingAndReturnsEveryBlockToIt) {
+  struct Counts {
+    int allocs = 0, releases = 0;
+    std::set<void*> live;
+  };
+  auto counts = std::make_shared<Counts>();
+  MemoryBacking fake;
+  fake.name = "fake device";
+  fake.alloc = [counts](size_t n) -> void* {
+    if (n > (size_t(1) << 20)) return nullptr;  // "device full"
+    ++counts->allocs;
+    void* p = std::malloc(n);
+    counts->live.insert(p);
+    return p;
+  };
+  fake.release = [counts](void* p) {
+    ++counts->releases;
+    EXPECT_EQ(counts->live.erase(p), 1u) << "released a block the backing never gave";
+    std::free(p);
+  };
+  {
+    Allocator a(8192, fake);
+    void* first = nullptr;
+    {
+      auto A = a.allocate(4000);  // rounds to 4032
+      first = A.get();
+      EXPECT_EQ(a.in_use(), 4032u);
+    }
+    EXPECT_EQ(counts->allocs, 1);
+    EXPECT_EQ(a.allocate(4032).get(), first);  // a cache hit: the backing is not asked again
+    EXPECT_EQ(counts->allocs, 1);
+    a.allocate(6000).reset();  // caching it evicts the 4032-byte block: back to the backing
+    EXPECT_EQ(counts->releases, 1);
+    try {
+      (void)a.allocate(size_t(2) << 20);
+      ADD_FAILURE() << "a refused block was handed out";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "out of fake device memory allocating 2097152 bytes");
+    }
+    EXPECT_EQ(a.in_use(), 0u);
+    EXPECT_EQ(a.peak(), 6016u);
+    auto held = a.allocate(100);
+    a.trim();
+    EXPECT_EQ(a.cached(), 0u);
+    EXPECT_EQ(counts->live.size(), 1u);  // only the held block
+  }
+  EXPECT_TRUE(counts->live.empty());  // the held block came back when its owner and the allocator went
+  EXPECT_EQ(counts->allocs, counts->releases);
+}
+
 TEST(Tensor, ConvertsBetweenDtypes) {
   Context ctx(Device{}, 1);
   Tensor a = Tensor::empty({3}, DType::F32, ctx);

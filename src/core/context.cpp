@@ -41,14 +41,19 @@ Device Device::parse(const std::string& s) {
 // Cached blocks by size (for reuse) and by age (for eviction): when a freed block would push the
 // cache past its limit, the least recently cached blocks are freed first, so buffers of a finished
 // phase (other sizes) make room for the current phase's instead of keeping it from being cached.
+MemoryBacking host_memory() {
+  return {"host", [](size_t n) { return std::aligned_alloc(64, n); }, [](void* p) { std::free(p); }};
+}
+
 struct Allocator::Pool {
+  MemoryBacking backing;
   std::mutex mu;
   std::multimap<size_t, std::pair<uint64_t, void*>> free_blocks;  // size -> (age stamp, block)
   std::map<uint64_t, size_t> by_age;                               // age stamp -> size
   uint64_t clock = 0;
   size_t cache_limit = 0, cached = 0, in_use = 0, peak = 0;
   ~Pool() {
-    for (auto& [n, b] : free_blocks) std::free(b.second);
+    for (auto& [n, b] : free_blocks) backing.release(b.second);
   }
   // Frees the oldest cached block (the caller holds mu).
   void evict_oldest() {
@@ -56,7 +61,7 @@ struct Allocator::Pool {
     auto range = free_blocks.equal_range(size);
     for (auto it = range.first; it != range.second; ++it)
       if (it->second.first == stamp) {
-        std::free(it->second.second);
+        backing.release(it->second.second);
         free_blocks.erase(it);
         break;
       }
@@ -65,11 +70,18 @@ struct Allocator::Pool {
   }
 };
 
-Allocator::Allocator(size_t cache_limit) : pool_(std::make_shared<Pool>()) { pool_->cache_limit = cache_limit; }
+Allocator::Allocator(size_t cache_limit, MemoryBacking backing) : pool_(std::make_shared<Pool>()) {
+  pool_->backing = std::move(backing);
+  pool_->cache_limit = cache_limit;
+}
 
 std::shared_ptr<void> Allocator::allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = nullptr;
+  const auto count_in_use = [&] {  // the caller holds mu
+    pool_->in_use += rounded;
+    pool_->peak = std::max(pool_->peak, pool_->in_use);
+  };
   {
     std::lock_guard<std::mutex> lk(pool_->mu);
     if (auto it = pool_->free_blocks.find(rounded); it != pool_->free_blocks.end()) {
@@ -77,21 +89,21 @@ std::shared_ptr<void> Allocator::allocate(size_t bytes) {
       pool_->by_age.erase(it->second.first);
       pool_->free_blocks.erase(it);
       pool_->cached -= rounded;
+      count_in_use();
     }
-    pool_->in_use += rounded;
-    pool_->peak = std::max(pool_->peak, pool_->in_use);
   }
-  if (!p) p = std::aligned_alloc(64, rounded);
-  if (!p) {
+  if (!p) {  // a miss: a refused request leaves in_use and peak as they were
+    p = pool_->backing.alloc(rounded);
+    if (!p)
+      fail(ErrorKind::Io, "out of " + pool_->backing.name + " memory allocating " + std::to_string(bytes) + " bytes");
     std::lock_guard<std::mutex> lk(pool_->mu);
-    pool_->in_use -= rounded;
-    fail(ErrorKind::Io, "out of memory allocating " + std::to_string(bytes) + " bytes");
+    count_in_use();
   }
   auto pool = pool_;
   return std::shared_ptr<void>(p, [pool, rounded](void* q) {
     std::lock_guard<std::mutex> lk(pool->mu);
     pool->in_use -= rounded;
-    if (rounded > pool->cache_limit) return std::free(q);
+    if (rounded > pool->cache_limit) return pool->backing.release(q);
     while (pool->cached + rounded > pool->cache_limit) pool->evict_oldest();
     const uint64_t stamp = pool->clock++;
     pool->free_blocks.emplace(rounded, std::make_pair(stamp, q));
@@ -114,7 +126,7 @@ size_t Allocator::cached() const {
 }
 void Allocator::trim() {
   std::lock_guard<std::mutex> lk(pool_->mu);
-  for (auto& [n, b] : pool_->free_blocks) std::free(b.second);
+  for (auto& [n, b] : pool_->free_blocks) pool_->backing.release(b.second);
   pool_->free_blocks.clear();
   pool_->by_age.clear();
   pool_->cached = 0;

@@ -7,6 +7,7 @@
 // The CUDA backend adds a stream and cuBLAS handle behind the same Context (device kind CUDA).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,15 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// Where an Allocator's blocks come from: host memory (the default), or a GPU's (kernels/cuda/device.h).
+// alloc returns null when the memory is exhausted; release takes back what alloc gave.
+struct MemoryBacking {
+  std::string name = "host";  // names the memory in the out-of-memory error
+  std::function<void*(size_t)> alloc;
+  std::function<void(void*)> release;
+};
+MemoryBacking host_memory();  // 64-byte aligned blocks from the C heap
+
 // Caching allocator for one device. Freed blocks are kept (up to `cache_limit` bytes) and reused
 // for requests of exactly the same rounded size, which is what block-by-block work produces: every
 // layer and every tuning iteration asks for the same buffer sizes, so after the first pass no
@@ -33,8 +43,9 @@ struct Device {
 // cached() the idle ones.
 class Allocator {
  public:
-  explicit Allocator(size_t cache_limit = size_t(1) << 30);
-  // 64-byte aligned, owned by the returned pointer (returned to the cache or freed on release).
+  explicit Allocator(size_t cache_limit = size_t(1) << 30, MemoryBacking backing = host_memory());
+  // Owned by the returned pointer (returned to the cache, or to the backing, on release). Sizes round
+  // up to 64 bytes. A device's blocks are reused in the order its one stream runs (kernels/cuda/device.h).
   std::shared_ptr<void> allocate(size_t bytes);
   size_t in_use() const;
   size_t peak() const;

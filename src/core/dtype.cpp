@@ -51,50 +51,6 @@ const char* dtype_safetensors_name(DType t) {
   return "?";
 }
 
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-  if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do { ++e; man <<= 1; } while (!(man & 0x400u));
-      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
-    }
-  } else {
-    u = sign | (exp + 112) << 23 | man << 13;
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t f32_to_f16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
-  if (a >= 0x47800000u) {                                 // >= 65536 -> inf, but check rounding edge
-    return uint16_t(sign | 0x7c00u);
-  }
-  if (a < 0x38800000u) {  // below smallest normal half (2^-14): subnormal or zero
-    if (a < 0x33000000u) return uint16_t(sign);  // < 2^-25 rounds to zero
-    int e = int(a >> 23);                        // biased fp32 exponent
-    uint32_t m = (a & 0x7fffffu) | 0x800000u;
-    // value = m * 2^(e-150); in units of the half subnormal step 2^-24 that is m >> (126 - e).
-    int shift = 126 - e;
-    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-    return uint16_t(sign | q);
-  }
-  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);  // round mantissa to 10 bits, nearest even
-  r -= 0x38000000u;                             // rebias 127 -> 15
-  if (r >= 0x0f800000u) return uint16_t(sign | 0x7c00u);  // rounded up to inf
-  return uint16_t(sign | (r >> 13));
-}
-
 static inline uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);

@@ -9,26 +9,29 @@
 #include "core/error.h"
 #include "quant/opt_rtn.h"
 #include "quant/opt_rtn_fp.h"
+#include "quant/sign_step.h"
 
 namespace ar::quant {
 
 namespace {
 
-// p -= rate * sign(d) over n entries; false if a d was not finite.
+// p -= rate * sign(d) over n entries (quant/sign_step.h); false if a d was not finite.
 bool sign_step(float* p, const float* d, int64_t n, float rate) {
   bool ok = true;
   for (int64_t i = 0; i < n; ++i) {
     ok &= std::isfinite(d[i]);
-    p[i] -= rate * float((d[i] > 0.f) - (d[i] < 0.f));
+    p[i] = sign_step_value(p[i], d[i], rate);
   }
   return ok;
 }
 
-// AutoRound clamps min_scale / max_scale to [0, 1] in place before every forward, so the gradient is
-// always taken at a value inside; a coefficient stepped past 1 comes back next time.
+// The same for a min/max coefficient, kept in [0, 1].
 bool coef_step(float* p, const float* d, int64_t n, float rate) {
-  const bool ok = sign_step(p, d, n, rate);
-  for (int64_t i = 0; i < n; ++i) p[i] = std::clamp(p[i], 0.f, 1.f);
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) {
+    ok &= std::isfinite(d[i]);
+    p[i] = coef_step_value(p[i], d[i], rate);
+  }
   return ok;
 }
 

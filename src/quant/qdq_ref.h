@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/hd.h"
 
 namespace ar::quant {
 
@@ -27,24 +28,24 @@ struct QdqShape {
   int bits = 4;
   bool sym = true;
   double thr = 1e-5;  // minimum |scale| (1e-5 for fp16 scales)
-  int64_t groups() const { return (in + group - 1) / group; }
+  AR_HD int64_t groups() const { return (in + group - 1) / group; }
   // Code range: [-2^(b-1), 2^(b-1) - 1] symmetric, [0, 2^b - 1] asymmetric.
-  int64_t qmin() const { return sym ? -(int64_t(1) << (bits - 1)) : 0; }
-  int64_t qmax() const { return sym ? (int64_t(1) << (bits - 1)) - 1 : (int64_t(1) << bits) - 1; }
+  AR_HD int64_t qmin() const { return sym ? -(int64_t(1) << (bits - 1)) : 0; }
+  AR_HD int64_t qmax() const { return sym ? (int64_t(1) << (bits - 1)) - 1 : (int64_t(1) << bits) - 1; }
 };
 
 template <class T>
-T round_half_even(T x) {
-  return std::nearbyint(x);  // default FP environment: round to nearest, ties to even
+AR_HD T round_half_even(T x) {
+  return hd::rint(x);  // round to nearest, ties to even
 }
 
 template <class T>
-T to_fp16(T s) {
+AR_HD T to_fp16(T s) {
   return T(f16_to_f32(f32_to_f16(float(s))));
 }
 
 template <class T>
-T clamp01(T a) {
+AR_HD T clamp01(T a) {
   return a < T(0) ? T(0) : a > T(1) ? T(1) : a;
 }
 
@@ -74,14 +75,14 @@ struct GroupScale {
 };
 
 template <class T>
-GroupScale<T> group_scale(const QdqShape& sh, T a, T b, T lo0, T hi0) {
+AR_HD GroupScale<T> group_scale(const QdqShape& sh, T a, T b, T lo0, T hi0) {
   GroupScale<T> g;
   if (sh.sym) {
     const T m = T(int64_t(1) << (sh.bits - 1));
     T A = -a * lo0, B = b * hi0;
     g.from_min = B < A;
     T s = to_fp16((g.from_min ? A : -B) / m);
-    if (std::abs(s) < T(sh.thr)) {
+    if (hd::abs(s) < T(sh.thr)) {
       g.clamped = true;
       s = s < T(0) ? -T(sh.thr) : T(sh.thr);
     }
@@ -102,8 +103,17 @@ GroupScale<T> group_scale(const QdqShape& sh, T a, T b, T lo0, T hi0) {
 // Stores a QDQ value in the output format: T itself, or bf16 (uint16_t, round to nearest even) for
 // the --amp GEMM operand.
 template <class T>
-void store_qdq(T* p, T v) { *p = v; }
-inline void store_qdq(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+AR_HD void store_qdq(T* p, T v) { *p = v; }
+AR_HD inline void store_qdq(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
+// One weight's QDQ value at its group's scale: q = clamp(round(w/s + v) + z), w^ = s (q - z).
+template <class T>
+AR_HD T qdq_value(const QdqShape& sh, const GroupScale<T>& g, T w, T v) {
+  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
+  T q = round_half_even(w / g.s + v) + g.z;
+  q = q < lo_q ? lo_q : q > hi_q ? hi_q : q;
+  return T(g.s * (q - g.z));
+}
 
 // Forward over rows [r0, r1). V, alpha, beta may be null (0, 1, 1). scale/zero (optional) get the
 // per-group values, for packing. Out = T, or uint16_t (bf16) with T = float.
@@ -111,7 +121,6 @@ template <class T, class Out = T>
 void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T* beta, const T* wmin0,
              const T* wmax0, Out* What, T* scale, T* zero, int64_t r0, int64_t r1) {
   const int64_t ng = sh.groups(), vw = ng * sh.group;
-  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t gi = 0; gi < ng; ++gi) {
       const int64_t k = r * ng + gi;
@@ -119,12 +128,8 @@ void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T
       GroupScale<T> g = group_scale(sh, a, b, wmin0[k], wmax0[k]);
       if (scale) scale[k] = g.s;
       if (zero) zero[k] = g.z;
-      for (int64_t c = gi * sh.group; c < std::min(sh.in, (gi + 1) * sh.group); ++c) {
-        T v = V ? V[r * vw + c] : T(0);
-        T q = round_half_even(W[r * sh.in + c] / g.s + v) + g.z;
-        q = q < lo_q ? lo_q : q > hi_q ? hi_q : q;
-        store_qdq(What + r * sh.in + c, T(g.s * (q - g.z)));
-      }
+      for (int64_t c = gi * sh.group; c < std::min(sh.in, (gi + 1) * sh.group); ++c)
+        store_qdq(What + r * sh.in + c, qdq_value(sh, g, W[r * sh.in + c], V ? V[r * vw + c] : T(0)));
     }
 }
 
@@ -134,7 +139,7 @@ void qdq_fwd(const QdqShape& sh, const T* W, const T* V, const T* alpha, const T
 constexpr int kQdqLanes = 16;
 
 template <class T>
-T combine_lanes(T* p) {
+AR_HD T combine_lanes(T* p) {
   for (int w = 1; w < kQdqLanes; w *= 2)
     for (int i = 0; i < kQdqLanes; i += 2 * w) p[i] += p[i + w];
   return p[0];
@@ -142,8 +147,8 @@ T combine_lanes(T* p) {
 
 // dalpha, dbeta of group k from its sums ds = dL/ds and dz = dL/dz (straight-through estimator).
 template <class T>
-void group_grads(const QdqShape& sh, const GroupScale<T>& g, T ar, T br, T a, T lo0, T hi0, T ds, T dz, T* dalpha,
-                 T* dbeta) {
+AR_HD void group_grads(const QdqShape& sh, const GroupScale<T>& g, T ar, T br, T a, T lo0, T hi0, T ds, T dz,
+                       T* dalpha, T* dbeta) {
   T da = 0, db = 0;
   if (sh.sym) {
     if (!g.clamped) {
@@ -163,25 +168,47 @@ void group_grads(const QdqShape& sh, const GroupScale<T>& g, T ar, T br, T a, T 
   if (dbeta) *dbeta = (br >= T(0) && br <= T(1)) ? db : T(0);
 }
 
-// Backward of one group over its columns [c0, c1) of row r: dV (if wanted), and the sums ds, dz.
+// One element's part of its group's backward (straight-through):
 //   w^ = s (q - z), q = clamp(round(w/s + v) + z): dV = in ? d s : 0, ds += d ((q - z) - (in ? w/s : 0)),
-//   dz -= (in ? 0 : d s).
+//   dz -= (in ? 0 : d s); `in`: q was not clamped.
+template <class T>
+struct ElemGrad {
+  T dv = 0, t = 0;
+  bool in = true;
+};
+
+template <class T>
+AR_HD ElemGrad<T> qdq_elem_grad(const QdqShape& sh, const GroupScale<T>& g, T w, T v, T d) {
+  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
+  const T ws = w / g.s;
+  const T rq = round_half_even(ws + v) + g.z;
+  ElemGrad<T> e;
+  e.in = rq >= lo_q && rq <= hi_q;
+  const T q = e.in ? rq : (rq < lo_q ? lo_q : hi_q);
+  e.dv = e.in ? d * g.s : T(0);
+  e.t = (q - g.z) + (e.in ? -ws : T(0));
+  return e;
+}
+
+// Adds an element's terms to its lane's partial sums of ds and dz (by fma, in the order above).
+template <class T>
+AR_HD void add_elem_grad(const ElemGrad<T>& e, T d, T s, T& ps, T& pz) {
+  ps = hd::fma(d, e.t, ps);
+  if (!e.in) pz = hd::fma(-d, s, pz);
+}
+
+// Backward of one group over its `len` columns: dV (if wanted), and the sums ds, dz in the lane order
+// above (the CUDA kernel, kernels/cuda/qdq_int.cu, runs one thread per lane in the same order).
 template <class T>
 void group_bwd(const QdqShape& sh, const GroupScale<T>& g, const T* W, const T* V, const T* dWhat, T* dV, int64_t len,
                T& ds, T& dz) {
-  const T lo_q = T(sh.qmin()), hi_q = T(sh.qmax());
   T ps[kQdqLanes] = {}, pz[kQdqLanes] = {};
   for (int64_t c = 0; c < len; ++c) {
-    const T w = W[c], v = V ? V[c] : T(0), d = dWhat[c];
-    const T ws = w / g.s;
-    const T rq = round_half_even(ws + v) + g.z;
-    const bool in = rq >= lo_q && rq <= hi_q;
-    const T q = in ? rq : (rq < lo_q ? lo_q : hi_q);
-    if (dV) dV[c] = in ? d * g.s : T(0);
-    const T t = (q - g.z) + (in ? -ws : T(0));
+    const T d = dWhat[c];
+    const ElemGrad<T> e = qdq_elem_grad(sh, g, W[c], V ? V[c] : T(0), d);
+    if (dV) dV[c] = e.dv;
     const int j = int(c % kQdqLanes);
-    ps[j] = std::fma(d, t, ps[j]);
-    if (!in) pz[j] = std::fma(-d, g.s, pz[j]);
+    add_elem_grad(e, d, g.s, ps[j], pz[j]);
   }
   ds = combine_lanes(ps);
   dz = combine_lanes(pz);

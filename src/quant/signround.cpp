@@ -22,6 +22,7 @@
 #include "parallel/exchange.h"
 #include "quant/expert_grad_tree.h"
 #include "quant/linear_family.h"
+#include "quant/sign_step.h"
 
 namespace ar::quant {
 
@@ -563,7 +564,7 @@ void BlockTuner::step_act(Replica& R, const float* dw, float mm_lr, bool save) {
     const float d = dw[g_.a[l]];
     if (!std::isfinite(d)) fail(ErrorKind::InvalidInput, "non-finite gradient of " + L.name + "'s activation scale");
     if (!(L.act_max * L.act_coef / kE4M3Max > fp8_static_input_scale(0.f))) continue;
-    L.act_coef = std::clamp(L.act_coef - mm_lr * float((d > 0.f) - (d < 0.f)), 0.f, 1.f);
+    L.act_coef = coef_step_value(L.act_coef, d, mm_lr);
   }
 }
 

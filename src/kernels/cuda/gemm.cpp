@@ -1,0 +1,81 @@
+#include "kernels/cuda/gemm.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace ar::cuda {
+
+namespace {
+
+// cuBLASLt descriptors, destroyed with the call.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+std::string shape_str(const GemmShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+}  // namespace
+
+void gemm(DeviceContext& ctx, GemmType type, const GemmShape& s, const void* A, const void* B, float* C, bool acc) {
+  if (s.m <= 0 || s.n <= 0) return;
+  const int dev = ctx.index();
+  const std::string what = "GEMM " + shape_str(s);
+  if (s.k <= 0) {  // an empty sum: C = 0, or C unchanged
+    if (!acc) check(cudaMemset2DAsync(C, size_t(s.ldc) * 4, 0, size_t(s.m) * 4, size_t(s.n), ctx.stream()), dev, what);
+    return;
+  }
+  const cudaDataType_t ab = type == GemmType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  LtDescs d;
+  check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), dev, what);
+  const cublasOperation_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), dev, what);
+  check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), dev, what);
+  // Layouts describe the stored matrices: op(A) is m x k, so A is k x m when transposed.
+  check(cublasLtMatrixLayoutCreate(&d.a, ab, uint64_t(s.ta ? s.k : s.m), uint64_t(s.ta ? s.m : s.k), s.lda), dev, what);
+  check(cublasLtMatrixLayoutCreate(&d.b, ab, uint64_t(s.tb ? s.n : s.k), uint64_t(s.tb ? s.k : s.n), s.ldb), dev, what);
+  check(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, uint64_t(s.m), uint64_t(s.n), s.ldc), dev, what);
+  check(cublasLtMatmulPreferenceCreate(&d.pref), dev, what);
+  const size_t ws = ctx.workspace_bytes();
+  check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), dev,
+        what);
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(ctx.blas(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &best, &found), dev, what);
+  if (found == 0) fail(ErrorKind::Unsupported, ctx.name() + ": cuBLASLt has no algorithm for " + what);
+  const float alpha = 1.f, beta = acc ? 1.f : 0.f;
+  check(cublasLtMatmul(ctx.blas(), d.op, &alpha, A, d.a, B, d.b, &beta, C, d.c, C, d.c, &best.algo, ctx.workspace(),
+                       ws, ctx.stream()),
+        dev, what);
+}
+
+void linear_fwd(DeviceContext& ctx, GemmType type, const void* x, const void* W, float* y, int64_t n, int64_t in,
+                int64_t out, bool acc) {
+  // y^T [out, n] = (W stored [in, out])^T  x^T [in, n]
+  gemm(ctx, type, {true, false, out, n, in, in, in, out}, W, x, y, acc);
+}
+
+void linear_dx(DeviceContext& ctx, GemmType type, const void* dy, const void* W, float* dx, int64_t n, int64_t in,
+               int64_t out, bool acc) {
+  // dx^T [in, n] = (W stored [in, out])  dy^T [out, n]
+  gemm(ctx, type, {false, false, in, n, out, in, out, in}, W, dy, dx, acc);
+}
+
+void linear_dw(DeviceContext& ctx, GemmType type, const void* dy, const void* x, float* dW, int64_t n, int64_t in,
+               int64_t out, bool acc) {
+  // dW^T [in, out] = x^T [in, n]  (dy^T stored [out, n])^T
+  gemm(ctx, type, {false, true, in, out, n, in, out, in}, x, dy, dW, acc);
+}
+
+}  // namespace ar::cuda

@@ -1,0 +1,249 @@
+// The CUDA backend (kernels/cuda/) against the CPU path and the double reference. Tests that need a GPU
+// skip with one line when none is visible; the host logic (device lookup and its errors) runs anywhere.
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/qdq_int.h"
+#include "kernels/cuda/sign_step.h"
+#include "kernels/ref/matmul_ref.h"
+#include "quant/qdq_ref.h"
+#include "quant/sign_step.h"
+#include "test_util.h"
+
+using namespace ar;
+
+namespace {
+
+// Empty when a GPU is visible, else the runtime's reason.
+std::string no_gpu() {
+  std::string why;
+  return cuda::device_count(&why) > 0 ? std::string() : why;
+}
+
+#define AR_REQUIRE_GPU()                                                          \
+  do {                                                                            \
+    if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+template <class T>
+std::vector<T> download(cuda::DeviceContext& ctx, const cuda::DeviceArray<T>& a) {
+  std::vector<T> h(size_t(a.n));
+  ctx.download(h.data(), a.data(), a.bytes());
+  return h;
+}
+
+template <class T>
+void expect_same_bits(const std::vector<T>& cpu, const std::vector<T>& gpu, const std::string& what) {
+  ASSERT_EQ(cpu.size(), gpu.size()) << what;
+  size_t diff = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (std::memcmp(&cpu[i], &gpu[i], sizeof(T)) != 0 && diff++ == 0) first = i;
+  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << cpu.size() << " differ, the first at " << first;
+}
+
+}  // namespace
+
+TEST(CudaDevice, RefusesADeviceItCannotSeeNamingIt) {
+  std::string why;
+  const int n = cuda::device_count(&why);
+  try {
+    cuda::DeviceContext ctx(n);
+    ADD_FAILURE() << "cuda:" << n << " was accepted with " << n << " devices visible";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("cuda:" + std::to_string(n) + ": ", 0), 0u) << msg;
+    if (n == 0) EXPECT_NE(msg.find("no CUDA device visible"), std::string::npos) << msg;
+    else EXPECT_NE(msg.find("no such device (" + std::to_string(n) + " visible)"), std::string::npos) << msg;
+  }
+}
+
+TEST(CudaDevice, AllocatorReusesBlocksAndNamesTheDeviceWhenFull) {
+  AR_REQUIRE_GPU();
+  cuda::DeviceContext ctx(0);
+  void* first = ctx.alloc<float>(1 << 20).data();
+  EXPECT_EQ(ctx.allocator().cached(), size_t(4) << 20);
+  EXPECT_EQ(ctx.alloc<float>(1 << 20).data(), first);
+  try {
+    (void)ctx.alloc<char>(int64_t(1) << 50);
+    ADD_FAILURE() << "a petabyte was allocated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of cuda:0 device memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ctx.allocator().in_use(), 0u);
+}
+
+struct QdqCase {
+  int64_t out, in, group;
+  int bits;
+  bool sym;
+};
+void PrintTo(const QdqCase& c, std::ostream* os) {
+  *os << c.out << "x" << c.in << " g" << c.group << " W" << c.bits << (c.sym ? " sym" : " asym");
+}
+
+class CudaQdq : public ::testing::TestWithParam<QdqCase> {};
+
+// Forward (fp32 and bf16 outputs, scales, zeros) and backward (dV, dalpha, dbeta) bit for bit against
+// qdq_ref.h's float path, with clamped codes, coefficients outside [0, 1] and a padded last group.
+TEST_P(CudaQdq, ForwardAndBackwardEqualTheCpuBitForBit) {
+  AR_REQUIRE_GPU();
+  const QdqCase c = GetParam();
+  quant::QdqShape sh;
+  sh.out = c.out;
+  sh.in = c.in;
+  sh.group = c.group > 0 ? c.group : c.in;
+  sh.bits = c.bits;
+  sh.sym = c.sym;
+  const int64_t ng = sh.groups(), vw = ng * sh.group, nw = sh.out * sh.in, nv = sh.out * vw, nk = sh.out * ng;
+  const auto W = uniform(size_t(nw), -1.f, 1.f, 1), V = uniform(size_t(nv), -0.6f, 0.6f, 2);
+  const auto alpha = uniform(size_t(nk), 0.4f, 1.1f, 3), beta = uniform(size_t(nk), 0.4f, 1.1f, 4);
+  const auto dWhat = uniform(size_t(nw), -1.f, 1.f, 5);
+  std::vector<float> lo(static_cast<size_t>(nk)), hi(static_cast<size_t>(nk));
+  quant::qdq_minmax<float>(sh, W.data(), lo.data(), hi.data(), 0, sh.out);
+
+  std::vector<float> What(static_cast<size_t>(nw)), scale(static_cast<size_t>(nk)), zero(static_cast<size_t>(nk)), dV(static_cast<size_t>(nv), 0.f);
+  std::vector<float> da(static_cast<size_t>(nk)), db(static_cast<size_t>(nk));
+  std::vector<uint16_t> What16(static_cast<size_t>(nw));
+  quant::qdq_fwd<float>(sh, W.data(), V.data(), alpha.data(), beta.data(), lo.data(), hi.data(), What.data(),
+                        scale.data(), zero.data(), 0, sh.out);
+  quant::qdq_fwd<float, uint16_t>(sh, W.data(), V.data(), alpha.data(), beta.data(), lo.data(), hi.data(),
+                                  What16.data(), nullptr, nullptr, 0, sh.out);
+  quant::qdq_bwd<float>(sh, W.data(), V.data(), alpha.data(), beta.data(), lo.data(), hi.data(), dWhat.data(),
+                        dV.data(), da.data(), db.data(), 0, sh.out);
+
+  cuda::DeviceContext ctx(0);
+  auto dW = ctx.upload(W.data(), nw), dVin = ctx.upload(V.data(), nv), dA = ctx.upload(alpha.data(), nk),
+       dB = ctx.upload(beta.data(), nk), dLo = ctx.upload(lo.data(), nk), dHi = ctx.upload(hi.data(), nk),
+       dD = ctx.upload(dWhat.data(), nw);
+  auto gWhat = ctx.alloc<float>(nw), gScale = ctx.alloc<float>(nk), gZero = ctx.alloc<float>(nk);
+  auto gda = ctx.alloc<float>(nk), gdb = ctx.alloc<float>(nk);
+  auto gWhat16 = ctx.alloc<uint16_t>(nw);
+  auto gdV = ctx.upload(std::vector<float>(static_cast<size_t>(nv), 0.f).data(), nv);
+  cuda::qdq_fwd(ctx, sh, dW.data(), dVin.data(), dA.data(), dB.data(), dLo.data(), dHi.data(), gWhat.data(), nullptr,
+                gScale.data(), gZero.data());
+  cuda::qdq_fwd(ctx, sh, dW.data(), dVin.data(), dA.data(), dB.data(), dLo.data(), dHi.data(), nullptr,
+                gWhat16.data(), nullptr, nullptr);
+  cuda::qdq_bwd(ctx, sh, dW.data(), dVin.data(), dA.data(), dB.data(), dLo.data(), dHi.data(), dD.data(),
+                gdV.data(), gda.data(), gdb.data());
+  expect_same_bits(What, download(ctx, gWhat), "What");
+  expect_same_bits(What16, download(ctx, gWhat16), "What (bf16)");
+  expect_same_bits(scale, download(ctx, gScale), "scale");
+  expect_same_bits(zero, download(ctx, gZero), "zero");
+  expect_same_bits(dV, download(ctx, gdV), "dV");
+  expect_same_bits(da, download(ctx, gda), "dalpha");
+  expect_same_bits(db, download(ctx, gdb), "dbeta");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaQdq,
+                         ::testing::Values(QdqCase{7, 200, 32, 4, true}, QdqCase{7, 200, 32, 4, false},
+                                           QdqCase{5, 128, -1, 2, true}, QdqCase{9, 256, 128, 3, false},
+                                           QdqCase{33, 512, 128, 8, true}, QdqCase{16, 4096, 128, 4, false}));
+
+// The device step against quant/sign_step.h's values on the host, with zero, infinite and NaN gradients.
+TEST(CudaStep, SignStepEqualsTheCpuStepAndFlagsNonFiniteGradients) {
+  AR_REQUIRE_GPU();
+  const int64_t n = 100003;
+  auto p = uniform(size_t(n), -0.2f, 1.2f, 6), d = uniform(size_t(n), -1.f, 1.f, 7);
+  d[10] = 0.f;
+  d[11] = -0.f;
+  cuda::DeviceContext ctx(0);
+  for (const bool coef : {false, true}) {
+    for (const bool bad : {false, true}) {
+      std::vector<float> dd = d;
+      if (bad) {
+        dd[12] = INFINITY;
+        dd[n - 1] = NAN;
+      }
+      std::vector<float> want = p;
+      for (int64_t i = 0; i < n; ++i)
+        want[size_t(i)] = coef ? quant::coef_step_value(p[size_t(i)], dd[size_t(i)], 0.005f)
+                               : quant::sign_step_value(p[size_t(i)], dd[size_t(i)], 0.005f);
+      auto gp = ctx.upload(p.data(), n), gd = ctx.upload(dd.data(), n), gs = ctx.alloc<float>(n);
+      int zero = 0;
+      auto flag = ctx.upload(&zero, 1);
+      cuda::sign_step(ctx, gp.data(), gd.data(), n, 0.005f, coef, gs.data(), flag.data());
+      expect_same_bits(want, download(ctx, gp), coef ? "coefficients" : "V");
+      expect_same_bits(p, download(ctx, gs), "saved");
+      EXPECT_EQ(download(ctx, flag)[0], bad ? 1 : 0);
+    }
+  }
+  EXPECT_EQ(quant::sign_step_value(0.5f, 0.f, 0.25f), 0.5f);
+  EXPECT_EQ(quant::coef_step_value(0.9f, -1.f, 0.25f), 1.f);
+}
+
+struct GemmCase {
+  int64_t n, in, out;
+};
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.n << "x" << c.in << "->" << c.out; }
+
+class CudaGemm : public ::testing::TestWithParam<GemmCase> {};
+
+// The three Linear products, fp32 and bf16 operands, written and accumulated, against the double
+// reference on the same (bf16-rounded) operands: norm-wise relative error below fp32 accumulation's.
+TEST_P(CudaGemm, LinearProductsMatchTheDoubleReference) {
+  AR_REQUIRE_GPU();
+  const auto [n, in, out] = GetParam();
+  cuda::DeviceContext ctx(0);
+  for (const cuda::GemmType type : {cuda::GemmType::F32, cuda::GemmType::BF16}) {
+    const bool b16 = type == cuda::GemmType::BF16;
+    auto x = uniform(size_t(n * in), -1.f, 1.f, 8), W = uniform(size_t(out * in), -1.f, 1.f, 9),
+         dy = uniform(size_t(n * out), -1.f, 1.f, 10), base = uniform(size_t(std::max(n, out) * std::max(in, out)), -1.f, 1.f, 11);
+    auto to_device = [&](std::vector<float>& v) {  // rounds to bf16 in place for the bf16 case
+      if (!b16) return std::make_pair(ctx.upload(v.data(), int64_t(v.size())), cuda::DeviceArray<uint16_t>{});
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        h[i] = f32_to_bf16(v[i]);
+        v[i] = bf16_to_f32(h[i]);
+      }
+      return std::make_pair(cuda::DeviceArray<float>{}, ctx.upload(h.data(), int64_t(h.size())));
+    };
+    auto [x32, x16] = to_device(x);
+    auto [W32, W16] = to_device(W);
+    auto [dy32, dy16] = to_device(dy);
+    auto op = [&](auto& a32, auto& a16) -> const void* { return b16 ? static_cast<const void*>(a16.data()) : a32.data(); };
+    std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), dyd(dy.begin(), dy.end());
+    for (const bool acc : {false, true}) {
+      std::vector<double> y(size_t(n * out)), dx(size_t(n * in)), dWr(size_t(out * in));
+      for (size_t i = 0; i < y.size(); ++i) y[i] = acc ? base[i] : 0.0;
+      for (size_t i = 0; i < dx.size(); ++i) dx[i] = acc ? base[i] : 0.0;
+      for (size_t i = 0; i < dWr.size(); ++i) dWr[i] = acc ? base[i] : 0.0;
+      std::vector<double> y0 = y;
+      ref::linear_fwd<double>(xd.data(), Wd.data(), nullptr, y0.data(), n, in, out);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += y0[i];
+      ref::linear_bwd<double>(dyd.data(), xd.data(), Wd.data(), dx.data(), true, dWr.data(), nullptr, n, in, out);
+      auto gy = ctx.upload(std::vector<float>(base.begin(), base.begin() + int64_t(y.size())).data(), int64_t(y.size()));
+      auto gdx = ctx.upload(std::vector<float>(base.begin(), base.begin() + int64_t(dx.size())).data(), int64_t(dx.size()));
+      auto gdW = ctx.upload(std::vector<float>(base.begin(), base.begin() + int64_t(dWr.size())).data(), int64_t(dWr.size()));
+      cuda::linear_fwd(ctx, type, op(x32, x16), op(W32, W16), gy.data(), n, in, out, acc);
+      cuda::linear_dx(ctx, type, op(dy32, dy16), op(W32, W16), gdx.data(), n, in, out, acc);
+      cuda::linear_dw(ctx, type, op(dy32, dy16), op(x32, x16), gdW.data(), n, in, out, acc);
+      const std::string tag = std::string(b16 ? "bf16" : "fp32") + (acc ? " accumulated" : "");
+      const auto err = [&](const cuda::DeviceArray<float>& g, const std::vector<double>& want) {
+        const std::vector<float> got = download(ctx, g);
+        return test::rel_err(got.data(), want.data(), want.size());
+      };
+      EXPECT_LT(err(gy, y), 1e-5) << "y, " << tag;
+      EXPECT_LT(err(gdx, dx), 1e-5) << "dx, " << tag;
+      EXPECT_LT(err(gdW, dWr), 1e-5) << "dW, " << tag;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemm,
+                         ::testing::Values(GemmCase{37, 96, 80}, GemmCase{256, 576, 1536}, GemmCase{1, 4096, 8}));
