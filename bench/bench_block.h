@@ -59,14 +59,14 @@ struct BenchBlock {
 };
 
 inline BenchBlock make_block(Context& ctx, int argc, char** argv, int64_t hidden, int64_t inter, int64_t heads,
-                             int64_t kv, int64_t seq) {
+                             int64_t kv, int64_t seq, int64_t head_dim = 64) {
   BenchBlock b;
   BlockDims& d = b.d;
   d.C = arg(argc, argv, "--hidden", hidden);
   d.I = arg(argc, argv, "--inter", inter);
   d.H = arg(argc, argv, "--heads", heads);
   d.Hkv = arg(argc, argv, "--kv", kv);
-  d.D = arg(argc, argv, "--head_dim", 64);
+  d.D = arg(argc, argv, "--head_dim", head_dim);
   d.eps = 1e-5;
   b.T = arg(argc, argv, "--seq", seq);
   b.n = arg(argc, argv, "--bs", 8);

@@ -130,7 +130,8 @@ int main(int argc, char** argv) try {
     params += l.in * l.out;
   }
   auto X = ctx.alloc<uint16_t>(a.rows * max_in), DY = ctx.alloc<uint16_t>(a.rows * max_out);
-  auto W16 = ctx.alloc<uint16_t>(max_w), Y = ctx.alloc<float>(a.rows * std::max(max_in, max_out));
+  auto W16 = ctx.alloc<uint16_t>(max_w);
+  auto Y = ctx.alloc<float>(a.rows * std::max(max_in, max_out));
   auto DW = ctx.alloc<float>(max_w);
   cudaMemsetAsync(X.data(), 0x3c, X.bytes(), ctx.stream());
   cudaMemsetAsync(DY.data(), 0x3c, DY.bytes(), ctx.stream());

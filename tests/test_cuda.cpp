@@ -1,6 +1,7 @@
 // The CUDA backend (kernels/cuda/) against the CPU path and the double reference. Tests that need a GPU
 // skip with one line when none is visible; the host logic (device lookup and its errors) runs anywhere.
 #include <cmath>
+#include <map>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -9,11 +10,15 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "block_case.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qdq_int.h"
 #include "kernels/cuda/sign_step.h"
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/ref/ref_ops.h"
+#include "model/block_impl.h"
 #include "quant/qdq_ref.h"
 #include "quant/sign_step.h"
 #include "test_util.h"
@@ -247,3 +252,78 @@ TEST_P(CudaGemm, LinearProductsMatchTheDoubleReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemm,
                          ::testing::Values(GemmCase{37, 96, 80}, GemmCase{256, 576, 1536}, GemmCase{1, 4096, 8}));
+
+class CudaBlock : public ::testing::TestWithParam<test::Variant> {};
+
+// BlockRunner<CudaOps>: the whole dense block, forward and every gradient, on the device against the
+// double reference block on the same fp32-rounded inputs (as test_block.cpp checks the CPU's).
+TEST_P(CudaBlock, ForwardAndBackwardMatchTheDoubleReference) {
+  AR_REQUIRE_GPU();
+  test::BlockCase s(GetParam());
+  std::map<std::string, std::vector<float>> wf;
+  for (auto& [k, w] : s.w.t) {
+    wf[k] = test::cast<float>(w);
+    w = test::cast<double>(wf[k]);
+  }
+  auto xf = test::cast<float>(s.x), Rf = test::cast<float>(s.R), csf = test::cast<float>(s.cs),
+       snf = test::cast<float>(s.sn);
+  s.x = test::cast<double>(xf);
+  s.R = test::cast<double>(Rf);
+  s.cs = test::cast<double>(csf);
+  s.sn = test::cast<double>(snf);
+  ref::RefOps<double> rops;
+  BlockRunner<ref::RefOps<double>> rrun(rops, s.d);
+  BlockAux<double> raux{s.B, s.T, s.pos.data(), s.cs.data(), s.sn.data(), s.key_mask()};
+  std::vector<double> y(s.x.size()), dx(s.x.size());
+  std::map<std::string, std::vector<double>> g;
+  for (auto& [k, w] : s.w.t) g[k].assign(w.size(), 0.0);
+  BlockRunner<ref::RefOps<double>>::Cache rc;
+  rrun.forward(test::Weights::ptrs<const double*>(s.w.t), raux, s.x.data(), y.data(), rc);
+  rrun.backward(test::Weights::ptrs<const double*>(s.w.t), raux, rc, s.R.data(), dx.data(),
+                test::Weights::ptrs<double*>(g), true);
+
+  cuda::DeviceContext ctx(0);
+  std::map<std::string, cuda::DeviceArray<float>> dw, dg;
+  for (auto& [k, w] : wf) {
+    dw[k] = ctx.upload(w.data(), int64_t(w.size()));
+    dg[k] = ctx.upload(std::vector<float>(w.size(), 0.f).data(), int64_t(w.size()));
+  }
+  auto device_ptrs = [](auto& m, auto tag) {
+    using P = decltype(tag);
+    BlockPtrs<P> p;
+    auto get = [&](const char* k) -> P {
+      auto it = m.find(k);
+      return it == m.end() ? nullptr : it->second.data();
+    };
+    p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
+    p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.bo = get("bo");
+    p.ln2 = get("ln2"); p.wg = get("wg"); p.wu = get("wu"); p.wd = get("wd");
+    return p;
+  };
+  auto gx = ctx.upload(xf.data(), int64_t(xf.size())), gR = ctx.upload(Rf.data(), int64_t(Rf.size()));
+  auto gcs = ctx.upload(csf.data(), int64_t(csf.size())), gsn = ctx.upload(snf.data(), int64_t(snf.size()));
+  auto gpos = ctx.upload(s.pos.data(), int64_t(s.pos.size()));
+  auto gmask = ctx.upload(s.mask.data(), int64_t(s.mask.size()));
+  auto gy = ctx.alloc<float>(int64_t(xf.size())), gdx = ctx.alloc<float>(int64_t(xf.size()));
+  cuda::CudaOps ops{ctx};
+  BlockRunner<cuda::CudaOps> run(ops, s.d);
+  BlockAux<float> aux{s.B, s.T, gpos.data(), gcs.data(), gsn.data(), s.masked ? gmask.data() : nullptr};
+  BlockRunner<cuda::CudaOps>::Cache cc;
+  run.forward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, gx.data(), gy.data(), cc);
+  run.backward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, cc, gR.data(), gdx.data(),
+               device_ptrs(dg, static_cast<float*>(nullptr)), true);
+  const auto yf = download(ctx, gy), dxf = download(ctx, gdx);
+  EXPECT_LT(test::rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
+  EXPECT_LT(test::rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
+  for (auto& [k, w] : g) {
+    const auto got = download(ctx, dg[k]);
+    EXPECT_LT(test::rel_err(got.data(), w.data(), w.size()), 1e-5) << "d" << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaBlock,
+                         ::testing::Values(test::Variant{"llama", false, false, false},
+                                           test::Variant{"bias", true, false, false},
+                                           test::Variant{"qwen3", false, true, false},
+                                           test::Variant{"masked", true, true, true}),
+                         [](const auto& p) { return std::string(p.param.name); });

@@ -1,8 +1,10 @@
 // Functions shared by host and device code: AR_HD marks them __host__ __device__ under nvcc and is empty
-// for the host compiler, so the per-element arithmetic of QDQ and of the sign-SGD step is one source that
-// the CPU path runs (and the CPU tests check) and the CUDA kernels run (kernels/cuda/). The helpers below
-// give the few libm calls that source needs one spelling on both sides; each is exact (no approximation),
-// so host and device produce the same bits for the same inputs.
+// for the host compiler, so the per-element arithmetic of QDQ and of the sign-SGD step, and the
+// reference kernels' units (kernels/ref/), are one source that the CPU runs (and the CPU tests check)
+// and the CUDA kernels run (kernels/cuda/). The helpers below give the libm calls that source needs one
+// spelling on both sides. rint, fma, isfinite and abs are exact, so host and device produce the same
+// bits for the same inputs; sqrt is correctly rounded on both; exp and log are not (CUDA's are within
+// 2 ulp), so code using them matches across the two within tolerance only.
 #pragma once
 #include <cmath>
 #include <cstring>
@@ -50,6 +52,41 @@ AR_HD inline bool isfinite(T x) {
 template <class T>
 AR_HD inline T abs(T x) {
   return x < T(0) ? -x : x;
+}
+
+template <class T>
+AR_HD inline T sqrt(T x) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return ::sqrtf(x);
+  else return ::sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+template <class T>
+AR_HD inline T exp(T x) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return ::expf(x);
+  else return ::exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+template <class T>
+AR_HD inline T log(T x) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return ::logf(x);
+  else return ::log(x);
+#else
+  return std::log(x);
+#endif
+}
+
+template <class T>
+AR_HD inline T infinity() {
+  return T(__builtin_huge_val());
 }
 
 }  // namespace ar::hd

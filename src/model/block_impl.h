@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/error.h"
 #include "kernels/ref/attention_ref.h"
 #include "model/act_qdq_linear.h"
 #include "model/block_dims.h"
@@ -68,6 +69,8 @@ class BlockRunner {
   void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c,
                KvCache* kv = nullptr, const ActQdq<T>* act = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
+    if constexpr (requires { Ops::device_memory; })  // MoeFfn's routing reads its buffers on the host
+      if (d_.is_moe()) fail(ErrorKind::Unsupported, "a mixture-of-experts block does not run on a device yet");
     c.x = x;
     c.act = act;
     c.rstd1 = ops_.alloc(N);

@@ -1,0 +1,43 @@
+// The decoder block's non-GEMM kernels on the device (every pointer a device pointer), one thread per
+// unit of the reference kernels (kernels/ref/*: the same AR_HD code the CPU tests run in double):
+// rmsnorm.cu, rope.cu, swiglu.cu, elementwise.cu, attention.cu, loss.cu. Semantics as the references'. These
+// are the correct first versions, not the fast ones (a row, head or query per thread, serial inside).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/device.h"
+#include "kernels/ref/attention_ref.h"
+
+namespace ar::cuda {
+
+void rmsnorm_fwd(DeviceContext& ctx, const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
+                 double eps);
+// dx overwritten (or added to with accumulate); dw (may be null) accumulates.
+void rmsnorm_bwd(DeviceContext& ctx, const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                 bool accumulate, float* dw, int64_t rows, int64_t dim);
+
+void rope(DeviceContext& ctx, float* x, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
+          int64_t heads, int64_t D, bool inverse);
+
+void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, int64_t n);
+void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
+
+void add(DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// y (+)= x over n entries; bias rows: y[r, c] += b[c] for r < rows (c < cols).
+void add_bias(DeviceContext& ctx, const float* b, float* y, int64_t rows, int64_t cols);
+// db[c] += sum over rows of dy[r, c].
+void bias_grad(DeviceContext& ctx, const float* dy, float* db, int64_t rows, int64_t cols);
+
+void attention_fwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, float* o, float* lse);
+// dq, dk, dv overwritten; delta: scratch of B * H * Tq.
+void attention_bwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
+                   const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* delta,
+                   float* dq, float* dk, float* dv);
+
+// The tuning loss (loss.cu): per token row r, row_loss[r] = sum_k (y - target)^2 (0 where on[r] == 0), and
+// target_dy is overwritten with dL/dy = 2 (y - target) / denom, as the CPU tuner computes both.
+void mse_loss_rows(DeviceContext& ctx, const float* y, float* target_dy, const uint8_t* on, int64_t rows, int64_t C,
+                   double denom, double* row_loss);
+
+}  // namespace ar::cuda

@@ -1,0 +1,103 @@
+// The op-table policy of the generic decoder block (model/block_impl.h) on one GPU: BlockRunner<CudaOps>
+// runs a dense block's forward and backward with every buffer on the device (weights, activations,
+// rope tables, positions and key mask are device pointers). fp32 throughout for now (--amp false):
+// GEMMs on cuBLASLt (kernels/cuda/gemm.h), everything else on block_kernels.h. Not yet: bf16 operands
+// (--amp), FP8_STATIC's activation QDQ, mixture-of-experts feed-forwards (their routing reads buffers
+// on the host), the deferred-gradient tree; each is refused with an error naming it.
+#pragma once
+#include <cstdint>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/cuda/block_kernels.h"
+#include "kernels/cuda/gemm.h"
+
+namespace ar::cuda {
+
+struct CudaOps {
+  using Real = float;
+  using Buf = DeviceArray<float>;
+  static constexpr bool device_memory = true;  // BlockRunner refuses what reads buffers on the host
+  DeviceContext& ctx;
+
+  Buf alloc(int64_t n) { return ctx.alloc<float>(n > 0 ? n : 1); }
+  static float* ptr(Buf& b) { return b.data(); }
+  void copy(const float* src, float* dst, int64_t n) {
+    check(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()), ctx.index(),
+          "device copy");
+  }
+
+  struct Operand {
+    const float* x = nullptr;
+    Buf own;
+  };
+  Operand operand(const float* x, int64_t) { return {x, {}}; }
+  Operand rmsnorm_operand(const float* x, const float* w, float* rstd, int64_t rows, int64_t dim, double eps) {
+    Buf y = alloc(rows * dim);
+    cuda::rmsnorm_fwd(ctx, x, w, y.data(), rstd, rows, dim, eps);
+    return owned(std::move(y));
+  }
+  Operand swiglu_operand(const float* g, const float* u, int64_t n) {
+    Buf a = alloc(n);
+    cuda::swiglu_fwd(ctx, g, u, a.data(), n);
+    return owned(std::move(a));
+  }
+  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n) {
+    Buf dg = alloc(n), du = alloc(n);
+    cuda::swiglu_bwd(ctx, da, g, u, dg.data(), du.data(), n);
+    return {owned(std::move(dg)), owned(std::move(du))};
+  }
+  Operand act_qdq_operand(const Operand&, float, int64_t) { unsupported("FP8_STATIC's activation QDQ"); }
+  float act_qdq_bwd(const float*, float, const float*, float*, bool, int64_t, int64_t) {
+    unsupported("FP8_STATIC's activation QDQ");
+  }
+  void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+    cuda::linear_fwd(ctx, GemmType::F32, x.x, W, y, n, in, out);
+    if (b) add_bias(ctx, b, y, n, out);
+  }
+  // dW += dy^T x (acc_dW) or dW = dy^T x; db += column sums of dy.
+  void linear_bwd(const Operand& dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
+                  float* db, int64_t n, int64_t in, int64_t out) {
+    if (dx) cuda::linear_dx(ctx, GemmType::F32, dy.x, W, dx, n, in, out, acc);
+    if (dW) cuda::linear_dw(ctx, GemmType::F32, dy.x, x.x, dW, n, in, out, acc_dW);
+    if (db) bias_grad(ctx, dy.x, db, n, out);
+  }
+  void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
+    cuda::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);
+  }
+  void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, float* dx, bool acc, float* dw,
+                   int64_t rows, int64_t dim) {
+    cuda::rmsnorm_bwd(ctx, dy, x, w, rstd, dx, acc, dw, rows, dim);
+  }
+  void rope_fwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
+                int64_t D) {
+    rope(ctx, x, pos, c, s, rows, heads, D, false);
+  }
+  void rope_bwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
+                int64_t D) {
+    rope(ctx, x, pos, c, s, rows, heads, D, true);
+  }
+  void attention_fwd(const ref::AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
+                     float* o, float* lse) {
+    cuda::attention_fwd(ctx, sh, q, k, v, m, o, lse);
+  }
+  void attention_bwd(const ref::AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
+                     const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+    Buf delta = alloc(sh.B * sh.H * sh.Tq);
+    cuda::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, delta.data(), dq, dk, dv);
+  }
+  void add(const float* a, const float* b, float* y, int64_t n) { cuda::add(ctx, a, b, y, n); }
+
+ private:
+  static Operand owned(Buf b) {
+    Operand o;
+    o.own = std::move(b);
+    o.x = o.own.data();
+    return o;
+  }
+  [[noreturn]] void unsupported(const char* what) {
+    fail(ErrorKind::Unsupported, ctx.name() + ": " + what + " does not run on the CUDA backend yet");
+  }
+};
+
+}  // namespace ar::cuda

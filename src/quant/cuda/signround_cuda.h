@@ -1,0 +1,28 @@
+// SignRound on one GPU: the algorithm, defaults, sampler and best-iterate rule of signround_tune_block
+// (quant/signround.h) for integer weights, with the block's forward and backward on the device
+// (BlockRunner<cuda::CudaOps>), the QDQ forward/backward and the sign step on the device
+// (kernels/cuda/qdq_int.h, sign_step.h), and the loss as the CPU tuner takes it. Each iteration runs
+// the whole batch of bs * GAS samples in micro-batches of bs (the CPU's non-deterministic leaves); its
+// gradient is the same full-batch gradient. The calibration activations, the block's weights and the
+// tuning state live on the device for the whole block.
+// Not yet (each refused naming it): float and GGUF weights, FP8_STATIC, --amp, MoE blocks, key masks,
+// data-parallel lanes.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "quant/signround.h"
+
+namespace ar::quant {
+
+// As signround_tune_block, with `host` for the host-side tensors (the result's tunables and the
+// weights' QDQ values written back to w).
+BlockTuneResult signround_tune_block_cuda(cuda::DeviceContext& dev, Context& host, const BlockDims& dims,
+                                          BlockWeights& w, const QuantFormat& fmt, const BlockAux<float>& aux,
+                                          const Tensor& x_in, const Tensor& y_fp,
+                                          const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
+                                          const std::function<bool(const std::string&)>& quantize_layer = {});
+
+}  // namespace ar::quant

@@ -1,0 +1,72 @@
+// A small decoder block with random double weights in four variants (Llama, q/k/v/o biases, Qwen3 q/k
+// norm, a key padding mask), for the block tests on every backend (test_block.cpp, test_cuda.cpp).
+#pragma once
+#include <cmath>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "model/block_dims.h"
+#include "test_util.h"
+
+namespace ar::test {
+
+struct Variant {
+  const char* name;
+  bool bias, qk_norm, mask;
+};
+inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+struct Weights {
+  std::map<std::string, std::vector<double>> t;
+  template <class P, class V>
+  static BlockPtrs<P> ptrs(std::map<std::string, V>& m) {
+    BlockPtrs<P> p;
+    auto get = [&](const char* k) -> P { auto it = m.find(k); return it == m.end() ? nullptr : it->second.data(); };
+    p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
+    p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.bo = get("bo");
+    p.ln2 = get("ln2"); p.wg = get("wg"); p.wu = get("wu"); p.wd = get("wd");
+    return p;
+  }
+};
+
+struct BlockCase {
+  BlockDims d;
+  int64_t B = 2, T = 5;
+  Weights w;
+  std::vector<double> x, R, cs, sn;
+  std::vector<int32_t> pos;
+  std::vector<uint8_t> mask;
+  bool masked;
+
+  explicit BlockCase(const Variant& v) : masked(v.mask) {
+    d.C = 12; d.I = 20; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
+    const int64_t QD = d.H * d.D, KD = d.Hkv * d.D;
+    uint32_t seed = 100;
+    auto add = [&](const char* k, int64_t n, double scale, double mean = 0) {
+      auto r = randn<double>(size_t(n), seed++, scale);
+      for (auto& e : r) e += mean;
+      w.t[k] = r;
+    };
+    add("ln1", d.C, 0.2, 1.0); add("ln2", d.C, 0.2, 1.0);
+    add("wq", QD * d.C, 0.4); add("wk", KD * d.C, 0.4); add("wv", KD * d.C, 0.4); add("wo", d.C * QD, 0.3);
+    add("wg", d.I * d.C, 0.4); add("wu", d.I * d.C, 0.4); add("wd", d.C * d.I, 0.3);
+    if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); add("bo", d.C, 0.2); }
+    if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
+    x = randn<double>(size_t(B * T * d.C), 7);
+    R = randn<double>(x.size(), 8);
+    for (int64_t p = 0; p < T; ++p)
+      for (int64_t i = 0; i < d.D / 2; ++i) {
+        double a = p * std::pow(10000.0, -2.0 * i / d.D);
+        cs.push_back(std::cos(a));
+        sn.push_back(std::sin(a));
+      }
+    for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
+    mask.assign(size_t(B * T), 1);
+    if (masked) { mask[size_t(T)] = 0; mask[size_t(T + 3)] = 0; }
+  }
+  const uint8_t* key_mask() const { return masked ? mask.data() : nullptr; }
+};
+
+}  // namespace ar::test

@@ -1,0 +1,83 @@
+// SignRound on the CUDA backend (quant/cuda/signround_cuda.h) against the CPU tuner on the same block,
+// samples and options. The bits differ (another GEMM summation order), so the checks are on quality:
+// the same starting loss, and a tuned block as far below RTN as the CPU's. Skips without a GPU.
+#include <ostream>
+#include <string>
+
+#include "block_fixture.h"
+#include "kernels/cuda/device.h"
+#include "quant/cuda/signround_cuda.h"
+
+using namespace ar;
+
+namespace {
+
+bool skip_without_gpu(std::string* why) { return cuda::device_count(why) == 0; }
+
+}  // namespace
+
+TEST(SignRoundCuda, RefusesWhatItDoesNotTuneYetNamingIt) {
+  std::string why;
+  if (skip_without_gpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  test::Fixture f;
+  cuda::DeviceContext dev(0);
+  BlockWeights w = f.copy();
+  quant::SignRoundOptions o;
+  o.iters = 2;
+  o.amp = true;
+  try {
+    quant::signround_tune_block_cuda(dev, f.ctx, f.dims, w, {4, 32, true}, f.aux(f.n), f.x, f.y, f.mask, o);
+    ADD_FAILURE() << "--amp was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--amp is not tuned on the CUDA backend yet"), std::string::npos) << e.what();
+  }
+}
+
+struct Case {
+  int bits;
+  bool sym;
+  int gas;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << "W" << c.bits << (c.sym ? " sym" : " asym") << " GAS " << c.gas; }
+
+class SignRoundCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SignRoundCuda, TunesTheBlockAsTheCpuDoes) {
+  std::string why;
+  if (skip_without_gpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Case c = GetParam();
+  test::Fixture f;
+  const quant::QuantFormat fmt(c.bits, 32, c.sym);
+  BlockWeights rtn = f.copy(), on_cpu = f.copy(), on_gpu = f.copy();
+  f.tune(rtn, fmt, 0);
+  quant::SignRoundOptions o;
+  o.iters = 80;
+  o.batch_size = 4;
+  o.gradient_accumulate_steps = c.gas;
+  o.deterministic = false;
+  const auto rc = f.tune(on_cpu, fmt, o.iters, 42, o);
+  cuda::DeviceContext dev(0);
+  const auto rg = quant::signround_tune_block_cuda(dev, f.ctx, f.dims, on_gpu, fmt, f.aux(f.n), f.x, f.y, f.mask, o);
+  EXPECT_NEAR(rg.loss_first, rc.loss_first, 1e-4 * rc.loss_first) << "the same start";
+  const double e_rtn = f.mse(rtn), e_cpu = f.mse(on_cpu), e_gpu = f.mse(on_gpu);
+  std::printf("W%d %s GAS %d: block MSE RTN %.6g, CPU %.6g, GPU %.6g (best at %d / %d)\n", c.bits,
+              c.sym ? "sym" : "asym", c.gas, e_rtn, e_cpu, e_gpu, rc.best_iter, rg.best_iter);
+  EXPECT_LT(e_gpu, 0.9 * e_rtn);
+  EXPECT_LT(e_gpu, 1.1 * e_cpu);
+  ASSERT_EQ(rg.layers.size(), rc.layers.size());
+  for (size_t l = 0; l < rg.layers.size(); ++l) {
+    EXPECT_EQ(rg.layers[l].name, rc.layers[l].name);
+    EXPECT_EQ(rg.layers[l].scale.numel(), rc.layers[l].scale.numel());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, SignRoundCuda,
+                         ::testing::Values(Case{4, true, 1}, Case{2, false, 1}, Case{4, false, 2}),
+                         [](const auto& p) {
+                           std::string name = "W";
+                           name += std::to_string(p.param.bits);
+                           name += p.param.sym ? "sym" : "asym";
+                           name += "gas";
+                           name += std::to_string(p.param.gas);
+                           return name;
+                         });
