@@ -79,8 +79,6 @@ const Row kRows[] = {
     {"--model_dtype int8", 2, "--model_dtype int8 is not supported (auto, float32, bfloat16, float16)"},
     {"--sym --asym", 2, "--sym and --asym contradict each other"},
     {"--scheme w5a16", 2, "--scheme 'w5a16' is not supported"},
-    {"--device_map cuda:0", 2, "--device cuda:0: this build has the CPU backend only"},
-    {"--device_map 0", 2, "--device 0: this build has the CPU backend only"},
     {"--device_map auto", 0, ""},
     {"--format auto_round,auto_gptq", 0, ""},
     {"--format auto_round,gguf:q4_k_m", 0, ""},
@@ -88,8 +86,21 @@ const Row kRows[] = {
     {"--format gguf:q4_k_m,fake", 0, ""},
     {"--format gguf:q4_k_x", 2, "--format gguf:q4_k_x: unknown GGUF preset"},
     {"--format auto_round,auto_round", 2, "--format lists 'auto_round' twice"},
+#if AR_CUDA_BUILT  // one GPU tunes (GpuRun below); what it cannot do yet is refused before any work
+    {"--device_map 0,1", 2, "--device_map 0,1: GPU indices; the CUDA backend tunes on one GPU for now (--device cuda:0)"},
+    {"--device_map cuda:0,cuda:1", 2,
+     "--device_map cuda:0,cuda:1: cuda:0 is not a CPU device; the CUDA backend tunes on one GPU for now"},
+    {"--device_map cuda:0 --scheme MXFP4 --act_bits 16", 1,
+     "--device cuda:0: a float weight scheme is not tuned on the CUDA backend yet"},
+    {"--device 0 --format auto_round,gguf:q4_k_m", 1, "--device cuda:0: a GGUF output is not tuned on the CUDA backend yet"},
+    {"--device cuda:0 --amp true", 1, "--device cuda:0: --amp is not tuned on the CUDA backend yet"},
+    {"--device cuda:0 --parallel_quantization 2", 1, "--device cuda:0: a data-parallel lane is not tuned on the CUDA"},
+#else
+    {"--device_map cuda:0", 2, "--device cuda:0: this build has the CPU backend only"},
+    {"--device_map 0", 2, "--device 0: this build has the CPU backend only"},
     {"--device_map 0,1", 2, "--device_map 0,1: GPU indices; this build has the CPU backend only (a list of CPU devices"},
     {"--device_map cuda:0,cuda:1", 2, "--device_map cuda:0,cuda:1: cuda:0 is not a CPU device; this build has the CPU backend only"},
+#endif
     {"--device_map cpu:0,cpu:1", 0, "--device_map cpu:0,cpu:1: data-parallel over these CPU devices (--parallel_quantization auto --devices cpu:0,cpu:1)"},
     {"--iter 3", 2, "unknown option --iter for quantize (did you mean --iters?)"},
     {"--nsample 3", 2, "(did you mean --nsamples?)"},
@@ -118,6 +129,28 @@ TEST_P(AutoRoundFlags, AcceptedWithNoteOrRefusedWithWhatIsSupported) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, AutoRoundFlags, ::testing::ValuesIn(kRows));
+
+// --device cuda:0 on a plain tuning run: where the build has the CUDA backend it runs on the GPU, or is
+// refused with the runtime's reason before anything is written when none is visible; elsewhere it is a
+// usage error.
+TEST(GpuRun, TunesOnTheGpuOrSaysWhyNotBeforeAnyWork) {
+  const std::string model = ar::test::temp_path("gpu_model"), out = ar::test::temp_path("gpu_out");
+  ar::write_synthetic_model(model, ar::tiny_llama_config(1), 3);
+  const CliOut r = run("--model " + model + " --iters 2 --nsamples 2 --seqlen 16 --device cuda:0 --output_dir " + out);
+  if (!AR_CUDA_BUILT) {
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("--device cuda:0: this build has the CPU backend only"), std::string::npos) << r.out;
+  } else if (r.code == 0) {  // a GPU is visible: the run tuned on it
+    EXPECT_NE(r.out.find("tuning on cuda:0 ("), std::string::npos) << r.out;
+    EXPECT_TRUE(fs::exists(out));
+  } else {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("error: cuda:0: no CUDA device visible ("), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  fs::remove_all(model);
+  fs::remove_all(out);
+}
 
 TEST(CliTopLevel, VersionHelpAndTypos) {
   CliOut r = run("--version");

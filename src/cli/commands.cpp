@@ -28,6 +28,7 @@
 #include "parallel/devices.h"
 #include "pipeline/option_limits.h"
 #include "pipeline/float_export.h"
+#include "pipeline/gpu_tuner.h"
 #include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
 #include <sstream>
@@ -165,26 +166,32 @@ void apply_scheme_and_recipe(const std::string& scheme, const std::string& recip
 }
 
 // --device / --device_map as auto-round spells them: cpu, auto, a device (cuda:0, 0) or a list (0,1).
-// This build runs on the CPU: cpu and auto run as they are; a list of CPU devices (cpu:0,cpu:1) is the
-// data-parallel lane over them (as --parallel_quantization auto --devices, with a note); GPUs are
-// refused with what to use instead. Returns the --devices value the list stands for ("" if none).
-std::string check_device_map(const std::string& v) {
+// cpu and auto run on the CPU as they are; a list of CPU devices (cpu:0,cpu:1) is the data-parallel
+// lane over them (as --parallel_quantization auto --devices, with a note); one GPU (cuda:N or N) tunes
+// on it where the build has the CUDA backend (pipeline/gpu_tuner.h), and is refused elsewhere; a list
+// of GPUs is refused with what to use instead. Returns the --devices value the list stands for ("" if
+// none); *cuda_device gets the GPU's index.
+std::string check_device_map(const std::string& v, int* cuda_device) {
   if (v == "auto" || v == "cpu") return "";
   auto all_digits = [](const std::string& t) { return !t.empty() && t.find_first_not_of("0123456789") == std::string::npos; };
+  const std::string one_gpu = cuda_built() ? "the CUDA backend tunes on one GPU for now (--device cuda:0)"
+                                           : "this build has the CPU backend only";
   if (v.find(',') != std::string::npos) {
     std::stringstream ss(v);
     for (std::string part; std::getline(ss, part, ',');)
       if (all_digits(part))
-        usage_error("--device_map " + v + ": GPU indices; this build has the CPU backend only (a list of CPU devices, "
-                    "e.g. cpu:0,cpu:1, runs data-parallel over them)");
+        usage_error("--device_map " + v + ": GPU indices; " + one_gpu + " (a list of CPU devices, e.g. cpu:0,cpu:1, "
+                    "runs data-parallel over them)");
     const auto list = as_usage([&] { return parallel::parse_device_list(v); });
     for (const auto& d : list)
-      if (d.kind != DeviceKind::CPU)
-        usage_error("--device_map " + v + ": " + d.str() + " is not a CPU device; this build has the CPU backend only");
+      if (d.kind != DeviceKind::CPU) usage_error("--device_map " + v + ": " + d.str() + " is not a CPU device; " + one_gpu);
     return v;
   }
-  if (all_digits(v) || as_usage([&] { return Device::parse(v); }).kind != DeviceKind::CPU)
-    usage_error("--device " + v + ": this build has the CPU backend only");
+  const Device d = as_usage([&] { return Device::parse(all_digits(v) ? "cuda:" + v : v); });
+  if (d.kind != DeviceKind::CPU) {
+    if (!cuda_built()) usage_error("--device " + v + ": this build has the CPU backend only");
+    *cuda_device = d.index;
+  }
   return "";
 }
 
@@ -411,7 +418,7 @@ void register_quantize(CLI::App& app) {
   sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
   sub->add_flag("--disable_opt_rtn", o->disable_opt_rtn, "plain RTN for --iters 0 (default: imatrix-weighted optimized RTN)");
   sub->add_flag("--quant_lm_head", o->quant_lm_head, "quantize lm_head too (not when tied to the embeddings)");
-  sub->add_option("--device,--device_map", o->device, "cpu (default), auto, or a list of CPU devices (cpu:0,cpu:1: the data-parallel lane over them); GPUs are not built in");
+  sub->add_option("--device,--device_map", o->device, "cpu (default), auto, a list of CPU devices (cpu:0,cpu:1: the data-parallel lane over them), or one GPU (cuda:0: SignRound on it, where the build has the CUDA backend)");
   sub->add_option("--threads", q.threads, "CPU threads (default: all cores)");
   sub->add_option("--parallel_quantization", o->parallel,
                   "off (default) | auto | N: tune each block data-parallel on N devices (one replica each, "
@@ -469,7 +476,7 @@ void register_quantize(CLI::App& app) {
       qo.amp = false;
     }
     qo.parallel = as_usage([&] { return parallel::ParallelSetting::parse(o->parallel); });
-    if (const std::string list = check_device_map(o->device); !list.empty()) {
+    if (const std::string list = check_device_map(o->device, &qo.cuda_device); !list.empty()) {
       if (!qo.devices.empty() && qo.devices != list)
         usage_error("--device_map " + list + " contradicts --devices " + qo.devices);
       qo.devices = list;

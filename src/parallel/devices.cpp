@@ -115,7 +115,8 @@ std::vector<DeviceSlot> cpu_device_slots(const CpuTopology& topo, const std::vec
   int K = 0;
   for (const Device& d : wanted) {
     if (d.kind != DeviceKind::CPU)
-      fail(ErrorKind::Unsupported, "device " + d.str() + " is not built into this binary (CPU only)");
+      fail(ErrorKind::Unsupported, "device " + d.str() + ": the data-parallel lane runs on CPU devices only (one GPU "
+                                   "tunes with --device cuda:N where the build has the CUDA backend: docs/cuda.md)");
     K = std::max(K, d.index + 1);
   }
   std::vector<DeviceSlot> all(static_cast<size_t>(K));

@@ -60,7 +60,9 @@ bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 void QuantizeRun::plan() {
   validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
-  amp_ = choose_amp(requested_.amp);
+  const bool on_gpu = requested_.cuda_device >= 0;
+  amp_ = on_gpu && requested_.amp != true ? AmpChoice{false, "amp: off (the CUDA tuner runs fp32 for now)"}
+                                          : choose_amp(requested_.amp);
   opt_ = requested_;
   opt_.tune.amp = amp_.on;
   act_dtype_ = amp_.on ? DType::BF16 : DType::F32;  // calibration activations
@@ -72,6 +74,10 @@ void QuantizeRun::plan() {
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
   if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
+  if (on_gpu) {  // refused or opened before any work and before the output exists
+    check_gpu_run(requested_, cfg, processes());
+    gpu_ = GpuTuner::open(opt_.cuda_device);
+  }
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())
@@ -171,6 +177,7 @@ void QuantizeRun::summary_head() {
     if (const std::string line = t->summary_line(); !line.empty()) log_info(line);
   log_info(cpu::isa_summary());
   log_info(amp_.line);
+  if (gpu_) log_info("tuning on " + gpu_->describe() + "; every other phase on the CPU (the time estimate is the CPU's)");
   if (job_)
     log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +
              ") holds samples [" + std::to_string(shard_.sample_begin) + ", " + std::to_string(shard_.sample_end) +

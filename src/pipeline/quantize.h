@@ -40,6 +40,7 @@ struct QuantizeOptions {
   int threads = 0;
   parallel::ParallelSetting parallel;  // --parallel_quantization
   std::string devices;                 // --devices (empty: every visible device)
+  int cuda_device = -1;                // --device cuda:N: SignRound on that GPU (pipeline/gpu_tuner.h)
   std::string report_path;  // optional JSON report
   double progress_interval_s = 10;  // without a terminal: a progress line this often during a block
   bool verbose = false;             // per-block phase timings in the log

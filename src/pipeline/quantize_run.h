@@ -19,6 +19,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "parallel/plan.h"
 #include "pipeline/block_passes.h"
+#include "pipeline/gpu_tuner.h"
 #include "pipeline/lane_planner.h"
 #include "pipeline/outputs.h"
 #include "pipeline/progress.h"
@@ -86,6 +87,7 @@ class QuantizeRun {
   std::unique_ptr<ResumeKeeper> keeper_;   // rank 0 with --resume
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<LanePlanner> lanes_;
+  std::unique_ptr<GpuTuner> gpu_;          // --device cuda:N
   std::unique_ptr<Progress> progress_;     // rank 0
   // The run's quantizations (scheme_track.h), in --format order of their families, each tuned once per
   // block on its own quantized-input chain.

@@ -1,0 +1,38 @@
+// The block tuner on a GPU for `quantize --device cuda:N` (docs/cuda.md): SignRound through
+// quant/cuda/signround_cuda.h, in a build with the CUDA backend. The rest of the run (calibration, the
+// FP and quantized-input passes, the searches, packing) stays on the CPU. What the GPU tuner cannot do
+// yet is refused before any work, naming it.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "pipeline/quantize.h"
+#include "quant/signround.h"
+
+namespace ar {
+
+// Whether this binary has the CUDA backend.
+bool cuda_built();
+
+class GpuTuner {
+ public:
+  // Opens cuda:index: "cuda:0: no CUDA device visible (...)", "cuda:3: no such device (2 visible)", or
+  // a build without the backend, each refused with one line.
+  static std::unique_ptr<GpuTuner> open(int index);
+  virtual ~GpuTuner() = default;
+  virtual std::string describe() const = 0;  // "cuda:0 (NVIDIA H200, 139.8 GiB)"
+  virtual quant::BlockTuneResult tune(Context& host, const BlockDims& dims, BlockWeights& w,
+                                      const quant::QuantFormat& fmt, const BlockAux<float>& aux, const Tensor& x_in,
+                                      const Tensor& y_fp, const std::vector<uint8_t>& loss_mask,
+                                      const quant::SignRoundOptions& opt,
+                                      const std::function<bool(const std::string&)>& quantize_layer) = 0;
+};
+
+// Refuses (Unsupported, naming the option) what `quantize --device cuda:N` cannot run yet: float
+// schemes and FP8_STATIC, GGUF outputs, mixture-of-experts models, --amp true, data-parallel lanes and
+// multi-process jobs.
+void check_gpu_run(const QuantizeOptions& o, const ModelConfig& cfg, int processes);
+
+}  // namespace ar
