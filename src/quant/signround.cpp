@@ -629,13 +629,7 @@ void BlockTuner::iteration(int it) {
   });
   double loss = loss_tree(0, W_);
   if (lane_.procs) loss = lane_.procs->sum_tree(loss);  // the tree's top levels span the processes
-  if (it == 0) res_.loss_first = loss;
-  res_.loss_last = loss;
-  const bool best = loss < best_loss_;
-  if (best) {
-    best_loss_ = loss;
-    res_.best_iter = it;
-  }
+  const bool best = res_.record_loss(it, loss, best_loss_);
   if (grad_) {
     if (xchg_ || lane_.procs) exchange();
     auto ts = Clock::now();

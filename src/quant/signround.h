@@ -134,6 +134,16 @@ struct BlockTuneResult {
   int best_iter = -1;
   TunePhases phases;
   std::vector<TunedLinear> layers;  // final V/alpha/beta/scale/zero per Linear (for packing)
+  // Records iteration `it`'s loss (first, last; best and its iteration while it improves on `best`,
+  // the best so far, which it lowers); true if this iteration is the best so far.
+  bool record_loss(int it, double loss, double& best) {
+    if (it == 0) loss_first = loss;
+    loss_last = loss;
+    if (!(loss < best)) return false;
+    best = loss;
+    best_iter = it;
+    return true;
+  }
 };
 
 // x_in, y_fp: [n, T, C] fp32 or bf16; loss_mask: [n * T] (1 = token counts in the loss).

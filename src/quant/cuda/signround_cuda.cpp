@@ -205,13 +205,7 @@ class DeviceTuner {
     for (int64_t p0 = 0; p0 < B_; p0 += bs_) loss += micro_batch(idx, p0, std::min(B_, p0 + bs_), grad, p0 > 0);
     loss /= denom_;
     if (!std::isfinite(loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
-    if (it == 0) res_.loss_first = loss;
-    res_.loss_last = loss;
-    const bool best = loss < best_loss_;
-    if (best) {
-      best_loss_ = loss;
-      res_.best_iter = it;
-    }
+    const bool best = res_.record_loss(it, loss, best_loss_);
     if (grad) step(it, best);
     else if (best) snapshot();
     if (opt_.progress) opt_.progress(it + 1, opt_.iters, loss, best_loss_);
