@@ -1,6 +1,8 @@
 #include "kernels/cuda/gemm.h"
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -21,6 +23,14 @@ struct LtDescs {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// The largest power of two up to 256 that divides the address.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t v = 256;
+  while (v > 1 && a % v != 0) v /= 2;
+  return v;
+}
 
 std::string shape_str(const GemmShape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -50,6 +60,14 @@ void gemm(DeviceContext& ctx, GemmType type, const GemmShape& s, const void* A, 
   const size_t ws = ctx.workspace_bytes();
   check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), dev,
         what);
+  // The heuristic assumes 256-byte aligned operands unless told otherwise; an operand at an offset into
+  // a buffer may have less.
+  const uint32_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(C);
+  for (auto [attr, v] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}})
+    check(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, v, sizeof *v), dev, what);
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(ctx.blas(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &best, &found), dev, what);
