@@ -93,7 +93,6 @@ const Row kRows[] = {
     {"--device_map cuda:0 --scheme MXFP4 --act_bits 16", 1,
      "--device cuda:0: a float weight scheme is not tuned on the CUDA backend yet"},
     {"--device 0 --format auto_round,gguf:q4_k_m", 1, "--device cuda:0: a GGUF output is not tuned on the CUDA backend yet"},
-    {"--device cuda:0 --amp true", 1, "--device cuda:0: --amp is not tuned on the CUDA backend yet"},
     {"--device cuda:0 --parallel_quantization 2", 1, "--device cuda:0: a data-parallel lane is not tuned on the CUDA"},
 #else
     {"--device_map cuda:0", 2, "--device cuda:0: this build has the CPU backend only"},

@@ -256,7 +256,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemm,
 class CudaBlock : public ::testing::TestWithParam<test::Variant> {};
 
 // BlockRunner<CudaOps>: the whole dense block, forward and every gradient, on the device against the
-// double reference block on the same fp32-rounded inputs (as test_block.cpp checks the CPU's).
+// double reference block on the same fp32-rounded inputs (as test_block.cpp checks the CPU's), in fp32
+// and under --amp.
 TEST_P(CudaBlock, ForwardAndBackwardMatchTheDoubleReference) {
   AR_REQUIRE_GPU();
   test::BlockCase s(GetParam());
@@ -305,19 +306,31 @@ TEST_P(CudaBlock, ForwardAndBackwardMatchTheDoubleReference) {
   auto gpos = ctx.upload(s.pos.data(), int64_t(s.pos.size()));
   auto gmask = ctx.upload(s.mask.data(), int64_t(s.mask.size()));
   auto gy = ctx.alloc<float>(int64_t(xf.size())), gdx = ctx.alloc<float>(int64_t(xf.size()));
-  cuda::CudaOps ops{ctx};
-  BlockRunner<cuda::CudaOps> run(ops, s.d);
   BlockAux<float> aux{s.B, s.T, gpos.data(), gcs.data(), gsn.data(), s.masked ? gmask.data() : nullptr};
-  BlockRunner<cuda::CudaOps>::Cache cc;
-  run.forward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, gx.data(), gy.data(), cc);
-  run.backward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, cc, gR.data(), gdx.data(),
-               device_ptrs(dg, static_cast<float*>(nullptr)), true);
-  const auto yf = download(ctx, gy), dxf = download(ctx, gdx);
-  EXPECT_LT(test::rel_err(yf.data(), y.data(), y.size()), 1e-5) << "y";
-  EXPECT_LT(test::rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
-  for (auto& [k, w] : g) {
-    const auto got = download(ctx, dg[k]);
-    EXPECT_LT(test::rel_err(got.data(), w.data(), w.size()), 1e-5) << "d" << k;
+  // fp32, then --amp: every Linear's weight bound to its bf16 copy, bf16 operands everywhere (the
+  // tolerance is bf16's: 8 significant bits per operand).
+  for (const bool amp : {false, true}) {
+    cuda::CudaOps ops(ctx, amp);
+    std::map<std::string, cuda::DeviceArray<uint16_t>> w16;
+    for (const char* k : {"wq", "wk", "wv", "wo", "wg", "wu", "wd"}) {
+      w16[k] = ctx.alloc<uint16_t>(dw[k].n);
+      cuda::to_bf16(ctx, dw[k].data(), w16[k].data(), dw[k].n);
+      ops.bind(dw[k].data(), w16[k].data());
+    }
+    for (auto& [k, a] : dg) cudaMemsetAsync(a.data(), 0, a.bytes(), ctx.stream());
+    BlockRunner<cuda::CudaOps> run(ops, s.d);
+    BlockRunner<cuda::CudaOps>::Cache cc;
+    run.forward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, gx.data(), gy.data(), cc);
+    run.backward(device_ptrs(dw, static_cast<const float*>(nullptr)), aux, cc, gR.data(), gdx.data(),
+                 device_ptrs(dg, static_cast<float*>(nullptr)), true);
+    const double tol = amp ? 3e-2 : 1e-5;
+    const auto yf = download(ctx, gy), dxf = download(ctx, gdx);
+    EXPECT_LT(test::rel_err(yf.data(), y.data(), y.size()), tol) << "y, amp " << amp;
+    EXPECT_LT(test::rel_err(dxf.data(), dx.data(), dx.size()), tol) << "dx, amp " << amp;
+    for (auto& [k, w] : g) {
+      const auto got = download(ctx, dg[k]);
+      EXPECT_LT(test::rel_err(got.data(), w.data(), w.size()), tol) << "d" << k << ", amp " << amp;
+    }
   }
 }
 

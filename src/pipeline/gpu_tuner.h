@@ -31,8 +31,8 @@ class GpuTuner {
 };
 
 // Refuses (Unsupported, naming the option) what `quantize --device cuda:N` cannot run yet: float
-// schemes and FP8_STATIC, GGUF outputs, mixture-of-experts models, --amp true, data-parallel lanes and
-// multi-process jobs.
+// schemes and FP8_STATIC, GGUF outputs, mixture-of-experts models, data-parallel lanes and multi-process
+// jobs.
 void check_gpu_run(const QuantizeOptions& o, const ModelConfig& cfg, int processes);
 
 }  // namespace ar

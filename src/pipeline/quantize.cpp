@@ -61,8 +61,13 @@ bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 void QuantizeRun::plan() {
   validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
   const bool on_gpu = requested_.cuda_device >= 0;
-  amp_ = on_gpu && requested_.amp != true ? AmpChoice{false, "amp: off (the CUDA tuner runs fp32 for now)"}
-                                          : choose_amp(requested_.amp);
+  // On a GPU the tuning's amp is on unless --amp false, as AutoRound runs there (every CUDA GPU since sm_80
+  // has bf16 GEMMs); the block passes stay on the CPU in fp32, whatever its bf16 support.
+  gpu_amp_ = on_gpu && requested_.amp.value_or(true);
+  amp_ = !on_gpu   ? choose_amp(requested_.amp)
+         : gpu_amp_ ? AmpChoice{false, "amp: on for the tuning on the GPU (bf16 GEMM operands; --amp false for fp32); "
+                                       "the block passes on the CPU in fp32"}
+                    : AmpChoice{false, "amp: off (--amp false): fp32 on the GPU and the CPU"};
   opt_ = requested_;
   opt_.tune.amp = amp_.on;
   act_dtype_ = amp_.on ? DType::BF16 : DType::F32;  // calibration activations

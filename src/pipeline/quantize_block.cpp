@@ -159,7 +159,10 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights&
   const Tensor& x_in = (opt_.quanted_input && t.x_q().defined()) ? t.x_q() : x_fp_;
   BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   const auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
-  if (gpu_) return gpu_->tune(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, quantize_layer);
+  if (gpu_) {
+    tune.amp = gpu_amp_;
+    return gpu_->tune(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, quantize_layer);
+  }
   return quant::signround_tune_block(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, lane,
                                      quantize_layer);
 }

@@ -88,6 +88,7 @@ class QuantizeRun {
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<LanePlanner> lanes_;
   std::unique_ptr<GpuTuner> gpu_;          // --device cuda:N
+  bool gpu_amp_ = false;                   // its tuning's --amp (the CPU passes run fp32 then)
   std::unique_ptr<Progress> progress_;     // rank 0
   // The run's quantizations (scheme_track.h), in --format order of their families, each tuned once per
   // block on its own quantized-input chain.

@@ -23,6 +23,8 @@ void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, in
 void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
 
 void add(DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// y = bf16 of x, round to nearest even (core/dtype.h's f32_to_bf16): the --amp GEMM operands.
+void to_bf16(DeviceContext& ctx, const float* x, uint16_t* y, int64_t n);
 // y (+)= x over n entries; bias rows: y[r, c] += b[c] for r < rows (c < cols).
 void add_bias(DeviceContext& ctx, const float* b, float* y, int64_t rows, int64_t cols);
 // db[c] += sum over rows of dy[r, c].

@@ -1,3 +1,4 @@
+#include "core/dtype.h"
 #include "kernels/cuda/block_kernels.h"
 #include "kernels/cuda/launch.h"
 
@@ -8,6 +9,11 @@ namespace {
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = a[i] + b[i];
+}
+
+__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = f32_to_bf16(x[i]);
 }
 
 __global__ void add_bias_kernel(const float* b, float* y, int64_t rows, int64_t cols) {
@@ -31,6 +37,12 @@ void add(DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n
   if (n == 0) return;
   add_kernel<<<grid_blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(a, b, y, n);
   check(cudaGetLastError(), ctx.index(), "add launch");
+}
+
+void to_bf16(DeviceContext& ctx, const float* x, uint16_t* y, int64_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(x, y, n);
+  check(cudaGetLastError(), ctx.index(), "bf16 conversion launch");
 }
 
 void add_bias(DeviceContext& ctx, const float* b, float* y, int64_t rows, int64_t cols) {

@@ -29,6 +29,7 @@ constexpr std::array<P BlockPtrs<P>::*, 15> kDenseFields = {
 struct DeviceLinear {
   size_t slot = 0;
   cuda::DeviceArray<float> W, What, V, alpha, beta, lo, hi, scale, zero, dW, dV, da, db, bV, balpha, bbeta;
+  cuda::DeviceArray<uint16_t> What16;  // --amp: the QDQ written in bf16, the GEMM operand
 };
 
 class DeviceTuner {
@@ -53,7 +54,7 @@ class DeviceTuner {
         copy(L.balpha, L.alpha);
         copy(L.bbeta, L.beta);
       }
-      qdq(L);
+      qdq(L, false);  // the weights' fp32 QDQ values (also under --amp: bf16 was only the operand)
     }
     for (size_t l = 0; l < lin_.size(); ++l) download(l);
     return std::move(res_);
@@ -66,7 +67,6 @@ class DeviceTuner {
     };
     if (fmt_.is_float()) no("a float weight scheme");
     if (fmt_.act_static()) no("FP8_STATIC");
-    if (opt_.amp) no("--amp");
     if (dims_.is_moe()) no("a mixture-of-experts block");
     if (aux_.key_mask) no("a key mask");
     if (opt_.fix_params) no("a scheme with fixed scales (GGUF)");
@@ -108,6 +108,7 @@ class DeviceTuner {
       const int64_t nw = t->numel(), nv = H.V.numel(), ng = H.alpha.numel();
       L.W = dev_.upload(t->f32(), nw);
       L.What = dev_.alloc<float>(nw);
+      if (opt_.amp) L.What16 = dev_.alloc<uint16_t>(nw);
       L.V = upload(H.V);
       L.alpha = upload(H.alpha);
       L.beta = upload(H.beta);
@@ -150,10 +151,11 @@ class DeviceTuner {
     row_loss_ = dev_.alloc<double>(bs_ * T);
   }
 
-  void qdq(DeviceLinear& L) {
-    const QdqShape& sh = res_.layers[&L - lin_.data()].shape;
+  // The QDQ of L's weight into What, or into What16 (bf16) for the tuning's GEMMs under --amp.
+  void qdq(DeviceLinear& L, bool bf16) {
+    const QdqShape& sh = res_.layers[size_t(&L - lin_.data())].shape;
     cuda::qdq_fwd(dev_, sh, L.W.data(), L.V.data(), L.alpha.data(), L.beta.data(), L.lo.data(), L.hi.data(),
-                  L.What.data(), nullptr, L.scale.data(), L.zero.data());
+                  bf16 ? nullptr : L.What.data(), bf16 ? L.What16.data() : nullptr, L.scale.data(), L.zero.data());
   }
 
   // Micro-batch positions [p0, p1) of `idx`: forward, loss (returned, not yet divided), backward into dW^.
@@ -172,7 +174,9 @@ class DeviceTuner {
       for (int64_t t = 0; t < T; ++t) on[size_t(b * T + t)] = mask_[size_t(s * T + t)];
     }
     dev_.upload(on_.data(), on.data(), on.size());
-    cuda::CudaOps ops{dev_};
+    cuda::CudaOps ops(dev_, opt_.amp);
+    if (opt_.amp)
+      for (DeviceLinear& L : lin_) ops.bind(L.What.data(), L.What16.data());  // slot pointer -> its bf16 QDQ
     BlockRunner<cuda::CudaOps> runner(ops, dims_);
     BlockRunner<cuda::CudaOps>::Cache cache;
     BlockAux<float> a{Bm, T, pos_.data(), cos_.data(), sin_.data(), nullptr};
@@ -199,7 +203,7 @@ class DeviceTuner {
       for (int64_t t = 0; t < aux_.T; ++t) valid += mask_[size_t(s * aux_.T + t)] != 0;
     denom_ = double(std::max<int64_t>(valid, 1)) * double(dims_.C);
     auto tq = Clock::now();
-    for (DeviceLinear& L : lin_) qdq(L);
+    for (DeviceLinear& L : lin_) qdq(L, opt_.amp);
     res_.phases.qdq += since(tq);
     double loss = 0;
     for (int64_t p0 = 0; p0 < B_; p0 += bs_) loss += micro_batch(idx, p0, std::min(B_, p0 + bs_), grad, p0 > 0);

@@ -5,7 +5,9 @@
 // the whole batch of bs * GAS samples in micro-batches of bs (the CPU's non-deterministic leaves); its
 // gradient is the same full-batch gradient. The calibration activations, the block's weights and the
 // tuning state live on the device for the whole block.
-// Not yet (each refused naming it): float and GGUF weights, FP8_STATIC, --amp, MoE blocks, key masks,
+// --amp: the GEMMs take bf16 operands with fp32 accumulation (kernels/cuda/cuda_ops.h), the QDQ written
+// in bf16 directly; everything else stays fp32, as on the CPU.
+// Not yet (each refused naming it): float and GGUF weights, FP8_STATIC, MoE blocks, key masks,
 // data-parallel lanes.
 #pragma once
 #include <functional>
