@@ -12,6 +12,18 @@
 
 namespace ar::test {
 
+// RoPE tables [T, D/2] (base 10000) in double and the positions of B samples of T tokens.
+inline void rope_inputs(int64_t B, int64_t T, int64_t D, std::vector<double>& cs, std::vector<double>& sn,
+                        std::vector<int32_t>& pos) {
+  for (int64_t p = 0; p < T; ++p)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double a = double(p) * std::pow(10000.0, -2.0 * double(i) / double(D));
+      cs.push_back(std::cos(a));
+      sn.push_back(std::sin(a));
+    }
+  for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
+}
+
 struct Variant {
   const char* name;
   bool bias, qk_norm, mask;
@@ -56,13 +68,7 @@ struct BlockCase {
     if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
     x = randn<double>(size_t(B * T * d.C), 7);
     R = randn<double>(x.size(), 8);
-    for (int64_t p = 0; p < T; ++p)
-      for (int64_t i = 0; i < d.D / 2; ++i) {
-        double a = p * std::pow(10000.0, -2.0 * i / d.D);
-        cs.push_back(std::cos(a));
-        sn.push_back(std::sin(a));
-      }
-    for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
+    rope_inputs(B, T, d.D, cs, sn, pos);
     mask.assign(size_t(B * T), 1);
     if (masked) { mask[size_t(T)] = 0; mask[size_t(T + 3)] = 0; }
   }

@@ -5,6 +5,7 @@
 // Qwen2-MoE (top-2 of 6 not renormalized, shared expert, q/k/v bias), Mixtral (top-2 of 4).
 #include <map>
 
+#include "block_case.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "model/block_impl.h"
@@ -72,13 +73,7 @@ struct MoeCase {
     if (v.Is) { add("sg", v.Is * C, 0.4); add("su", v.Is * C, 0.4); add("sd", C * v.Is, 0.3); add("sgate", C, 0.4); }
     x = randn<double>(size_t(B * T * C), 7);
     R = randn<double>(x.size(), 8);
-    for (int64_t p = 0; p < T; ++p)
-      for (int64_t i = 0; i < d.D / 2; ++i) {
-        double a = p * std::pow(10000.0, -2.0 * i / d.D);
-        cs.push_back(std::cos(a));
-        sn.push_back(std::sin(a));
-      }
-    for (int64_t i = 0; i < B * T; ++i) pos.push_back(int32_t(i % T));
+    rope_inputs(B, T, d.D, cs, sn, pos);
   }
   BlockAux<double> aux() const { return {B, T, pos.data(), cs.data(), sn.data(), nullptr}; }
   // Every input rounded to fp32 (so the fp32 block and the double one see identical data); the fp32 copies.
