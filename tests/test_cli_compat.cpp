@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 
 #include "model/synthetic.h"
 #include "test_util.h"
@@ -33,6 +34,7 @@ struct Row {
   int code;
   const char* message;  // substring of the output ("" : none required)
 };
+void PrintTo(const Row& r, std::ostream* os) { *os << r.flags; }
 
 // Flags accepted (exit 0, with the note where they change nothing) or refused (exit 2, saying what is
 // supported), on a tiny model quantized with RTN.
