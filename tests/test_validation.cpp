@@ -14,6 +14,7 @@
 #include "io/json_unique.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "pipeline/run_steps.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
 #include "pipeline/option_limits.h"
@@ -200,4 +201,16 @@ TEST(Validation, LibraryEntryPointsRefuseBadCounts) {
             std::string::npos);
   EXPECT_NE(error_of([] { ThreadPool p(5000); }).find("5000 threads exceeds the limit of 1024"), std::string::npos);
   EXPECT_EQ(Context(Device{}, 1024).threads(), 1024);  // the bound itself is allowed
+}
+
+// A resume keeps the tuning's device: its identity says where the blocks were tuned (a GPU's GEMMs sum
+// in another order).
+TEST(Validation, RunIdentityNamesTheTuningDevice) {
+  ar::QuantizeOptions cpu, gpu, gpu32;
+  gpu.cuda_device = gpu32.cuda_device = 0;
+  gpu32.amp = false;
+  const ar::quant::CalibData calib;
+  EXPECT_EQ(ar::steps::run_fingerprint(cpu, calib, false, 1)["tuned_on"], "cpu");
+  EXPECT_EQ(ar::steps::run_fingerprint(gpu, calib, false, 1)["tuned_on"], "cuda amp");
+  EXPECT_EQ(ar::steps::run_fingerprint(gpu32, calib, false, 1)["tuned_on"], "cuda");
 }

@@ -94,6 +94,8 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
           {"calibration", {{"n", calib.n}, {"seqlen", calib.seqlen}, {"tokens_hash", hex64(tokens)}}},
           {"quanted_input", opt.quanted_input}, {"opt_rtn", !opt.disable_opt_rtn}, {"fp_layers", opt.fp_layers},
           {"quant_lm_head", lm_head_q}, {"deterministic", opt.tune.deterministic}, {"amp", opt.tune.amp},
+          // The tuning's device: a GPU's GEMMs sum in another order (and run amp unless --amp false).
+          {"tuned_on", opt.cuda_device < 0 ? std::string("cpu") : std::string(opt.amp.value_or(true) ? "cuda amp" : "cuda")},
           // Without --deterministic the bits depend on the world, so a resume must keep it.
           {"parallel", opt.tune.deterministic ? "any"
                                               : opt.parallel.str() + "@" + opt.devices +
