@@ -662,8 +662,11 @@ BlockTuneResult BlockTuner::run() {
       if (r > 0) reps_[size_t(r)] = Replica{};  // mirrors are freed on their own device's thread
     });
   res_.loss_best = opt_.iters > 0 ? best_loss_ : 0;
-  // The last iterate is the best one only if its loss-only iteration said so; it is then still live.
+  // The last iterate is the best one only if its loss-only iteration said so; it is then still live:
+  // its tensors are the home block's, and its coefficients (plain values) come back from rank 0.
   if (opt_.use_best_mse && opt_.iters > 0 && res_.best_iter != opt_.iters - 1) restore_best();
+  else
+    for (size_t l = 0; l < res_.layers.size(); ++l) res_.layers[l].act_coef = reps_[0].layers[l].act_coef;
   // The home block's weights become their fp32 QDQ values (also under --amp: bf16 was only the operand).
   for (auto& L : res_.layers) {
     if (fmt_.act_static()) L.input_scale = fp8_static_input_scale(L.act_max * L.act_coef);
