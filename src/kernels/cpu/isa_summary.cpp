@@ -1,6 +1,6 @@
 // The start summary's ISA line (kernels/cpu/isa.h): the level this process runs and what each hot
 // path executes at it, read from the libraries themselves (oneDNN's implementation string for a
-// block-shaped unit, OpenBLAS's core name).
+// block-shaped unit, OpenBLAS's core name; at avx2 our own kernel, kernels/cpu/sgemm_fma.h).
 #include <cblas.h>
 
 #include "kernels/cpu/bf16_ops.h"
@@ -16,6 +16,9 @@ std::string isa_summary() {
   if (dnnl_f32_is_brgemm())
     s += std::string("; fp32 GEMM: oneDNN ") + dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) +
          ", OpenBLAS " + openblas_get_corename() + " (small and strided products)";
+  else if (level == Isa::avx2)
+    s += std::string("; fp32 GEMM: own FMA-chain kernel (avx2; oneDNN's fp32 matmul here is ") +
+         dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) + ": not used)";
   else
     s += std::string("; fp32 GEMM: OpenBLAS ") + openblas_get_corename() + " (oneDNN's fp32 matmul here is " +
          dnnl_matmul_impl(false, false, false, 2048, 2048, 2048) + ": not used)";

@@ -1,17 +1,20 @@
-// Linear layers on OpenBLAS SGEMM. Layout: x [n, in], W [out, in] (PyTorch order), y [n, out].
+// Linear layers on the fp32 GEMM. Layout: x [n, in], W [out, in] (PyTorch order), y [n, out].
 // Forward y = x W^T (+ b); backward dx = dy W, dW += dy^T x, db += column sums of dy.
-// Single-threaded BLAS on row blocks of C spread over the context's pool (core/context.h); the blocks
-// are chosen so that every element sees the same kernel and K order whatever the thread count.
+// The GEMM by level: oneDNN's brgemm for large dense products from AVX-512 on (matmul_dnnl.cpp); our
+// FMA-chain kernel at AVX2 (sgemm_fma.h: bits independent of the split); otherwise single-threaded
+// OpenBLAS on units of C spread over the context's pool (core/context.h), chosen so that every element
+// sees the same kernel and K order whatever the thread count.
 // Reference: kernels/ref/matmul_ref.h.
 #include <cblas.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
-
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sgemm_fma.h"
 
 namespace ar::cpu {
 
@@ -20,6 +23,22 @@ constexpr double kDnnlMinWork = double(int64_t(1) << 22);
 }  // namespace
 
 namespace {
+// At the AVX2 level: our FMA-chain kernel (sgemm_fma.h), whose bits do not depend on how the product is
+// split, so the split follows the threads: 16-column panels (each thread packs only its own part of
+// op(B)), or 6-row tiles for products too narrow to share that way.
+void gemm_fma_units(Context& ctx, bool serial, const SgemmFmaArgs& g) {
+  auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    Tensor scratch = Tensor::empty({sgemm_fma_scratch(m1 - m0, n1 - n0, g.K)}, DType::F32, ctx);
+    sgemm_fma_avx2(g, m0, m1, n0, n1, scratch.f32());
+  };
+  const int64_t threads = serial ? 1 : ctx.pool().size();
+  const int64_t panels = (g.N + 15) / 16, tiles = (g.M + 5) / 6;
+  if (threads == 1 || double(g.M) * double(g.N) * double(g.K) < double(int64_t(1) << 17)) return block(0, g.M, 0, g.N);
+  if (panels >= 4 * threads || panels >= tiles)
+    return ctx.pool().parallel_for(panels, [&](int64_t p0, int64_t p1) { block(0, g.M, p0 * 16, std::min(g.N, p1 * 16)); });
+  ctx.pool().parallel_for(tiles, [&](int64_t t0, int64_t t1) { block(t0 * 6, std::min(g.M, t1 * 6), 0, g.N); });
+}
+
 // The units of one GEMM on ctx's pool, or all on the calling thread (serial): the same bits either way.
 void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {}) {
@@ -32,6 +51,8 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
   const bool dense = (ta ? lda == M : lda == K) && (tb ? ldb == K : ldb == N);
   if (dnnl_f32_is_brgemm() && dense && double(M) * double(N) * double(K) >= kDnnlMinWork)
     return gemm_f32_dnnl(ctx, serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
+  if (kernel_isa() == Isa::avx2)
+    return gemm_fma_units(ctx, serial, {ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // ReplicaGroup::run sets it first
   // One call: C = alpha op(A) op(B) + beta C for rows m0.. and columns n0.. (a, b already offset).
   auto call = [&](int64_t rows, int64_t cols, const float* a, const float* b, float* c) {

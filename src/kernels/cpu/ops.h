@@ -11,7 +11,7 @@
 
 namespace ar::cpu {
 
-// matmul.cpp — cblas_sgemm, row-major. C = alpha op(A) op(B) + beta C; with beta != 0 the finished product
+// matmul.cpp — row-major (oneDNN brgemm, sgemm_fma.h at AVX2, OpenBLAS). C = alpha op(A) op(B) + beta C; with beta != 0 the finished product
 // is added to C in one rounding (C + P, the bits of writing P with beta = 0 and adding it), on every path
 // (oneDNN's sum post-op does so; OpenBLAS's K blocks would add partial sums: a scratch takes P first).
 // `add`: matrices laid out as C (ldc) added after that, in order, each addition rounded once:

@@ -1,0 +1,251 @@
+// The fp32 FMA-chain GEMM (kernels/cpu/sgemm_fma.h). Compiled with -ffp-contract=off (CMake): the
+// finishing arithmetic is exactly as written, and the only fused operations are the explicit ones.
+#include "kernels/cpu/sgemm_fma.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ar::cpu {
+
+namespace {
+
+constexpr int64_t kMr = 6;    // rows of the register tile: 6 x 2 accumulators + 2 B vectors + 1 broadcast
+constexpr int64_t kNr = 16;   // columns of the register tile and of a packed op(B) panel
+constexpr int64_t kKc = 256;  // depth of a K slice: one op(B) panel is 16 KiB, L1-resident under a tile
+constexpr int64_t kMc = 288;  // rows of an op(A) block (288 KiB at full depth, L2-resident)
+constexpr int64_t kNc = 256;  // columns of an op(B) chunk (256 KiB packed at full depth, L2-resident)
+
+constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// c = alpha p (beta == 0) or beta c + alpha p, then each addend added: one rounding per operation
+// (exact as written: -ffp-contract=off). The kernel's finish_vec does the same on 8 lanes.
+void finish_rows(const SgemmFmaArgs& g, const float* p, int64_t ldp, int64_t i0, int64_t i1,
+                                   int64_t j0, int64_t cols) {
+  const float alpha = g.alpha, beta = g.beta;
+  for (int64_t i = i0; i < i1; ++i) {
+    float* c = g.C + i * g.ldc + j0;
+    const float* pr = p + (i - i0) * ldp;
+    if (beta == 0.f)
+      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * pr[j];
+    else
+      for (int64_t j = 0; j < cols; ++j) c[j] = beta * c[j] + alpha * pr[j];
+    for (const float* m : g.add) {
+      const float* mr = m + i * g.ldc + j0;
+      for (int64_t j = 0; j < cols; ++j) c[j] += mr[j];
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void transpose8_avx2(const float* src, int64_t ld, float* dst) {
+  // dst[t * kNr + r] = src[r * ld + t] for an 8 x 8 block
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  const __m256 u0 = _mm256_shuffle_ps(t[0], t[2], 0x44), u1 = _mm256_shuffle_ps(t[0], t[2], 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t[1], t[3], 0x44), u3 = _mm256_shuffle_ps(t[1], t[3], 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t[4], t[6], 0x44), u5 = _mm256_shuffle_ps(t[4], t[6], 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t[5], t[7], 0x44), u7 = _mm256_shuffle_ps(t[5], t[7], 0xEE);
+  _mm256_storeu_ps(dst + 0 * kNr, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * kNr, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * kNr, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * kNr, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * kNr, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * kNr, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * kNr, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * kNr, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+// op(B)'s rows k0..k0+kc of columns n0..n1 (at most kNc) as [kc][16] panels, one after another (panel q holds
+// columns n0 + 16q.. at out + q * kc * 16), columns past n1 zero.
+template <bool TB>
+__attribute__((target("avx2,fma"))) void pack_b_avx2(const SgemmFmaArgs& g, int64_t k0, int64_t kc, int64_t n0,
+                                                     int64_t n1, float* out) {
+  if constexpr (!TB) {  // op(B)[k, j] = B[k, j]: each row read once, in order, dealt out to the panels
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = g.B + (k0 + k) * g.ldb;
+      float* dst = out + k * kNr;
+      int64_t j0 = n0;
+      for (; j0 + kNr <= n1; j0 += kNr, dst += kc * kNr) {
+        _mm256_storeu_ps(dst, _mm256_loadu_ps(src + j0));
+        _mm256_storeu_ps(dst + 8, _mm256_loadu_ps(src + j0 + 8));
+      }
+      if (j0 < n1)
+        for (int64_t j = 0; j < kNr; ++j) dst[j] = j0 + j < n1 ? src[j0 + j] : 0.f;
+    }
+  } else {  // op(B)[k, j] = B[j, k]: 8 x 8 transposes where a panel is whole
+    for (int64_t j0 = n0; j0 < n1; j0 += kNr, out += kc * kNr) {
+      const int64_t nr = std::min(kNr, n1 - j0);
+      const float* src = g.B + j0 * g.ldb + k0;
+      int64_t k = 0;
+      if (nr == kNr)
+        for (; k + 8 <= kc; k += 8) {
+          transpose8_avx2(src + k, g.ldb, out + k * kNr);
+          transpose8_avx2(src + 8 * g.ldb + k, g.ldb, out + k * kNr + 8);
+        }
+      for (; k < kc; ++k)
+        for (int64_t j = 0; j < kNr; ++j) out[k * kNr + j] = j < nr ? src[j * g.ldb + k] : 0.f;
+    }
+  }
+}
+
+// op(A) = A^T's rows i0..i0+mr, k0..k0+kc as a [kc][6] panel (six neighbours of A per k), rows past mr
+// zero. op(A) = A is read in place: its rows are already K-contiguous.
+void pack_at(const SgemmFmaArgs& g, int64_t i0, int64_t mr, int64_t k0, int64_t kc, float* out) {
+  if (mr < kMr) std::fill(out, out + kc * kMr, 0.f);
+  for (int64_t k = 0; k < kc; ++k) std::copy_n(g.A + (k0 + k) * g.lda + i0, mr, out + k * kMr);
+}
+
+// The last K slice finishes C's elements in the tile's registers (finish_rows' arithmetic, each
+// operation on 8 lanes: the same roundings); columns past nr are masked off.
+struct TileOut {
+  const SgemmFmaArgs* g;
+  int64_t i0, j0, nr;
+};
+
+__attribute__((target("avx2,fma"))) inline __m256i lane_mask(int64_t n) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 8))), lanes);
+}
+
+__attribute__((target("avx2,fma"))) inline void finish_vec(const TileOut& o, int64_t i, int64_t h, __m256 acc) {
+  const SgemmFmaArgs& g = *o.g;
+  const int64_t off = (o.i0 + i) * g.ldc + o.j0 + h * 8;
+  const __m256i m = lane_mask(o.nr - h * 8);
+  __m256 v = _mm256_mul_ps(_mm256_set1_ps(g.alpha), acc);
+  if (g.beta != 0.f) v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(g.beta), _mm256_maskload_ps(g.C + off, m)), v);
+  for (const float* a : g.add) v = _mm256_add_ps(v, _mm256_maskload_ps(a + off, m));
+  _mm256_maskstore_ps(g.C + off, m, v);
+}
+
+// The MR x 16 tile over kc steps of k, one FMA chain per element: resumed from p[MR][ldp] or from zero,
+// then stored to p, or finished into C when `out` is given. op(A)'s element (i, k) is at a[i * rs + k]
+// (in place) or a[i + k * 6] (packed).
+template <int MR, bool kPackedA>
+__attribute__((target("avx2,fma"))) void tile_avx2(int64_t kc, const float* a, int64_t rs, const float* bp, float* p,
+                                                   int64_t ldp, bool resume, const TileOut* out) {
+  __m256 c0[MR], c1[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = resume ? _mm256_loadu_ps(p + i * ldp) : _mm256_setzero_ps();
+    c1[i] = resume ? _mm256_loadu_ps(p + i * ldp + 8) : _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(bp + k * kNr), b1 = _mm256_loadu_ps(bp + k * kNr + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_broadcast_ss(kPackedA ? a + i + k * kMr : a + i * rs + k);
+      c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+    }
+  }
+  if (out) {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      finish_vec(*out, i, 0, c0[i]);
+      finish_vec(*out, i, 1, c1[i]);
+    }
+    return;
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(p + i * ldp, c0[i]);
+    _mm256_storeu_ps(p + i * ldp + 8, c1[i]);
+  }
+}
+
+template <bool kPackedA>
+__attribute__((target("avx2,fma"))) inline void tile_rows_avx2(int64_t mr, int64_t kc, const float* a, int64_t rs,
+                                                               const float* bp, float* p, int64_t ldp, bool resume,
+                                                               const TileOut* out) {
+  switch (mr) {
+    case 6: return tile_avx2<6, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    case 5: return tile_avx2<5, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    case 4: return tile_avx2<4, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    case 3: return tile_avx2<3, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    case 2: return tile_avx2<2, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    default: return tile_avx2<1, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+  }
+}
+
+// Scratch: op(B)'s chunk as panels [kNc / 16][kKc][16], op(A)^T's block as panels [kMc / 6][kKc][6],
+// then the partial chains P [rows][ldp] (ldp = cols rounded up to 16) when K takes several slices.
+struct Scratch {
+  int64_t ldp;
+  float *B, *A, *P;
+  Scratch(float* s, int64_t cols) : ldp(round_up(cols, kNr)), B(s), A(B + kNc * kKc), P(A + kMc * kKc) {}
+};
+
+// Columns n0..n1 (at most kNc) of rows m0..m1, per K slice: op(B) packed once, then per block of kMc
+// rows (op(A)^T packed once) every 16-column panel over every 6-row tile; P holds each element's chain
+// between slices and the last slice finishes C. Slices are equal (at most kKc deep, no short tail).
+template <bool TA, bool TB>
+__attribute__((target("avx2,fma"))) void chunk_avx2(const SgemmFmaArgs& g, const Scratch& s, int64_t m0, int64_t m1,
+                                                    int64_t pc0, int64_t n0, int64_t n1) {
+  const int64_t slices = (g.K + kKc - 1) / kKc, depth = (g.K + slices - 1) / slices;
+  for (int64_t k0 = 0; k0 < g.K; k0 += depth) {
+    const int64_t kc = std::min(depth, g.K - k0);
+    const bool last = k0 + kc == g.K;
+    pack_b_avx2<TB>(g, k0, kc, n0, n1, s.B);
+    for (int64_t mb = m0; mb < m1; mb += kMc) {
+      const int64_t me = std::min(m1, mb + kMc);
+      if constexpr (TA)
+        for (int64_t i0 = mb; i0 < me; i0 += kMr) pack_at(g, i0, std::min(kMr, me - i0), k0, kc, s.A + (i0 - mb) * kc);
+      for (int64_t j0 = n0; j0 < n1; j0 += kNr)
+        for (int64_t i0 = mb; i0 < me; i0 += kMr) {
+          const float* a = TA ? s.A + (i0 - mb) * kc : g.A + i0 * g.lda + k0;
+          const TileOut out{&g, i0, j0, std::min(kNr, n1 - j0)};
+          tile_rows_avx2<TA>(std::min(kMr, me - i0), kc, a, g.lda, s.B + (j0 - n0) * kc,
+                             s.P + (i0 - m0) * s.ldp + (j0 - pc0), s.ldp, k0 > 0, last ? &out : nullptr);
+        }
+    }
+  }
+}
+
+template <bool TA, bool TB>
+__attribute__((target("avx2,fma"))) void blocked_avx2(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0,
+                                                      int64_t n1, float* scratch) {
+  const Scratch s(scratch, n1 - n0);
+  if (g.K == 0) {  // no products: every chain is +0
+    std::fill(s.P, s.P + (m1 - m0) * s.ldp, 0.f);
+    return finish_rows(g, s.P, s.ldp, m0, m1, n0, n1 - n0);
+  }
+  for (int64_t jc = n0; jc < n1; jc += kNc) chunk_avx2<TA, TB>(g, s, m0, m1, n0, jc, std::min(n1, jc + kNc));
+}
+
+}  // namespace
+
+int64_t sgemm_fma_scratch(int64_t rows, int64_t cols, int64_t K) {
+  const int64_t ldp = round_up(cols, kNr);
+  return kNc * kKc + kMc * kKc + (K > kKc || K == 0 ? rows * ldp : 0);
+}
+
+void sgemm_fma_avx2(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* scratch) {
+  if (m1 <= m0 || n1 <= n0) return;
+  if (g.ta) {
+    if (g.tb) return blocked_avx2<true, true>(g, m0, m1, n0, n1, scratch);
+    return blocked_avx2<true, false>(g, m0, m1, n0, n1, scratch);
+  }
+  if (g.tb) return blocked_avx2<false, true>(g, m0, m1, n0, n1, scratch);
+  return blocked_avx2<false, false>(g, m0, m1, n0, n1, scratch);
+}
+
+void sgemm_fma_ref(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for (int64_t i = m0; i < m1; ++i)
+    for (int64_t j = n0; j < n1; ++j) {
+      float p = 0.f;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const float a = g.ta ? g.A[k * g.lda + i] : g.A[i * g.lda + k];
+        const float b = g.tb ? g.B[j * g.ldb + k] : g.B[k * g.ldb + j];
+        p = std::fma(a, b, p);
+      }
+      finish_rows(g, &p, 1, i, i + 1, j, 1);
+    }
+}
+
+}  // namespace ar::cpu
