@@ -25,7 +25,7 @@ constexpr double kDnnlMinWork = double(int64_t(1) << 22);
 namespace {
 // At the AVX2 level: our FMA-chain kernel (sgemm_fma.h), whose bits do not depend on how the product is
 // split, so the split follows the threads: 16-column panels (each thread packs only its own part of
-// op(B)), or 6-row tiles for products too narrow to share that way.
+// op(B)), or 6-row tiles for a transposed op(A) and for products too narrow to share by columns.
 void gemm_fma_units(Context& ctx, bool serial, const SgemmFmaArgs& g) {
   auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     Tensor scratch = Tensor::empty({sgemm_fma_scratch(m1 - m0, n1 - n0, g.K)}, DType::F32, ctx);
@@ -34,7 +34,8 @@ void gemm_fma_units(Context& ctx, bool serial, const SgemmFmaArgs& g) {
   const int64_t threads = serial ? 1 : ctx.pool().size();
   const int64_t panels = (g.N + 15) / 16, tiles = (g.M + 5) / 6;
   if (threads == 1 || double(g.M) * double(g.N) * double(g.K) < double(int64_t(1) << 17)) return block(0, g.M, 0, g.N);
-  if (panels >= 4 * threads || panels >= tiles)
+  // op(A) = A^T is packed per block of rows (dW = dy^T x): threads take rows, each packing its own.
+  if ((panels >= 4 * threads || panels >= tiles) && !(g.ta && tiles >= 4 * threads))
     return ctx.pool().parallel_for(panels, [&](int64_t p0, int64_t p1) { block(0, g.M, p0 * 16, std::min(g.N, p1 * 16)); });
   ctx.pool().parallel_for(tiles, [&](int64_t t0, int64_t t1) { block(t0 * 6, std::min(g.M, t1 * 6), 0, g.N); });
 }

@@ -96,8 +96,14 @@ __attribute__((target("avx2,fma"))) void pack_b_avx2(const SgemmFmaArgs& g, int6
 // op(A) = A^T's rows i0..i0+mr, k0..k0+kc as a [kc][6] panel (six neighbours of A per k), rows past mr
 // zero. op(A) = A is read in place: its rows are already K-contiguous.
 void pack_at(const SgemmFmaArgs& g, int64_t i0, int64_t mr, int64_t k0, int64_t kc, float* out) {
-  if (mr < kMr) std::fill(out, out + kc * kMr, 0.f);
-  for (int64_t k = 0; k < kc; ++k) std::copy_n(g.A + (k0 + k) * g.lda + i0, mr, out + k * kMr);
+  const float* src = g.A + k0 * g.lda + i0;
+  if (mr == kMr) {  // a fixed count: plain moves, not a library call per k
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t i = 0; i < kMr; ++i) out[k * kMr + i] = src[k * g.lda + i];
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t i = 0; i < kMr; ++i) out[k * kMr + i] = i < mr ? src[k * g.lda + i] : 0.f;
 }
 
 // The last K slice finishes C's elements in the tile's registers (finish_rows' arithmetic, each
@@ -215,7 +221,10 @@ __attribute__((target("avx2,fma"))) void blocked_avx2(const SgemmFmaArgs& g, int
     std::fill(s.P, s.P + (m1 - m0) * s.ldp, 0.f);
     return finish_rows(g, s.P, s.ldp, m0, m1, n0, n1 - n0);
   }
-  for (int64_t jc = n0; jc < n1; jc += kNc) chunk_avx2<TA, TB>(g, s, m0, m1, n0, jc, std::min(n1, jc + kNc));
+  // Equal chunks of whole panels (288 columns are 2 x 144, not 256 + 32: a narrow last chunk would
+  // stream op(A) again for little work).
+  const int64_t chunks = (n1 - n0 + kNc - 1) / kNc, width = round_up((n1 - n0 + chunks - 1) / chunks, kNr);
+  for (int64_t jc = n0; jc < n1; jc += width) chunk_avx2<TA, TB>(g, s, m0, m1, n0, jc, std::min(n1, jc + width));
 }
 
 }  // namespace
