@@ -80,7 +80,7 @@ std::vector<float> run_ref(const Case& c, const Operands& o) {
 
 void run_avx2(const Case& c, const Operands& o, std::vector<float>& C, int64_t m0, int64_t m1, int64_t n0,
               int64_t n1) {
-  std::vector<float> scratch(size_t(cpu::sgemm_fma_scratch(m1 - m0, n1 - n0, c.K)));
+  std::vector<float> scratch(size_t(cpu::sgemm_fma_scratch(c.K)));
   cpu::sgemm_fma_avx2(o.args(c, C.data()), m0, m1, n0, n1, scratch.data());
 }
 

@@ -27,17 +27,27 @@ namespace {
 // split, so the split follows the threads: 16-column panels (each thread packs only its own part of
 // op(B)), or 6-row tiles for a transposed op(A) and for products too narrow to share by columns.
 void gemm_fma_units(Context& ctx, bool serial, const SgemmFmaArgs& g) {
-  auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    Tensor scratch = Tensor::empty({sgemm_fma_scratch(m1 - m0, n1 - n0, g.K)}, DType::F32, ctx);
-    sgemm_fma_avx2(g, m0, m1, n0, n1, scratch.f32());
-  };
   const int64_t threads = serial ? 1 : ctx.pool().size();
   const int64_t panels = (g.N + 15) / 16, tiles = (g.M + 5) / 6;
-  if (threads == 1 || double(g.M) * double(g.N) * double(g.K) < double(int64_t(1) << 17)) return block(0, g.M, 0, g.N);
+  const bool small = double(g.M) * double(g.N) * double(g.K) < double(int64_t(1) << 17);
   // op(A) = A^T is packed per block of rows (dW = dy^T x): threads take rows, each packing its own.
-  if ((panels >= 4 * threads || panels >= tiles) && !(g.ta && tiles >= 4 * threads))
-    return ctx.pool().parallel_for(panels, [&](int64_t p0, int64_t p1) { block(0, g.M, p0 * 16, std::min(g.N, p1 * 16)); });
-  ctx.pool().parallel_for(tiles, [&](int64_t t0, int64_t t1) { block(t0 * 6, std::min(g.M, t1 * 6), 0, g.N); });
+  const bool by_cols = (panels >= 4 * threads || panels >= tiles) && !(g.ta && tiles >= 4 * threads);
+  const int64_t units = threads == 1 || small ? 1 : std::min(threads, by_cols ? panels : tiles);
+  // One scratch for all units, taken once on the calling thread.
+  const int64_t per = sgemm_fma_scratch(g.K);
+  Tensor scratch = Tensor::empty({units * per}, DType::F32, ctx);
+  auto unit = [&](int64_t u) {
+    float* s = scratch.f32() + u * per;
+    if (units == 1) return sgemm_fma_avx2(g, 0, g.M, 0, g.N, s);
+    if (by_cols)
+      return sgemm_fma_avx2(g, 0, g.M, std::min(g.N, panels * u / units * 16),
+                            std::min(g.N, panels * (u + 1) / units * 16), s);
+    sgemm_fma_avx2(g, std::min(g.M, tiles * u / units * 6), std::min(g.M, tiles * (u + 1) / units * 6), 0, g.N, s);
+  };
+  if (units == 1) return unit(0);
+  ctx.pool().parallel_for(units, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) unit(u);
+  });
 }
 
 // The units of one GEMM on ctx's pool, or all on the calling thread (serial): the same bits either way.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace ar::cpu {
 
@@ -15,12 +16,13 @@ constexpr int64_t kMr = 6;    // rows of the register tile: 6 x 2 accumulators +
 constexpr int64_t kNr = 16;   // columns of the register tile and of a packed op(B) panel
 constexpr int64_t kKc = 256;  // depth of a K slice: one op(B) panel is 16 KiB, L1-resident under a tile
 constexpr int64_t kMc = 288;  // rows of an op(A) block (288 KiB at full depth, L2-resident)
+constexpr int64_t kNarrow = 64;  // columns up to which a transposed op(A) is read in place
 constexpr int64_t kNc = 256;  // columns of an op(B) chunk (256 KiB packed at full depth, L2-resident)
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // c = alpha p (beta == 0) or beta c + alpha p, then each addend added: one rounding per operation
-// (exact as written: -ffp-contract=off). The kernel's finish_vec does the same on 8 lanes.
+// (exact as written: -ffp-contract=off). The kernel's finish_avx2 does the same on 8 lanes.
 void finish_rows(const SgemmFmaArgs& g, const float* p, int64_t ldp, int64_t i0, int64_t i1,
                                    int64_t j0, int64_t cols) {
   const float alpha = g.alpha, beta = g.beta;
@@ -113,15 +115,15 @@ struct TileOut {
   int64_t i0, j0, nr;
 };
 
-__attribute__((target("avx2,fma"))) inline __m256i lane_mask(int64_t n) {
+__attribute__((target("avx2,fma"))) inline __m256i lane_mask_avx2(int64_t n) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 8))), lanes);
 }
 
-__attribute__((target("avx2,fma"))) inline void finish_vec(const TileOut& o, int64_t i, int64_t h, __m256 acc) {
+__attribute__((target("avx2,fma"))) inline void finish_avx2(const TileOut& o, int64_t i, int64_t h, __m256 acc) {
   const SgemmFmaArgs& g = *o.g;
   const int64_t off = (o.i0 + i) * g.ldc + o.j0 + h * 8;
-  const __m256i m = lane_mask(o.nr - h * 8);
+  const __m256i m = lane_mask_avx2(o.nr - h * 8);
   __m256 v = _mm256_mul_ps(_mm256_set1_ps(g.alpha), acc);
   if (g.beta != 0.f) v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(g.beta), _mm256_maskload_ps(g.C + off, m)), v);
   for (const float* a : g.add) v = _mm256_add_ps(v, _mm256_maskload_ps(a + off, m));
@@ -131,7 +133,11 @@ __attribute__((target("avx2,fma"))) inline void finish_vec(const TileOut& o, int
 // The MR x 16 tile over kc steps of k, one FMA chain per element: resumed from p[MR][ldp] or from zero,
 // then stored to p, or finished into C when `out` is given. op(A)'s element (i, k) is at a[i * rs + k]
 // (in place) or a[i + k * 6] (packed).
-template <int MR, bool kPackedA>
+// Where a tile's op(A) element (i, k) is: a[i * s + k] (A in place), a[i + k * s] (A^T in place) or
+// a[i + k * 6] (A^T packed).
+enum ALayout : int { kRowsInPlace, kColsInPlace, kPacked };
+
+template <int MR, int kLayout>
 __attribute__((target("avx2,fma"))) void tile_avx2(int64_t kc, const float* a, int64_t rs, const float* bp, float* p,
                                                    int64_t ldp, bool resume, const TileOut* out) {
   __m256 c0[MR], c1[MR];
@@ -145,7 +151,9 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int64_t kc, const float* a, i
     const __m256 b0 = _mm256_loadu_ps(bp + k * kNr), b1 = _mm256_loadu_ps(bp + k * kNr + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_broadcast_ss(kPackedA ? a + i + k * kMr : a + i * rs + k);
+      const __m256 av = _mm256_broadcast_ss(kLayout == kPacked       ? a + i + k * kMr
+                                            : kLayout == kColsInPlace ? a + i + k * rs
+                                                                      : a + i * rs + k);
       c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
       c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
     }
@@ -153,8 +161,8 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int64_t kc, const float* a, i
   if (out) {
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      finish_vec(*out, i, 0, c0[i]);
-      finish_vec(*out, i, 1, c1[i]);
+      finish_avx2(*out, i, 0, c0[i]);
+      finish_avx2(*out, i, 1, c1[i]);
     }
     return;
   }
@@ -165,74 +173,77 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int64_t kc, const float* a, i
   }
 }
 
-template <bool kPackedA>
+template <int kLayout>
 __attribute__((target("avx2,fma"))) inline void tile_rows_avx2(int64_t mr, int64_t kc, const float* a, int64_t rs,
                                                                const float* bp, float* p, int64_t ldp, bool resume,
                                                                const TileOut* out) {
   switch (mr) {
-    case 6: return tile_avx2<6, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
-    case 5: return tile_avx2<5, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
-    case 4: return tile_avx2<4, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
-    case 3: return tile_avx2<3, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
-    case 2: return tile_avx2<2, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
-    default: return tile_avx2<1, kPackedA>(kc, a, rs, bp, p, ldp, resume, out);
+    case 6: return tile_avx2<6, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
+    case 5: return tile_avx2<5, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
+    case 4: return tile_avx2<4, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
+    case 3: return tile_avx2<3, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
+    case 2: return tile_avx2<2, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
+    default: return tile_avx2<1, kLayout>(kc, a, rs, bp, p, ldp, resume, out);
   }
 }
 
 // Scratch: op(B)'s chunk as panels [kNc / 16][kKc][16], op(A)^T's block as panels [kMc / 6][kKc][6],
-// then the partial chains P [rows][ldp] (ldp = cols rounded up to 16) when K takes several slices.
+// then the block's partial chains P [kMc][kNc] when K takes several slices: a fixed 1.1 MiB at most,
+// whatever the size of the product.
 struct Scratch {
-  int64_t ldp;
   float *B, *A, *P;
-  Scratch(float* s, int64_t cols) : ldp(round_up(cols, kNr)), B(s), A(B + kNc * kKc), P(A + kMc * kKc) {}
+  explicit Scratch(float* s) : B(s), A(B + kNc * kKc), P(A + kMc * kKc) {}
 };
 
-// Columns n0..n1 (at most kNc) of rows m0..m1, per K slice: op(B) packed once, then per block of kMc
-// rows (op(A)^T packed once) every 16-column panel over every 6-row tile; P holds each element's chain
-// between slices and the last slice finishes C. Slices are equal (at most kKc deep, no short tail).
+// Rows m0..m1 (at most kMc) and columns n0..n1 (at most kNc), per K slice: op(B) and op(A)^T packed
+// once, then every 16-column panel over every 6-row tile; P holds each element's chain between slices
+// and the last slice finishes C. Slices are equal (at most kKc deep, no short tail).
 template <bool TA, bool TB>
-__attribute__((target("avx2,fma"))) void chunk_avx2(const SgemmFmaArgs& g, const Scratch& s, int64_t m0, int64_t m1,
-                                                    int64_t pc0, int64_t n0, int64_t n1) {
+__attribute__((target("avx2,fma"))) void block_avx2(const SgemmFmaArgs& g, const Scratch& s, int64_t m0, int64_t m1,
+                                                    int64_t n0, int64_t n1) {
   const int64_t slices = (g.K + kKc - 1) / kKc, depth = (g.K + slices - 1) / slices;
+  // A^T is packed where its panels serve many columns; for a narrow block (attention's head_dim) the
+  // copy would cost a quarter of the products, and its rows are read in place.
+  const bool pack_a = TA && n1 - n0 > kNarrow;
   for (int64_t k0 = 0; k0 < g.K; k0 += depth) {
     const int64_t kc = std::min(depth, g.K - k0);
     const bool last = k0 + kc == g.K;
     pack_b_avx2<TB>(g, k0, kc, n0, n1, s.B);
-    for (int64_t mb = m0; mb < m1; mb += kMc) {
-      const int64_t me = std::min(m1, mb + kMc);
-      if constexpr (TA)
-        for (int64_t i0 = mb; i0 < me; i0 += kMr) pack_at(g, i0, std::min(kMr, me - i0), k0, kc, s.A + (i0 - mb) * kc);
-      for (int64_t j0 = n0; j0 < n1; j0 += kNr)
-        for (int64_t i0 = mb; i0 < me; i0 += kMr) {
-          const float* a = TA ? s.A + (i0 - mb) * kc : g.A + i0 * g.lda + k0;
-          const TileOut out{&g, i0, j0, std::min(kNr, n1 - j0)};
-          tile_rows_avx2<TA>(std::min(kMr, me - i0), kc, a, g.lda, s.B + (j0 - n0) * kc,
-                             s.P + (i0 - m0) * s.ldp + (j0 - pc0), s.ldp, k0 > 0, last ? &out : nullptr);
-        }
-    }
+    if (pack_a)
+      for (int64_t i0 = m0; i0 < m1; i0 += kMr) pack_at(g, i0, std::min(kMr, m1 - i0), k0, kc, s.A + (i0 - m0) * kc);
+    for (int64_t j0 = n0; j0 < n1; j0 += kNr)
+      for (int64_t i0 = m0; i0 < m1; i0 += kMr) {
+        const int64_t mr = std::min(kMr, m1 - i0);
+        const float* bp = s.B + (j0 - n0) * kc;
+        float* p = s.P + (i0 - m0) * kNc + (j0 - n0);
+        const TileOut out{&g, i0, j0, std::min(kNr, n1 - j0)};
+        const TileOut* o = last ? &out : nullptr;
+        if (!TA) tile_rows_avx2<kRowsInPlace>(mr, kc, g.A + i0 * g.lda + k0, g.lda, bp, p, kNc, k0 > 0, o);
+        else if (pack_a) tile_rows_avx2<kPacked>(mr, kc, s.A + (i0 - m0) * kc, 0, bp, p, kNc, k0 > 0, o);
+        else tile_rows_avx2<kColsInPlace>(mr, kc, g.A + k0 * g.lda + i0, g.lda, bp, p, kNc, k0 > 0, o);
+      }
   }
 }
 
 template <bool TA, bool TB>
 __attribute__((target("avx2,fma"))) void blocked_avx2(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0,
                                                       int64_t n1, float* scratch) {
-  const Scratch s(scratch, n1 - n0);
   if (g.K == 0) {  // no products: every chain is +0
-    std::fill(s.P, s.P + (m1 - m0) * s.ldp, 0.f);
-    return finish_rows(g, s.P, s.ldp, m0, m1, n0, n1 - n0);
+    const std::vector<float> zeros(size_t(n1 - n0), 0.f);
+    return finish_rows(g, zeros.data(), 0, m0, m1, n0, n1 - n0);
   }
+  const Scratch s(scratch);
   // Equal chunks of whole panels (288 columns are 2 x 144, not 256 + 32: a narrow last chunk would
   // stream op(A) again for little work).
   const int64_t chunks = (n1 - n0 + kNc - 1) / kNc, width = round_up((n1 - n0 + chunks - 1) / chunks, kNr);
-  for (int64_t jc = n0; jc < n1; jc += width) chunk_avx2<TA, TB>(g, s, m0, m1, n0, jc, std::min(n1, jc + width));
+  for (int64_t mb = m0; mb < m1; mb += kMc)
+    for (int64_t jc = n0; jc < n1; jc += width)
+      block_avx2<TA, TB>(g, s, mb, std::min(m1, mb + kMc), jc, std::min(n1, jc + width));
 }
 
 }  // namespace
 
-int64_t sgemm_fma_scratch(int64_t rows, int64_t cols, int64_t K) {
-  const int64_t ldp = round_up(cols, kNr);
-  return kNc * kKc + kMc * kKc + (K > kKc || K == 0 ? rows * ldp : 0);
-}
+int64_t sgemm_fma_scratch(int64_t K) { return kNc * kKc + kMc * kKc + (K > kKc ? kMc * kNc : 0); }
 
 void sgemm_fma_avx2(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* scratch) {
   if (m1 <= m0 || n1 <= n0) return;

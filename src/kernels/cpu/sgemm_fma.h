@@ -5,9 +5,10 @@
 // so an element's bits depend on its row of op(A), its column of op(B) and K only: not on M, N, the
 // blocking, the thread count or which rows share a call. `sgemm_fma_ref` is that definition as a plain
 // loop; the AVX2 kernel gives its bits exactly (tests/test_sgemm_fma.cpp). It is the usual blocked
-// design: K in 256-deep slices; per slice op(B) packed as 16-column panels and op(A) as 6-row panels
-// of up to 288 rows; a 6 x 16 register tile runs over a slice, resuming from the last slice's sums
-// (kept exactly, in fp32, in the scratch's product buffer); the finishing step reads that buffer.
+// design: blocks of up to 288 rows x 256 columns, K in equal slices up to 256 deep; per slice op(B)
+// packed as 16-column panels (and a transposed op(A) as 6-row panels; op(A) = A is read in place);
+// a 6 x 16 register tile runs over a slice, resuming from the last slice's sums (kept exactly, in
+// fp32, in the scratch), and the last slice finishes C from the registers.
 //
 // Why: below AVX-512, OpenBLAS's Haswell kernel packs both operands on every call; the tuning's
 // 256-token leaves (M = 256) spent ~12% of their time packing and two threads packed the same operand
@@ -34,10 +35,10 @@ struct SgemmFmaArgs {
   std::span<const float* const> add = {};  // laid out as C (ldc), indexed by the element's offset from C
 };
 
-// Floats of scratch sgemm_fma_avx2 needs for a block of rows x cols with depth K.
-int64_t sgemm_fma_scratch(int64_t rows, int64_t cols, int64_t K);
+// Floats of scratch one sgemm_fma_avx2 call needs for depth K, whatever its block (at most 1.1 MiB).
+int64_t sgemm_fma_scratch(int64_t K);
 // Rows [m0, m1) and columns [n0, n1) of C on the calling thread (addends and C at the same offsets),
-// with sgemm_fma_scratch(m1 - m0, n1 - n0, K) floats of scratch.
+// with sgemm_fma_scratch(K) floats of scratch.
 void sgemm_fma_avx2(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* scratch);
 // The definition, one element at a time (std::fma): the reference for the kernel's bits.
 void sgemm_fma_ref(const SgemmFmaArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
