@@ -109,14 +109,19 @@ TEST(SignRoundFp8Static, TheTuningForwardQuantizesTheActivations) {
   EXPECT_GT(std::fabs(with_act - weights_only), 1e-3 * weights_only) << "the activation QDQ changes nothing here";
 }
 
+// FP8_STATIC's options for the fixture: its input maxima, the whole pool as one batch, rate lr.
+SignRoundOptions fp8_static_options(Fixture& f, double lr) {
+  SignRoundOptions o = with_act_max(input_maxima(f));
+  o.batch_size = int(f.n);
+  o.lr = lr;
+  return o;
+}
+
 // The coefficients stay in [0, 1] and move; each kept input scale is fp8_static_input_scale(max * coef)
 // of the best iterate's coefficient, whose block MSE (with those scales) is loss_best.
 TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
   Fixture f;
-  const auto m = input_maxima(f);
-  SignRoundOptions o = with_act_max(m);
-  o.batch_size = int(f.n);
-  o.lr = 0.05;
+  SignRoundOptions o = fp8_static_options(f, 0.05);
   BlockWeights a = f.copy();
   const BlockTuneResult r = f.tune(a, test::fp8_static_format(), 30, 3, o);
   ASSERT_EQ(r.layers.size(), 7u);
@@ -143,10 +148,7 @@ TEST(SignRoundFp8Static, CoefficientsMoveAndSetTheKeptInputScales) {
 // which is the best here (lr 0.01; the assertion says so where a kernel's rounding changes that).
 TEST(SignRoundFp8Static, LastIterateBestKeepsItsCoefficients) {
   Fixture f;
-  const auto m = input_maxima(f);
-  SignRoundOptions o = with_act_max(m);
-  o.batch_size = int(f.n);
-  o.lr = 0.01;
+  SignRoundOptions o = fp8_static_options(f, 0.01);
   BlockWeights a = f.copy();
   const BlockTuneResult r = f.tune(a, test::fp8_static_format(), 2, 3, o);
   ASSERT_EQ(r.best_iter, 1) << "the case needs the second (loss-only) iteration to be the best";
