@@ -56,8 +56,10 @@ DOCS = [
 
 def quantize(src: str, dataset: list, fmt: str, out: str) -> str:
     from auto_round import AutoRound
+    # amp off: on a CPU with bf16 dot products AutoRound would keep the model in bf16 and write bf16
+    # scales; the goldens are its fp32 chain, as on a CPU without them.
     ar = AutoRound(src, dataset=dataset, scheme="FP8_STATIC", iters=0, nsamples=len(dataset), seqlen=SEQLEN,
-                   disable_opt_rtn=True, disable_model_free=True, enable_torch_compile=False)
+                   disable_opt_rtn=True, disable_model_free=True, enable_torch_compile=False, amp=False)
     ar.quantize_and_save(out, format=fmt)
     return os.path.dirname(glob.glob(os.path.join(out, "**", "model.safetensors"), recursive=True)[0])
 

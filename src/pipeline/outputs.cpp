@@ -163,8 +163,22 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
   }
 }
 
+// A 16-bit layer's extra_config entry holds the keys where it differs from the global config, as
+// AutoRound 0.16.1 writes them: {bits 16, data_type "fp"} under the int schemes; under the float ones
+// data_type and act_data_type "float", plus act_bits 16 where the global act_bits is not (FP8_STATIC).
 void OutputSet::keep_fp(const std::string& name) {
-  for (auto& s : sinks_) s.extra[name] = {{"bits", 16}, {"data_type", "fp"}};
+  for (auto& s : sinks_) {
+    if (!s.flt) {
+      s.extra[name] = {{"bits", 16}, {"data_type", "fp"}};
+      continue;
+    }
+    nlohmann::ordered_json e;
+    if (opt_fmt_.act_static()) e["act_bits"] = 16;
+    e["act_data_type"] = "float";
+    e["bits"] = 16;
+    e["data_type"] = "float";
+    s.extra[name] = e;
+  }
 }
 
 void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_q, const std::string& gguf_preset) {
