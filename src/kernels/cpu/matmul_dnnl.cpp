@@ -288,12 +288,17 @@ void dnnl_isa_cap() {
   });
 }
 
+// A property of the process (machine, cap and oneDNN's ISA), read once: every bf16 GEMM and packing
+// asks, and cpuid is a VM exit on virtual machines (it was ~5% of an amp tuning iteration on one).
 bool bf16_gemm_supported() {
-  const CpuIsa isa = cpu_isa();
-  if (!isa.avx512_bf16 && !isa.amx_bf16) return false;
-  dnnl_isa_cap();
-  const auto eff = dnnl::get_effective_cpu_isa();
-  return eff == dnnl::cpu_isa::avx512_core_bf16 || eff == dnnl::cpu_isa::avx512_core_amx;
+  static const bool supported = [] {
+    const CpuIsa isa = cpu_isa();
+    if (!isa.avx512_bf16 && !isa.amx_bf16) return false;
+    dnnl_isa_cap();
+    const auto eff = dnnl::get_effective_cpu_isa();
+    return eff == dnnl::cpu_isa::avx512_core_bf16 || eff == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return supported;
 }
 
 std::string bf16_support_summary() {
