@@ -14,6 +14,7 @@
 #include "kernels/cpu/ops.h"
 #include "parallel/devices.h"
 #include "quant/signround.h"
+#include "core/malloc_policy.h"
 
 using namespace ar;
 using Clock = std::chrono::steady_clock;
@@ -39,6 +40,7 @@ struct Run {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ar::set_process_malloc_policy();  // as the CLI runs
   const int world = int(bench::arg(argc, argv, "--world", 2)), iters = int(bench::arg(argc, argv, "--iters", 4));
   const bool amp = bench::arg(argc, argv, "--amp", 0) != 0;
   if (amp && !cpu::bf16_gemm_supported()) {

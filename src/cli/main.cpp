@@ -1,6 +1,5 @@
 // autoround CLI entry: subcommand table, error-to-exit-code mapping. The only place that exits.
 #include <CLI/CLI.hpp>
-#include <malloc.h>
 
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/malloc_policy.h"
 #include "core/printable.h"
 #include "kernels/cpu/isa.h"
 
@@ -39,17 +39,7 @@ void cap_openblas(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Large buffers (per-block activations, packing scratch) come and go once per block; glibc's
-  // dynamic mmap threshold would move them onto the heap after the first free and let it fragment,
-  // so peak RSS would creep up with depth (measured: +30 MiB per 1B-shaped block). A fixed threshold
-  // keeps every large buffer in its own mapping, returned to the system when freed. It is 1 MiB, not
-  // less: oneDNN allocates and frees a buffer of a few hundred KiB inside every GEMM call, which as a
-  // mapping of its own cost an mmap, a munmap (a TLB shootdown across threads) and its page faults
-  // per call (13% of a 135M model's amp tuning). And the heap is not trimmed below 64 MiB of free
-  // top, or those buffers would fault in again after every trim (11,587 brk calls in 31 s of a
-  // 1B-shaped run). docs/benchmarks.md, "Allocation churn".
-  mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
-  mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
+  ar::set_process_malloc_policy();  // core/malloc_policy.h
   try {
     cap_openblas(argv);
   } catch (const ar::Error& e) {  // an unknown AR_CPU_ISA
