@@ -30,6 +30,7 @@
 #include "pipeline/run_summary.h"
 #include "model/config.h"
 #include "quant/qdq.h"
+#include "fp_schemes.h"
 #include "quantize_options.h"
 #include "test_util.h"
 #include "stories260k_model.h"
@@ -591,6 +592,96 @@ TEST(Pipeline, RunWorkCountsTheMatrixProductsAndScores) {
   EXPECT_EQ(human_duration(3725), "1 h 02 min");
   EXPECT_EQ(human_duration(95), "1 min 35 s");
   EXPECT_EQ(human_duration(12.3), "12 s");
+}
+
+// A MoE block's products count the weights a token meets: the router, its top_k experts and the shared
+// expert with its gate (Qwen2-MoE); Qwen3-MoE's dense layer 0 its MLP; Mixtral's experts are
+// intermediate_size wide.
+TEST(Pipeline, RunWorkCountsTheActiveExperts) {
+  QuantizeOptions o;
+  o.tune.iters = 0;  // the FP pass only: blocks x n x T tokens
+  const double C = 64, attn = 64.0 * 64 + 2 * 64.0 * 32 + 64.0 * 64, causal = 2 * 64.0 * 32;
+  const auto gflop = [&](const ModelConfig& cfg) { return run_work(cfg, o, 8, 32, 2).gflop / (8 * 32.0) * 1e9; };
+  const double qwen3_moe = C * 8 + 2 * 3 * C * 32, qwen2_moe = qwen3_moe + 3 * C * 64 + C;
+  EXPECT_DOUBLE_EQ(gflop(parse_model_config(tiny_moe_config("qwen2_moe"), "c")), 2 * (2 * (attn + qwen2_moe) + causal));
+  auto q3 = parse_model_config(tiny_moe_config("qwen3_moe"), "c");
+  ASSERT_FALSE(q3.is_moe_layer(0));
+  EXPECT_DOUBLE_EQ(gflop(q3), 2 * (attn + 3 * C * 128) + causal + 2 * (attn + qwen3_moe) + causal);
+  EXPECT_DOUBLE_EQ(gflop(parse_model_config(tiny_moe_config("mixtral"), "c")), 2 * (2 * (attn + qwen3_moe) + causal));
+  // After a restore at block 1 of Qwen3-MoE only the MoE layer is left.
+  EXPECT_DOUBLE_EQ(run_work(q3, o, 8, 32, 1).gflop / (8 * 32.0) * 1e9, 2 * (attn + qwen3_moe) + causal);
+}
+
+// The measured leaf's price of a run, worked by hand: iterations x (fixed + batch x per sample) plus the
+// forward-only passes at a third of a sample; and the rule that measures a leaf only where it is cheap.
+TEST(Pipeline, LeafPricesIterationsAndPasses) {
+  auto cfg = parse_model_config(tiny_llama_config(3), "c");
+  const BlockDims d = cfg.block_dims(0);
+  QuantizeOptions o;
+  o.tune.iters = 10;
+  o.tune.batch_size = 4;
+  const RunWork w = run_work(cfg, o, 8, 32, 3, 2);  // two tunings (a GGUF preset's)
+  EXPECT_DOUBLE_EQ(w.iterations, 3 * 2 * 10.0);
+  EXPECT_DOUBLE_EQ(w.batch, 4.0);
+  EXPECT_DOUBLE_EQ(w.pass_samples, 3 * 3 * 8.0);  // FP targets + two q-chains, each over 8 samples
+  LeafTimes leaf = fit_leaf(0.5, 1.4, 4);
+  EXPECT_DOUBLE_EQ(leaf.per_sample_s, 0.3);
+  EXPECT_NEAR(leaf.fixed_s, 0.2, 1e-15);
+  EXPECT_NEAR(estimate_seconds(w, leaf), 60 * (0.2 + 4 * 0.3) + 72 * 0.3 / 3, 1e-12);
+  // Noise that makes n samples as fast as one still leaves a sample a tenth of the measured time.
+  leaf = fit_leaf(0.8, 0.7, 2);
+  EXPECT_DOUBLE_EQ(leaf.per_sample_s, 0.1 * 0.7 / 2);
+  EXPECT_DOUBLE_EQ(leaf.fixed_s, 0.7 - 0.07);
+  // The leaf's batch: the run's, at least 2.
+  EXPECT_EQ(leaf_samples(1), 2);
+  EXPECT_EQ(leaf_samples(3), 3);
+  EXPECT_EQ(leaf_samples(8), 8);
+  // The leaf's 4 iterations of 1 and 4 samples (20 forward + backward passes at most) against the
+  // run's 60 iterations of 4 (x 3 with the backward) and 72 forward passes: 1920 / 25344 = 7.6% of the
+  // run's products, within the 15% limit, so it is measured; at 3 iterations 1920 / 9216 = 20.8%, not.
+  EXPECT_DOUBLE_EQ(leaf_flops(d, 32, 4), 20 * sample_flops(d, 32));
+  EXPECT_TRUE(leaf_worthwhile(w, d));
+  o.tune.iters = 3;
+  EXPECT_FALSE(leaf_worthwhile(run_work(cfg, o, 8, 32, 3, 2), d));
+  o.tune.iters = 1;
+  EXPECT_FALSE(leaf_worthwhile(run_work(cfg, o, 8, 32, 3, 2), d));
+  o.tune.iters = 0;
+  EXPECT_FALSE(leaf_worthwhile(run_work(cfg, o, 8, 32, 3, 2), d));
+}
+
+// The leaf runs the real tuner on a model's block and inputs: a dense Llama block under W4G32 and
+// FP8_STATIC (whose activation maxima the leaf supplies), and a Qwen2-MoE block (router, experts, shared
+// expert); with fewer input samples than its batch it cycles them. It gives a positive price per
+// sample and leaves none of its buffers cached in the context's allocator.
+TEST(Pipeline, LeafMeasuresTheTunerOnTheRunsBlock) {
+  Context ctx(Device{}, 2);
+  const int64_t T = 32;
+  for (const char* arch : {"llama", "llama_fp8", "qwen2_moe"}) {
+    const std::string m = tmpdir("leaf");
+    const bool moe = std::string(arch) == "qwen2_moe";
+    write_synthetic_model(m, moe ? tiny_moe_config(arch) : tiny_llama_config(2), 5);
+    auto model = HfModel::open(m);
+    const ModelConfig& cfg = model->config();
+    const BlockDims d = cfg.block_dims(1);
+    ASSERT_EQ(d.is_moe(), moe);
+    quant::QuantFormat fmt(4, 32, true);
+    if (std::string(arch) == "llama_fp8") fmt = test::fp8_static_format();
+    std::vector<int32_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+    std::vector<float> cs(size_t(T * d.D / 2), 1.f), sn(cs.size(), 0.f);
+    const BlockAux<float> aux{1, T, pos.data(), cs.data(), sn.data(), nullptr};
+    Tensor x = Tensor::empty({3, T, d.C}, DType::F32, ctx);
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float((i * 7919) % 211) / 105.f - 1.f;
+    QuantizeOptions o;
+    const LeafTimes leaf = measure_leaf(ctx, d, model->load_block(1, ctx), fmt, o.tune, aux, x, 4);
+    EXPECT_GT(leaf.per_sample_s, 0) << arch;
+    EXPECT_GE(leaf.fixed_s, 0) << arch;
+    EXPECT_GE(leaf.wall_s, leaf.fixed_s + leaf.per_sample_s) << arch;
+    EXPECT_TRUE(std::isfinite(leaf.per_sample_s + leaf.fixed_s)) << arch;
+    EXPECT_EQ(ctx.allocator().cached(), 0u) << arch;
+    model.reset();
+    fs::remove_all(m);
+  }
 }
 
 TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {

@@ -202,8 +202,29 @@ void QuantizeRun::summary_tail() {
                                                           cache_per_sample_, opt_.tune.deterministic ? 1 : bs_)
                                        .total())
                : lanes_->plan_line(parallel::Phase::Search, linears, parallel::price_mirror(params, 0, 0, 0, 0).total()));
-  log_info(time_estimate_line(run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks()),
-                              measure_rates(*ctx_, cfg, opt_.tune.amp), opt_.tune.amp));
+  log_info(estimate_line());
+}
+
+// A SignRound run on the CPU in one process is priced by a measured leaf, one of its blocks on its first
+// samples; other runs by FLOPs (pipeline/run_estimate.h). In a multi-process job the ranks would measure
+// at once on shared cores, and a long leaf on one would hold the others at their next collective.
+std::string QuantizeRun::estimate_line() {
+  const ModelConfig& cfg = model_->config();
+  const RunWork work = run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks());
+  const MachineRates rates = measure_rates(*ctx_, cfg, opt_.tune.amp);
+  if (gpu_ || job_ || start_block_ >= cfg.num_layers) return time_estimate_line(work, rates, opt_.tune.amp);
+  // The leaf is a block of the kind most of the remaining layers are (with a tie, MoE): the few dense
+  // layers of a MoE model (Qwen3-MoE's mlp_only_layers) are priced as its MoE ones.
+  int64_t moe_layers = 0, pick = start_block_;
+  for (int64_t l = start_block_; l < cfg.num_layers; ++l) moe_layers += cfg.is_moe_layer(l);
+  const bool moe = 2 * moe_layers >= cfg.num_layers - start_block_;
+  while (cfg.is_moe_layer(pick) != moe) ++pick;
+  const BlockDims d = cfg.block_dims(pick);
+  if (!leaf_worthwhile(work, d)) return time_estimate_line(work, rates, opt_.tune.amp);
+  const BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  return time_estimate_line(work, measure_leaf(*ctx_, d, model_->load_block(pick, *ctx_), opt_.fmt, opt_.tune, aux,
+                                               x_fp_, leaf_samples(int64_t(work.batch))),
+                            pick);
 }
 
 std::vector<size_t> QuantizeRun::shard_bytes() const {

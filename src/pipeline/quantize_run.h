@@ -55,6 +55,7 @@ class QuantizeRun {
   void check_process_split() const;
   void summary_head();
   void summary_tail();
+  std::string estimate_line();
   void start();
   bool restore();
   void block(int64_t b);

@@ -14,11 +14,25 @@ namespace ar {
 namespace {
 constexpr double kIterationShareOfGemm = 0.75;  // whole tuning iteration vs the best GEMM (tune_bench)
 constexpr double kExpsPerScore = 36;  // attention cost per score element, fwd + bwd, in exps (stories260K, seqlen 512)
+
+// The feed-forward weights one token meets in `layer`: the dense MLP, or a MoE layer's router, its top_k
+// experts and the shared expert with its gate.
+double ffn_params_per_token(const ModelConfig& c, int64_t layer) {
+  const double C = double(c.hidden_size);
+  if (!c.is_moe_layer(layer)) return 3 * C * double(c.intermediate_size);
+  const MoeConfig& m = c.moe;
+  const double shared = m.shared_intermediate > 0 ? 3 * C * double(m.shared_intermediate) + C : 0;
+  return double(m.num_experts) * C + double(m.top_k) * 3 * C * double(m.expert_intermediate) + shared;
+}
+
 }  // namespace
 
 RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T, int64_t blocks, int tunings) {
   const double C = double(c.hidden_size), q = double(c.num_heads * c.head_dim), kv = double(c.num_kv_heads * c.head_dim);
-  const double linear = C * q + 2 * C * kv + q * C + 3 * C * double(c.intermediate_size);
+  double ffn = 0;  // the mean over the last `blocks` layers (the run's; after a restore, those left)
+  for (int64_t l = std::max<int64_t>(c.num_layers - blocks, 0); l < c.num_layers; ++l) ffn += ffn_params_per_token(c, l);
+  ffn /= double(std::max<int64_t>(std::min(blocks, c.num_layers), 1));
+  const double linear = C * q + 2 * C * kv + q * C + ffn;
   const double per_token = 2 * linear + 4 * q * double(T) / 2;   // Linears, then QK^T and PV (causal half)
   const double scores_per_token = double(c.num_heads) * double(T);  // one row of scores per head
   const bool q_chain = opt.tune.iters > 0 && opt.quanted_input;  // RTN runs no q-chain pass
@@ -29,6 +43,12 @@ RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, in
     tuned_tokens = double(tunings) * double(opt.tune.iters) * double(batch) * double(T);
   }
   RunWork w;
+  w.T = T;
+  w.pass_samples = double(blocks) * tokens / double(std::max<int64_t>(T, 1));
+  if (opt.tune.iters > 0) {
+    w.iterations = double(blocks) * double(tunings) * double(opt.tune.iters);
+    w.batch = double(std::min<int64_t>(n, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps)));
+  }
   w.gflop = double(blocks) * (tokens + 3.0 * tuned_tokens) * per_token / 1e9;
   w.score_giga = double(blocks) * (tokens / 3.0 + tuned_tokens) * scores_per_token / 1e9;  // a pass: 1/3 of fwd+bwd
   return w;
@@ -62,6 +82,14 @@ double estimate_seconds(const RunWork& w, const MachineRates& r) {
   return w.gflop / (r.gemm_gflops * kIterationShareOfGemm) + w.score_giga * kExpsPerScore / r.exp_giga;
 }
 
+bool leaf_worthwhile(const RunWork& w, const BlockDims& d) {
+  return w.iterations > 0 && leaf_flops(d, w.T, leaf_samples(int64_t(w.batch))) <= kLeafShareOfRun * w.gflop * 1e9;
+}
+
+double estimate_seconds(const RunWork& w, const LeafTimes& leaf) {
+  return w.iterations * (leaf.fixed_s + w.batch * leaf.per_sample_s) + w.pass_samples * leaf.per_sample_s / 3;
+}
+
 std::string human_duration(double s) {
   char b[48];
   if (s >= 3600) std::snprintf(b, sizeof b, "%d h %02d min", int(s / 3600), int(s / 60) % 60);
@@ -77,6 +105,17 @@ std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp
                 "at %.0f GFLOP/s, and %.1fG attention scores; the run ETA follows the first iterations)",
                 human_duration(estimate_seconds(w, r)).c_str(), w.gflop, amp ? "bf16" : "fp32", r.gemm_gflops,
                 w.score_giga);
+  return b;
+}
+
+std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block) {
+  char b[400];
+  std::snprintf(b, sizeof b,
+                "estimated time: ~%s (%.0f SignRound iterations of %.0f samples at %.3f s + %.3f s per sample, "
+                "measured now in %.1f s on block %lld and the first samples; the run ETA follows the first "
+                "iterations)",
+                human_duration(estimate_seconds(w, leaf)).c_str(), w.iterations, w.batch, leaf.fixed_s,
+                leaf.per_sample_s, leaf.wall_s, (long long)(block + 1));
   return b;
 }
 

@@ -1,5 +1,10 @@
-// The start summary's time estimate (issue 11, item 2), from two kinds of work counted from the
-// model's shapes and the options, each at a rate of this machine measured at the start:
+// The start summary's time estimate (issue 11, item 2; issue 22). A SignRound run on the CPU is priced
+// by a measured tuning leaf (pipeline/estimate_leaf.h: one of its blocks on its first samples): the run's iterations at the
+// leaf's seconds per iteration, plus its forward-only passes at a third of a sample's forward +
+// backward. Everything else (RTN and --iters 0 searches, GPU tuning, multi-process jobs, and runs so
+// short that the leaf would cost more than 15% of them) by the FLOP model:
+// two kinds of work counted from the model's shapes and the options, each at a rate of this machine
+// measured at the start:
 //   - matrix products (the Linears, QK^T and PV) at the block-shaped GEMM rate, times the share of it
 //     a whole tuning iteration reaches (bench/tune_bench: ~75%);
 //   - attention score elements (softmax forward and backward, masks: elementwise work that
@@ -11,6 +16,7 @@
 
 #include "core/context.h"
 #include "model/config.h"
+#include "pipeline/estimate_leaf.h"
 #include "pipeline/quantize.h"
 
 namespace ar {
@@ -18,8 +24,12 @@ namespace ar {
 struct RunWork {
   double gflop = 0;          // matrix products
   double score_giga = 0;     // attention score elements (forward + backward passes), in 1e9
+  double iterations = 0;     // SignRound iterations over the run (blocks x tunings x iters)
+  double batch = 0;          // samples per iteration
+  double pass_samples = 0;   // samples through forward-only passes (FP targets, q-chains)
+  int64_t T = 0;
 };
-// The run's work: per block, the FP pass (and with SignRound the q-chain pass) over every sample and,
+// The run's work: per block (a MoE block's active weights: router, top_k experts, shared expert), the FP pass (and with SignRound the q-chain pass) over every sample and,
 // with SignRound, `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of
 // the model's; `tunings` per block (2: int formats and a GGUF preset), each with its q-chain pass.
 RunWork run_work(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen, int64_t blocks,
@@ -34,9 +44,15 @@ struct MachineRates {
 MachineRates measure_rates(Context& ctx, const ModelConfig& cfg, bool amp);
 
 double estimate_seconds(const RunWork& w, const MachineRates& r);
+// The leaf's price of the run.
+double estimate_seconds(const RunWork& w, const LeafTimes& leaf);
 
 // "estimated time: ~1 h 05 min (...)" for the log.
 std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp);
+std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block);  // block: 0-based
+// Whether the leaf is worth measuring: at most kLeafShareOfRun of the run's matrix products.
+inline constexpr double kLeafShareOfRun = 0.15;
+bool leaf_worthwhile(const RunWork& w, const BlockDims& d);
 
 // 3725 -> "1 h 02 min", 95 -> "1 min 35 s", 12.3 -> "12 s".
 std::string human_duration(double seconds);
