@@ -1,6 +1,10 @@
 // Core: dtype conversions (exhaustive for 16-bit formats), thread pool, tensors, allocator accounting.
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
 
 #include "core/context.h"
 #include "core/dtype.h"
@@ -74,6 +78,7 @@ TEST(Tensor, AllocatorTracksPeakBytes) {
 
 TEST(Allocator, FullCacheEvictsTheOldestBlocks) {
   Allocator a(10240);
+  a.allocate(40000).reset();  // a live peak above everything below: the footprint bound stays out of it
   void* pa = nullptr;
   void* pb = nullptr;
   {
@@ -91,6 +96,102 @@ TEST(Allocator, FullCacheEvictsTheOldestBlocks) {
   again.reset();
   a.allocate(20000).reset();  // larger than the whole cache: freed, nothing evicted for it
   EXPECT_EQ(a.cached(), 4096u + 6144u);
+}
+
+// A cached block serves a smaller request down to 8/9 of its size (a MoE block's per-expert rows
+// differ in length from batch to batch), and counts its own size while in use.
+TEST(Allocator, ReusesASlightlyLargerCachedBlock) {
+  Allocator a;
+  void* big = nullptr;
+  {
+    auto A = a.allocate(9000);  // rounds to 9024
+    big = A.get();
+  }
+  {
+    auto B = a.allocate(8100);  // 8128: 9024 is within 1/8 of it
+    EXPECT_EQ(B.get(), big);
+    EXPECT_EQ(a.in_use(), 9024u);
+    EXPECT_EQ(a.cached(), 0u);
+  }
+  EXPECT_EQ(a.cached(), 9024u);
+  auto C = a.allocate(7000);  // 7040: 9024 is more than 1/8 larger, a new block of its own size
+  EXPECT_EQ(a.in_use(), 7040u);
+  EXPECT_EQ(a.cached(), 0u) << "7040 + 9024 exceed the live peak 9024 and its 1/8: the idle block goes first";
+}
+
+// The footprint (live plus cached bytes, what the backing has handed out) never exceeds the live
+// peak plus 1/kReuseSlack of it, whatever the sequence of sizes: blocks no request fits are freed
+// before a miss would stack new bytes on them. Random sizes and lifetimes over a counting backing.
+TEST(Allocator, CacheNeverRaisesTheFootprintAboveTheLivePeak) {
+  auto held = std::make_shared<std::map<void*, size_t>>();
+  auto footprint = std::make_shared<size_t>(0);
+  MemoryBacking counting;
+  counting.alloc = [held, footprint](size_t n) -> void* {
+    void* p = std::malloc(n);
+    (*held)[p] = n;
+    *footprint += n;
+    return p;
+  };
+  counting.release = [held, footprint](void* p) {
+    *footprint -= (*held)[p];
+    held->erase(p);
+    std::free(p);
+  };
+  Allocator a(size_t(1) << 30, counting);
+  std::mt19937 rng(7);
+  std::vector<std::shared_ptr<void>> live;
+  size_t misses = 0, last_footprint = 0;
+  for (int step = 0; step < 4000; ++step) {
+    if (!live.empty() && rng() % 2) {
+      live.erase(live.begin() + std::ptrdiff_t(rng() % live.size()));
+    } else {
+      const size_t phase = size_t(step / 1000 + 1);  // each phase asks for other sizes
+      live.push_back(a.allocate(phase * 1000 + rng() % (phase * 4000)));
+      misses += *footprint > last_footprint;
+    }
+    last_footprint = *footprint;
+    ASSERT_EQ(*footprint, a.in_use() + a.cached()) << "step " << step;
+    ASSERT_LE(*footprint, a.peak() + a.peak() / Allocator::kReuseSlack) << "step " << step;
+  }
+  EXPECT_LT(misses, 2000u) << "the cache served no request";
+}
+
+// The same bound with two threads allocating and freeing at once (a pool's workers share their
+// context's allocator). A miss evicts, calls the backing and counts under one lock, and peak() waits
+// for it, so a footprint read mid-miss is still within the peak read after it. Run under TSan too.
+TEST(Allocator, CacheBoundHoldsUnderConcurrentThreads) {
+  auto footprint = std::make_shared<std::atomic<size_t>>(0);
+  MemoryBacking counting;
+  counting.alloc = [footprint](size_t n) -> void* {  // the block's size in its first bytes
+    auto* p = static_cast<size_t*>(std::malloc(n));
+    *p = n;
+    *footprint += n;
+    return p;
+  };
+  counting.release = [footprint](void* p) {
+    *footprint -= *static_cast<size_t*>(p);
+    std::free(p);
+  };
+  Allocator a(size_t(1) << 30, counting);
+  constexpr size_t kMaxRequest = 64 * 1024;
+  auto worker = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::shared_ptr<void>> live;
+    for (int step = 0; step < 3000; ++step) {
+      if (!live.empty() && rng() % 2)
+        live.erase(live.begin() + std::ptrdiff_t(rng() % live.size()));
+      else
+        live.push_back(a.allocate(64 + rng() % (kMaxRequest - 64)));
+      const size_t now = footprint->load(), peak = a.peak();
+      EXPECT_LE(now, peak + peak / Allocator::kReuseSlack) << "step " << step;
+    }
+  };
+  std::thread t1(worker, 1), t2(worker, 2);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a.in_use(), 0u);
+  EXPECT_EQ(footprint->load(), a.cached());
+  EXPECT_LE(footprint->load(), a.peak() + a.peak() / Allocator::kReuseSlack);
 }
 
 // The bookkeeping a GPU's allocator runs on (kernels/cuda/device.h), over a counting fake backing: blocks

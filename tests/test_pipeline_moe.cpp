@@ -590,3 +590,28 @@ TEST(PipelineMoe, SummaryPricesTheExpertTreeAsTheTunerRunsIt) {
   EXPECT_NE(block_mib(amp), deferred) << "amp holds other operand sizes";
   EXPECT_GT(block_mib(st), deferred + experts) << "FP8_STATIC's deeper levels hold the experts";
 }
+
+// The peak memory line adds what the process holds before the first block (measured by the run) and
+// the idle blocks the allocator may keep beside the live ones (at most 1/kReuseSlack of them,
+// core/context.h) to the live estimate, and names each part.
+TEST(PipelineMoe, SummaryPeakAddsTheProcessAndTheIdleCache) {
+  const ModelConfig c = parse_model_config(tiny_moe_config("qwen3_moe"), "config.json");
+  QuantizeOptions o;
+  o.fmt = {4, 32, true};
+  const std::string line = peak_memory_line(c, o, 8, 256, 100.0 * 1048576);
+  auto part = [&](const std::string& name) {
+    const size_t at = line.find(name);
+    EXPECT_NE(at, std::string::npos) << line;
+    return at == std::string::npos ? -1.0 : std::stod(line.substr(at + name.size()));
+  };
+  const double total = part("estimated peak memory: "), process = part("this process now "),
+               act = part("activations "), block = part("one block "), caches = part("tuning caches "),
+               idle = part("idle cached buffers up to ");
+  EXPECT_EQ(process, 100.0);
+  EXPECT_NEAR(idle, (act + block + caches) / double(Allocator::kReuseSlack), 1.0) << line;
+  EXPECT_NEAR(total, process + act + block + caches + idle, 3.0) << line;
+  EXPECT_GT(block, 0.0);
+  std::string all;
+  for (const auto& l : run_summary(c, o, 8, 256, false, 100.0 * 1048576)) all = l;
+  EXPECT_EQ(all, line) << "the summary's last line";
+}

@@ -77,38 +77,40 @@ Allocator::Allocator(size_t cache_limit, MemoryBacking backing) : pool_(std::mak
 
 std::shared_ptr<void> Allocator::allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  size_t size = rounded;  // the block's own size: a reused block may be up to 1/kReuseSlack larger
   void* p = nullptr;
-  const auto count_in_use = [&] {  // the caller holds mu
-    pool_->in_use += rounded;
-    pool_->peak = std::max(pool_->peak, pool_->in_use);
-  };
   {
-    std::lock_guard<std::mutex> lk(pool_->mu);
-    if (auto it = pool_->free_blocks.find(rounded); it != pool_->free_blocks.end()) {
+    std::lock_guard<std::mutex> lk(pool_->mu);  // held over a miss too, so concurrent misses see each other
+    if (auto it = pool_->free_blocks.lower_bound(rounded);
+        it != pool_->free_blocks.end() && it->first - rounded <= rounded / kReuseSlack) {
+      size = it->first;
       p = it->second.second;
       pool_->by_age.erase(it->second.first);
       pool_->free_blocks.erase(it);
-      pool_->cached -= rounded;
-      count_in_use();
+      pool_->cached -= size;
+    } else {
+      // A miss. Cached blocks that no request fits make room first: live plus cached bytes stay
+      // within the live peak (and its slack), so the cache never adds to the process's peak. A
+      // refused request leaves in_use and peak as they were.
+      const size_t live = pool_->in_use + rounded, bound = std::max(pool_->peak, live) + pool_->peak / kReuseSlack;
+      while (pool_->cached > 0 && live + pool_->cached > bound) pool_->evict_oldest();
+      p = pool_->backing.alloc(rounded);
+      if (!p)
+        fail(ErrorKind::Io, "out of " + pool_->backing.name + " memory allocating " + std::to_string(bytes) + " bytes");
     }
-  }
-  if (!p) {  // a miss: a refused request leaves in_use and peak as they were
-    p = pool_->backing.alloc(rounded);
-    if (!p)
-      fail(ErrorKind::Io, "out of " + pool_->backing.name + " memory allocating " + std::to_string(bytes) + " bytes");
-    std::lock_guard<std::mutex> lk(pool_->mu);
-    count_in_use();
+    pool_->in_use += size;
+    pool_->peak = std::max(pool_->peak, pool_->in_use);
   }
   auto pool = pool_;
-  return std::shared_ptr<void>(p, [pool, rounded](void* q) {
+  return std::shared_ptr<void>(p, [pool, size](void* q) {
     std::lock_guard<std::mutex> lk(pool->mu);
-    pool->in_use -= rounded;
-    if (rounded > pool->cache_limit) return pool->backing.release(q);
-    while (pool->cached + rounded > pool->cache_limit) pool->evict_oldest();
+    pool->in_use -= size;
+    if (size > pool->cache_limit) return pool->backing.release(q);
+    while (pool->cached + size > pool->cache_limit) pool->evict_oldest();
     const uint64_t stamp = pool->clock++;
-    pool->free_blocks.emplace(rounded, std::make_pair(stamp, q));
-    pool->by_age.emplace(stamp, rounded);
-    pool->cached += rounded;
+    pool->free_blocks.emplace(size, std::make_pair(stamp, q));
+    pool->by_age.emplace(stamp, size);
+    pool->cached += size;
   });
 }
 

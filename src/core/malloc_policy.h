@@ -15,4 +15,10 @@ namespace ar {
 // docs/benchmarks.md, "Two virtual-machine costs of the amp path".
 void set_process_malloc_policy();
 
+// Returns the free pages inside glibc's heaps to the system (malloc_trim). Call after a phase whose
+// small buffers (under the 1 MiB threshold: a MoE block's per-expert rows) will not come back, such
+// as the start estimate's tuning leaf: freed, they stay resident between live chunks, and the next
+// phase's peak stacks on top of them. Costs a walk of the heap; not for a hot loop.
+void return_free_heap_pages();
+
 }  // namespace ar

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/malloc_policy.h"
 #include "model/loader.h"
 
 namespace ar {
@@ -79,6 +80,7 @@ LeafTimes measure_leaf(Context& ctx, const BlockDims& d, BlockWeights block, con
   const double t1 = time_iterations(ctx, d, block, fmt, tune, aux, x, 1);
   block = {};
   ctx.allocator().trim();  // the leaf's buffer sizes are not the run's: kept cached, they add to its peak
+  return_free_heap_pages();  // and its small ones, freed, would stay resident in the heap
   LeafTimes r = fit_leaf(t1, tn, samples);
   r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;

@@ -161,7 +161,7 @@ void QuantizeRun::calibrate() {
   shard_ = parallel::process_shard(n_, B_, job_ ? job_->rank() : 0, processes());
   levels_ = quant::signround_tree_levels(B_);  // of the deterministic gradient tree
   for (int64_t l = 0; l < cfg.num_layers; ++l)  // a block's forward cache per sample, the largest block's
-    cache_per_sample_ = std::max(cache_per_sample_, T_ * block_cache_floats(cfg.block_dims(l), T_));
+    cache_per_sample_ = std::max(cache_per_sample_, T_ * block_cache_floats(cfg.block_dims(l)));
   rope_ = make_rope_table(cfg, T_);
   pos_.resize(size_t(n_ * T_));
   for (int64_t i = 0; i < n_ * T_; ++i) pos_[size_t(i)] = int32_t(i % T_);
@@ -172,7 +172,8 @@ void QuantizeRun::calibrate() {
 void QuantizeRun::summary_head() {
   bool layer_rules = false;  // run_summary's "quantizing ..." / layer lines describe a track
   for (const auto& t : tracks_) layer_rules |= t->follows_layer_rules();
-  for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_)) {
+  const double process_bytes = current_rss_mb() * 1048576.0;  // libraries, tokenizer, calibration tokens
+  for (const auto& line : run_summary(model_->config(), opt_, n_, T_, lm_head_q_, process_bytes)) {
     if (!layer_rules && (line.rfind("quantizing ", 0) == 0 || line.rfind("quantized Linears", 0) == 0 ||
                          line.rfind("kept in 16 bit", 0) == 0))
       continue;

@@ -31,7 +31,7 @@ bool QuantizeRun::act_max_on_chain(SchemeTrack& t) const {
 void QuantizeRun::block(int64_t b) {
   const auto t0 = Clock::now();
   dims_ = model_->config().block_dims(b);
-  cache_per_sample_ = block_cache_floats(dims_, T_) * T_;
+  cache_per_sample_ = block_cache_floats(dims_) * T_;
   const std::string prefix = HfModel::layer_prefix(b);
   BlockWeights w = model_->load_block(b, *ctx_);
   for (auto& [nm, t] : quant::block_linears(w)) steps::check_finite(*t, prefix + nm + ".weight");

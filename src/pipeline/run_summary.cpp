@@ -79,8 +79,8 @@ int64_t max_block_params(const ModelConfig& cfg) {
   return n;
 }
 
-int64_t block_cache_floats(const BlockDims& d, int64_t T) {
-  const int64_t attn = 8 * d.C + d.H * T;
+int64_t block_cache_floats(const BlockDims& d) {
+  const int64_t attn = 8 * d.C + d.H;
   if (!d.is_moe()) return attn + 4 * d.I;
   // the routed rows' gathered input and output, gate/up/SwiGLU, the routing; the shared expert
   return attn + d.moe.K * (2 * d.C + 4 * d.moe.I) + 2 * d.moe.E + (d.moe.Is ? 2 * d.C + 4 * d.moe.Is : 0);
@@ -125,8 +125,51 @@ void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vect
 }
 }  // namespace
 
+// Peak memory, serial lane: what the process holds before any block (measured by the caller: its
+// libraries, the tokenizer, the calibration tokens) plus the live bytes of one block's work, and the
+// idle blocks the allocator may keep cached beside them (core/context.h bounds them by the live peak).
+std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
+                             double process_bytes) {
+  const int64_t C = cfg.hidden_size, L = cfg.num_layers;
+  // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
+  // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
+  // gradients: ~4 more copies of its Linears, and with --deterministic one more per level of the
+  // gradient tree beyond the first), and the per-batch forward caches of the tuning loop. A MoE
+  // block's deeper tree levels hold its other Linears only; its experts' leaf products wait for the
+  // batch's last leaf instead (quant/expert_grad_tree.h): per routed slot x, dy (C) and a, dg, du (I)
+  // (under amp partly in bf16).
+  const FormatPlan formats = plan_formats(opt);
+  const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
+  const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
+  const int64_t global_batch =
+      std::min<int64_t>(nsamples, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
+  const int depth = opt.tune.deterministic ? quant::signround_tree_levels(global_batch) : 1;
+  double block = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const BlockDims d = cfg.block_dims(l);
+    const double all = double(block_params(cfg, l)) * 4;
+    const bool defer = d.is_moe() && !opt.fmt.act_static();  // FP8_STATIC: the ordinary tree (signround.cpp)
+    const double experts = defer ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
+    double need = all * (opt.tune.iters > 0 ? 5 : 2);
+    if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
+    if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0) {
+      // fp32: x, dy, a, dg, du in fp32; amp: x and dy in fp32 and bf16, a, dg, du in bf16 only
+      const double slot = opt.tune.amp ? 12.0 * d.C + 6.0 * d.moe.I : 8.0 * d.C + 12.0 * d.moe.I;
+      need += double(global_batch * seqlen * d.moe.K) * slot;
+    }
+    block = std::max(block, need);
+  }
+  int64_t cache = 0;  // per token, the largest block's
+  for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l)));
+  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
+  const double live = act + block + batch, slack = live / double(Allocator::kReuseSlack);
+  return "estimated peak memory: " + mib(process_bytes + live + slack) + " (this process now " + mib(process_bytes) +
+         ", activations " + mib(act) + ", one block " + mib(block) + ", tuning caches " + mib(batch) +
+         ", idle cached buffers up to " + mib(slack) + ")";
+}
+
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
-                                     int64_t seqlen, bool lm_head_q) {
+                                     int64_t seqlen, bool lm_head_q, double process_bytes) {
   std::vector<std::string> lines;
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size, L = cfg.num_layers;
   int64_t params = V * C * (cfg.tie_word_embeddings ? 1 : 2) + C;
@@ -161,39 +204,7 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
   }
   std::snprintf(b, sizeof b, "calibration: %lld samples x %lld tokens", (long long)nsamples, (long long)seqlen);
   lines.push_back(b);
-  // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
-  // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
-  // gradients: ~4 more copies of its Linears, and with --deterministic one more per level of the
-  // gradient tree beyond the first), and the per-batch forward caches of the tuning loop. A MoE
-  // block's deeper tree levels hold its other Linears only; its experts' leaf products wait for the
-  // batch's last leaf instead (quant/expert_grad_tree.h): per routed slot x, dy (C) and a, dg, du (I)
-  // (under amp partly in bf16).
-  const FormatPlan formats = plan_formats(opt);
-  const double chains = double(!formats.int_formats.empty()) + double(!formats.gguf.empty());
-  const double act = (2.0 + chains) * double(nsamples) * double(seqlen) * double(C) * (opt.tune.amp ? 2 : 4);
-  const int64_t global_batch =
-      std::min<int64_t>(nsamples, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps));
-  const int depth = opt.tune.deterministic ? quant::signround_tree_levels(global_batch) : 1;
-  double block = 0;
-  for (int64_t l = 0; l < L; ++l) {
-    const BlockDims d = cfg.block_dims(l);
-    const double all = double(block_params(cfg, l)) * 4;
-    const bool defer = d.is_moe() && !opt.fmt.act_static();  // FP8_STATIC: the ordinary tree (signround.cpp)
-    const double experts = defer ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
-    double need = all * (opt.tune.iters > 0 ? 5 : 2);
-    if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
-    if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0) {
-      // fp32: x, dy, a, dg, du in fp32; amp: x and dy in fp32 and bf16, a, dg, du in bf16 only
-      const double slot = opt.tune.amp ? 12.0 * d.C + 6.0 * d.moe.I : 8.0 * d.C + 12.0 * d.moe.I;
-      need += double(global_batch * seqlen * d.moe.K) * slot;
-    }
-    block = std::max(block, need);
-  }
-  int64_t cache = 0;  // per token, the largest block's
-  for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l), seqlen));
-  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
-  lines.push_back("estimated peak memory: " + mib(act + block + batch) + " (activations " + mib(act) + ", one block " +
-                  mib(block) + ", tuning caches " + mib(batch) + ")");
+  lines.push_back(peak_memory_line(cfg, opt, nsamples, seqlen, process_bytes));
   return lines;
 }
 

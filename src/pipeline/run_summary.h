@@ -46,11 +46,20 @@ int64_t loadable_group_size(const ModelConfig& cfg, const QuantizeOptions& opt);
 int64_t max_block_params(const ModelConfig& cfg);
 
 // Floats per token of a block's forward cache (the tuning and the collection passes keep one per
-// micro-batch): attention, then the dense MLP's or the routed experts' and the shared expert's.
-int64_t block_cache_floats(const BlockDims& d, int64_t T);
+// micro-batch): attention (its inputs and output, and one log-sum-exp per head: the T x T scores
+// live in per-thread tiles, kernels/cpu/attention.cpp), then the dense MLP's or the routed experts'
+// and the shared expert's.
+int64_t block_cache_floats(const BlockDims& d);
 
-// The lines printed at the start of a run.
+// "estimated peak memory: ..." of a serial run: `process_bytes`, what the process holds before the
+// first block (the caller measures it: libraries, tokenizer, calibration tokens), plus one block's
+// live bytes (calibration activations, the block and its tuning state, the tuning loop's forward
+// caches) and the idle cached blocks the allocator may keep beside them (Allocator::kReuseSlack).
+std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
+                             double process_bytes);
+
+// The lines printed at the start of a run, the peak memory line last.
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,
-                                     int64_t seqlen, bool lm_head_q);
+                                     int64_t seqlen, bool lm_head_q, double process_bytes = 0);
 
 }  // namespace ar
