@@ -20,6 +20,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -63,6 +64,7 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
+  ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("block_bench [--hidden 4096] [--inter 14336] [--heads 32] [--kv 8] [--head_dim 128] [--seq 512]\n"
                 "            [--batch 1] [--iters 3] [--threads 0 (all)] [--peak_n 2048] [--amp 0]\n"

@@ -28,6 +28,7 @@
 
 #include "core/context.h"
 #include "core/dtype.h"
+#include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "peaks.h"
@@ -118,6 +119,7 @@ struct Total {
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
+  ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
                 "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n"

@@ -14,6 +14,7 @@
 #include "kernels/cpu/ops.h"
 #include "parallel/devices.h"
 #include "quant/signround.h"
+#include "core/float_mode.h"
 #include "core/malloc_policy.h"
 
 using namespace ar;
@@ -41,6 +42,7 @@ struct Run {
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
+  ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   const int world = int(bench::arg(argc, argv, "--world", 2)), iters = int(bench::arg(argc, argv, "--iters", 4));
   const bool amp = bench::arg(argc, argv, "--amp", 0) != 0;
   if (amp && !cpu::bf16_gemm_supported()) {

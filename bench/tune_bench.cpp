@@ -25,6 +25,7 @@
 
 #include "bench_block.h"
 #include "core/context.h"
+#include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
@@ -133,6 +134,7 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
+  ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   Context ctx(Device{}, int(arg(argc, argv, "--threads", 0)));
   const bool both = flag(argc, argv, "--both"), amp_only = flag(argc, argv, "--amp");
   const bool deterministic = arg(argc, argv, "--deterministic", 1) != 0;

@@ -1,4 +1,6 @@
 // Core: dtype conversions (exhaustive for 16-bit formats), thread pool, tensors, allocator accounting.
+#include <xmmintrin.h>
+
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -8,6 +10,8 @@
 
 #include "core/context.h"
 #include "core/dtype.h"
+#include "core/float_mode.h"
+#include "core/thread_pool.h"
 #include "core/error.h"
 #include "core/printable.h"
 #include "core/tensor.h"
@@ -245,6 +249,30 @@ TEST(Allocator, RunsOverAnyBackingAndReturnsEveryBlockToIt) {
   }
   EXPECT_TRUE(counts->live.empty());  // the held block came back when its owner and the allocator went
   EXPECT_EQ(counts->allocs, counts->releases);
+}
+
+// Subnormal results flush to zero on the pool's workers and on the thread calling parallel_for
+// (core/float_mode.h), and the guard gives the caller its own mode back afterwards.
+TEST(FloatMode, PoolThreadsAndTheCallerFlushSubnormals) {
+  volatile float tiny = 1e-30f, scale = 1e-10f;  // 1e-40: a subnormal product
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved & ~0x8040u);  // this thread keeps subnormals
+  EXPECT_NE(tiny * scale, 0.f);
+  ThreadPool pool(2);
+  std::vector<float> out(64, -1.f);
+  pool.parallel_for(64, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[size_t(i)] = tiny * scale;
+  });
+  for (float v : out) EXPECT_EQ(v, 0.f);
+  EXPECT_NE(tiny * scale, 0.f) << "parallel_for gave the caller its mode back";
+  {
+    const DenormalsFlushed flushed;
+    EXPECT_EQ(tiny * scale, 0.f);
+  }
+  EXPECT_NE(tiny * scale, 0.f);
+  flush_denormals();
+  EXPECT_EQ(tiny * scale, 0.f);
+  _mm_setcsr(saved);
 }
 
 TEST(Tensor, ConvertsBetweenDtypes) {

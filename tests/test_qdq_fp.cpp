@@ -159,6 +159,25 @@ TEST(QdqFp, AnAllZeroTileStaysZeroWithFiniteGradients) {
   }
 }
 
+// A tile so small that its shared exponent clamps at -127: 2^-127 is a float subnormal, which ldexp
+// gives as 0 under the engine's flush-to-zero mode (core/float_mode.h), and w / 0 was inf; and
+// rceil's M / 6 is subnormal too (it gave exponent 0). Built from bits (pow2f) and computed scaled,
+// the exponent is AutoRound's and +-2^-125 = 4 * 2^-127 comes back as itself.
+TEST(QdqFp, ATileAtTheSmallestSharedExponentRoundTrips) {
+  for (FpFamily fam : {FpFamily::Mx, FpFamily::MxRceil}) {
+    FpQdqShape sh = make_fp_qdq_shape(fam, FpElem::E2M1, 1, 32, 32);
+    std::vector<float> W(32), dW(32, 1.f), amax(size_t(sh.tiles())), What(32), dV(32), db(amax.size());
+    for (int i = 0; i < 32; ++i) W[size_t(i)] = (i % 2 ? 1.f : -1.f) * std::ldexp(1.f, -125);
+    fp_qdq_amax(sh, W.data(), amax.data());
+    std::vector<float> scale(amax.size());
+    fp_qdq_fwd(sh, W.data(), nullptr, nullptr, nullptr, amax.data(), What.data(), scale.data());
+    fp_qdq_bwd(sh, W.data(), nullptr, nullptr, nullptr, amax.data(), dW.data(), dV.data(), db.data());
+    EXPECT_EQ(scale[0], -127.f) << int(fam);  // rceil: M / 6 is subnormal, computed scaled (qdq_fp.cpp)
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(What[size_t(i)], W[size_t(i)]) << int(fam) << " element " << i;
+    for (float g : dV) EXPECT_TRUE(std::isfinite(g)) << int(fam);
+  }
+}
+
 TEST(QdqFp, TilesFollowAutoRoundsGrouping) {
   FpQdqShape g = make_fp_qdq_shape(FpFamily::Mx, FpElem::E2M1, 4, 80, 32);
   EXPECT_EQ(g.tiles(), 12);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "core/printable.h"
 #include "kernels/cpu/isa.h"
@@ -40,6 +41,7 @@ void cap_openblas(char** argv) {
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // core/malloc_policy.h
+  ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   try {
     cap_openblas(argv);
   } catch (const ar::Error& e) {  // an unknown AR_CPU_ISA

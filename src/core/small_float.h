@@ -29,6 +29,9 @@ float e4m3_decode(uint8_t c);
 // E8M0: the code of 2^e for e in [-127, 127], and back (0xFF -> NaN).
 inline uint8_t e8m0_encode(int e) { return uint8_t(e + 127); }
 float e8m0_decode(uint8_t c);
+// 2^e for e in [-149, 127], built from bits: exact for subnormal results too, where ldexp's arithmetic
+// gives 0 under the engine's flush-to-zero mode (core/float_mode.h).
+float pow2f(int e);
 
 // x rounded onto the format's grid: the value decode(encode(x)) (E2M1: NaN -> +0; E4M3: NaN -> NaN),
 // computed without the encoder's frexp / ldexp, since the QDQ runs it per element. Tested against

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/float_mode.h"
 
 namespace ar {
 
@@ -40,6 +41,7 @@ static void chunk_range(int64_t n, int chunks, int i, int64_t* b, int64_t* e) {
 }
 
 void ThreadPool::worker_main(int index) {
+  flush_denormals();  // core/float_mode.h
   if (!cpus_.empty()) pin_current_thread({cpus_[size_t(index) % cpus_.size()]});
   uint64_t seen = 0;
   for (;;) {
@@ -72,6 +74,7 @@ void ThreadPool::worker_main(int index) {
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;
+  const DenormalsFlushed flushed;  // as on the workers: a chunk's bits do not depend on its thread
   int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
   int chunks = int(std::min<int64_t>(size(), max_chunks));
   if (chunks == 1) {

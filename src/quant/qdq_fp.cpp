@@ -31,6 +31,14 @@ int ceil_log2(float x) {
   return m == 0.5f ? ex - 1 : ex;
 }
 
+// ceil(log2(M / d)) for M > 0, d >= 1. A quotient below FLT_MIN would be flushed to 0 under the
+// engine's flush-to-zero mode (core/float_mode.h); scaled by 2^64 first it stays normal, and the
+// exponent is the same wherever the unscaled quotient was normal too.
+int ceil_log2_quotient(float M, float d) {
+  constexpr float kTwo64 = 18446744073709551616.0f;
+  return M < 1.0f ? ceil_log2(M * kTwo64 / d) - 64 : ceil_log2(M / d);
+}
+
 struct Span {
   int64_t r0, r1, c0, c1;
 };
@@ -58,12 +66,12 @@ TileScale tile_scale(const FpQdqShape& sh, float amax, float c) {
     case FpFamily::MxRceil: {
       int e = 1;  // AutoRound's where(M == 0, 1, ...)
       if (ts.M != 0.0f)
-        e = sh.family == FpFamily::Mx ? floor_log2(ts.M) - sh.emax() : ceil_log2(ts.M / sh.max_norm());
+        e = sh.family == FpFamily::Mx ? floor_log2(ts.M) - sh.emax() : ceil_log2_quotient(ts.M, sh.max_norm());
       else if (sh.family == FpFamily::Mx)
         e = 1 - sh.emax();
       ts.passes = ts.M != 0.0f && e > -127 && e < 127;  // torch's clamp: no gradient at a bound
       e = std::clamp(e, -127, 127);
-      ts.div = ts.out = std::ldexp(1.0f, e);
+      ts.div = ts.out = pow2f(e);  // 2^-127 is subnormal: from bits (core/small_float.h)
       ts.reported = float(e);
       break;
     }
@@ -250,7 +258,7 @@ void fp_qdq_elements(const FpQdqShape& sh, const float* What, const float* scale
       const float d = scale[t] * inv_g;
       mul = d == 0.0f ? 0.0f : 1.0f / d;
     } else {
-      div = sh.family == FpFamily::Fp8 ? scale[t] : std::ldexp(1.0f, int(scale[t]));
+      div = sh.family == FpFamily::Fp8 ? scale[t] : pow2f(int(scale[t]));
     }
     const Span s = tile_span(sh, t);
     for (int64_t r = s.r0; r < s.r1; ++r)

@@ -3,9 +3,11 @@
 // depend on which path or which chunk of a parallel loop computed it:
 //   x clamped to [-104, 89] (exp is 0 resp. inf in fp32 beyond), n = nearbyint(x log2(e)),
 //   r = x - n ln2 (ln2 in two parts, fma), p = degree-7 Taylor polynomial of e^r (Horner, fma; |r| <=
-//   0.35, truncation error < 2^-27 relative), result p 2^n (scalef / ldexp: one rounding, subnormals and
-//   overflow to inf handled; AVX2 has no scalef: p 2^(n>>1) is exact and normal for every n the clamp
-//   allows, and times 2^(n - (n>>1)) rounds once, as ldexp does); NaN passes through. Accuracy: within 2 ulp of exp for every finite input
+//   0.35, truncation error < 2^-27 relative), result p 2^n (scalef / ldexp: one rounding, overflow to
+//   inf handled; AVX2 has no scalef: p 2^(n>>1) is exact and normal for every n the clamp allows, and
+//   times 2^(n - (n>>1)) rounds once, as ldexp does), a result below FLT_MIN flushed to 0 by an explicit
+//   compare (so every path gives 0 there whatever the thread's MXCSR: core/float_mode.h); NaN passes
+//   through. Accuracy: within 2 ulp of exp for every finite input whose exp is at least FLT_MIN
 //   (tests/test_exp.cpp checks against the double exp over the whole range).
 #include <immintrin.h>
 
@@ -19,6 +21,7 @@ namespace ar::cpu {
 namespace {
 constexpr float kLo = -104.f, kHi = 89.f, kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723212e-6f;
+constexpr float kMinNormal = 1.17549435e-38f;  // FLT_MIN: smaller results are flushed to 0
 constexpr float kC[8] = {1.f, 1.f, 1.f / 2, 1.f / 6, 1.f / 24, 1.f / 120, 1.f / 720, 1.f / 5040};
 
 float exp_one(float x) {
@@ -29,7 +32,8 @@ float exp_one(float x) {
   r = std::fma(-n, kLn2Lo, r);
   float p = kC[7];
   for (int k = 6; k >= 0; --k) p = std::fma(p, r, kC[k]);
-  return std::ldexp(p, int(n));
+  const float y = std::ldexp(p, int(n));
+  return y < kMinNormal ? 0.f : y;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -45,7 +49,9 @@ __attribute__((target("avx512f"))) inline __m512 exp16_avx512(__m512 v) {
   r = _mm512_fmadd_ps(k, _mm512_set1_ps(-kLn2Lo), r);
   __m512 p = _mm512_set1_ps(kC[7]);
   for (int j = 6; j >= 0; --j) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[j]));
-  return _mm512_mask_mov_ps(_mm512_scalef_ps(p, k), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+  const __m512 y = _mm512_scalef_ps(p, k);
+  const __m512 y0 = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, _mm512_set1_ps(kMinNormal), _CMP_LT_OQ), _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(y0, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
 }
 
 __attribute__((target("avx512f"))) void exp_avx512(float* x, int64_t n) {
@@ -75,7 +81,8 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_avx2(__m256 v) {
   for (int j = 6; j >= 0; --j) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC[j]));
   const __m256i n = _mm256_cvtps_epi32(k), n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
   const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, pow2_avx2(n1)), pow2_avx2(n2));
-  return _mm256_blendv_ps(y, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256 y0 = _mm256_andnot_ps(_mm256_cmp_ps(y, _mm256_set1_ps(kMinNormal), _CMP_LT_OQ), y);
+  return _mm256_blendv_ps(y0, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
 __attribute__((target("avx2,fma"))) void exp_avx2(float* x, int64_t n) {

@@ -57,7 +57,7 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);
 void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
 
-// exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp, the same bits on every
+// exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp (0 below FLT_MIN), the same bits on every
 // path (AVX-512 or AVX2 lanes, or scalar), so results do not depend on how a loop was chunked or on
 // the machine. The first form runs kernel_isa()'s path, the second the given level's (tests).
 void exp_inplace(float* x, int64_t n);
