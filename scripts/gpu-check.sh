@@ -1,74 +1,151 @@
 #!/usr/bin/env bash
-# One command for a GPU machine (docs/cuda.md): builds the CUDA backend, runs its tests and benches, and
-# writes summary.json with the logs (8 files at most) to $OUT (default ./gpu-check-out).
+# One command for a GPU machine (docs/cuda.md): the CUDA tests, the benches and end-to-end runs on the GPU
+# against the CPU's, with a summary.json and the logs (8 files at most) in $OUT (default ./gpu-check-out).
 #
-#   scripts/gpu-check.sh               on the GPU machine
-#   scripts/gpu-check.sh --fetch-deps  here, beforehand: downloads the Debian packages the build needs
-#                                      beyond nvcc and CMake (GoogleTest) into .gpu-deps/, for a machine
-#                                      that cannot reach a package archive (carry .gpu-deps with the tree)
+#   scripts/gpu-check.sh --pack [BUILD]  here, beforehand: builds the GPU targets in BUILD (default build) and
+#                                        puts them, the shared libraries they need beyond the C/C++ runtime and
+#                                        CUDA (compressed), GoogleTest's .deb and the stories260K fixture in
+#                                        .gpu-pack/ (git-ignored; name it in the device call's carry)
+#   scripts/gpu-check.sh                 on the GPU machine: runs the packed binaries when they load there,
+#                                        else builds the CUDA-only configuration (AR_CUDA_ONLY, sm_90) and
+#                                        runs its tests and bench only
 #
-# The build is the full one where this project's Debian packages are installed, else the CUDA-only
-# configuration (AR_CUDA_ONLY: core, kernels/cuda, test_cuda, cuda_bench), for sm_90 unless CUDA_ARCH says
-# otherwise, with warnings as errors. Exit status: 0 when every step passed and no test skipped.
+# Every step has a time limit (STEP_LIMIT_S, default 150 s). Exit status: 0 when every step passed and no
+# test skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DEPS=.gpu-deps
-if [[ ${1:-} == --fetch-deps ]]; then
-  mkdir -p "$DEPS" && (cd "$DEPS" && apt-get download libgtest-dev) || exit 1  # .gitignore'd
-  ls -l "$DEPS"
-  exit 0
-fi
+PACK=.gpu-pack
+BINS=(test_cuda test_signround_cuda cuda_bench tune_bench_cuda autoround stream_bench)
+
+pack() {
+  local build=${1:-build} fx=${AR_FIXTURES:-../shared/fixtures}
+  cmake --build "$build" -j "$(nproc)" --target "${BINS[@]}" || return 1
+  rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/debs" "$PACK/fixtures"
+  local b f
+  for b in "${BINS[@]}"; do
+    f=$(find "$build" -type f -name "$b" -perm -u+x | head -1)
+    [[ -n $f ]] || { echo "pack: $b not built in $build" >&2; return 1; }
+    strip -o "$PACK/bin/$b" "$f"
+  done
+  # Libraries the binaries need, except the C/C++ runtime (the GPU machine has a newer one) and CUDA's
+  # (its own toolkit's, matching its driver).
+  ldd "$PACK"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+    grep -vE '^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcudart|libcublas[^ ]*)\.so' |
+    while read -r name path; do cp -L "$path" "$PACK/lib/$name"; done
+  tar -C "$PACK/lib" -cJf "$PACK/lib.tar.xz" . && rm -rf "$PACK/lib"
+  (cd "$PACK/debs" && apt-get download libgtest-dev >/dev/null 2>&1) || echo "pack: no GoogleTest .deb (fallback build only)"
+  cp "$fx/stories260K/stories260K.bin" "$fx/stories260K/tok512.bin" "$PACK/fixtures/"
+  head -c 200000 "$fx/text/tinystories/tinystories_sample.txt" > "$PACK/fixtures/tinystories_200k.txt"
+  du -sh "$PACK" "$PACK"/*
+}
+if [[ ${1:-} == --pack ]]; then pack "${2:-build}"; exit; fi
+
 OUT=${OUT:-$PWD/gpu-check-out}
-BUILD=${BUILD:-build-gpu}
-mkdir -p "$OUT"
+LIMIT=${STEP_LIMIT_S:-150}
+WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
+mkdir -p "$OUT" "$WORK/logs"
+LOGS=$WORK/logs
 start=$(date +%s)
 status=0
-step() {  # step NAME CMD...: runs CMD with its output in $OUT/NAME.log, records pass/fail
-  local name=$1; shift
-  local t0=$(date +%s)
-  if "$@" > "$OUT/$name.log" 2>&1; then r=pass; else r=fail; status=1; fi
-  echo "$name: $r ($(( $(date +%s) - t0 )) s)"
-  steps+=("\"$name\": \"$r\"")
-}
 steps=()
+step() {  # step NAME CMD...: runs CMD (time-limited) with its output in $LOGS/NAME.log, records pass/fail
+  local name=$1; shift
+  local t0=$(date +%s) r
+  if timeout -k 10 "$LIMIT" "$@" > "$LOGS/$name.log" 2>&1; then r=pass; else r="fail rc $?"; status=1; fi
+  local dt=$(( $(date +%s) - t0 ))
+  echo "$name: $r ($dt s)"
+  steps+=("\"$name\": {\"result\": \"$r\", \"seconds\": $dt}")
+  tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs  # kept current: the call's time limit may end the script
+}
+
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-prefix=()
-if [[ -d $DEPS ]] && ! [[ -e /usr/lib/x86_64-linux-gnu/cmake/GTest ]]; then
-  mkdir -p /tmp/gpu-deps && for f in "$DEPS"/*.deb; do dpkg -x "$f" /tmp/gpu-deps; done
-  prefix=(-DCMAKE_PREFIX_PATH=/tmp/gpu-deps/usr)
+echo "gpu: ${gpu:-no nvidia-smi}; nvcc: $(nvcc --version 2>/dev/null | tail -1); cores: $(nproc)," \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+
+
+# The packed binaries, with their libraries and CUDA's from this machine's toolkit.
+mode=none
+if [[ -d $PACK/bin ]]; then
+  mkdir -p "$WORK/lib" && tar -C "$WORK/lib" -xJf "$PACK/lib.tar.xz"
+  cudadirs=$( (ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null
+               find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | xargs -r -n1 dirname) | sort -u | paste -sd:)
+  export LD_LIBRARY_PATH="$WORK/lib:$cudadirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  missing=$(ldd "$PACK"/bin/* 2>&1 | grep "not found" | sort -u)
+  if [[ -z $missing ]] && "$PACK/bin/autoround" --version > "$LOGS/version.log" 2>&1; then
+    mode=packed; BIN=$PWD/$PACK/bin
+  else
+    echo "packed binaries do not load here: ${missing:-$(cat "$LOGS/version.log")}"
+  fi
 fi
-# The full build where the CPU path's packages are installed (then the tuner's test and bench run too),
-# else the CUDA-only one.
-common=(-DCMAKE_BUILD_TYPE=Release -DAR_WERROR=ON -DAR_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
-if cmake -S . -B "$BUILD" "${common[@]}" -DAR_CUDA_ONLY=OFF > "$OUT/configure.log" 2>&1; then
-  mode=full targets=(test_cuda cuda_bench test_signround_cuda tune_bench_cuda)
-  steps+=("\"configure\": \"pass\"")
-else
-  rm -rf "$BUILD"
-  mode=cuda_only targets=(test_cuda cuda_bench)
-  step configure cmake -S . -B "$BUILD" "${common[@]}" -DAR_CUDA_ONLY=ON "${prefix[@]}"
+if [[ $mode == none ]]; then  # the CUDA-only build, with GoogleTest from the packed .deb
+  BUILD=${BUILD:-build-gpu}
+  prefix=()
+  if ls "$PACK"/debs/*.deb > /dev/null 2>&1 && ! [[ -e /usr/lib/x86_64-linux-gnu/cmake/GTest ]]; then
+    mkdir -p "$WORK/deps" && for f in "$PACK"/debs/*.deb; do dpkg -x "$f" "$WORK/deps"; done
+    prefix=(-DCMAKE_PREFIX_PATH="$WORK/deps/usr")
+  fi
+  step configure cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAR_CUDA=ON -DAR_CUDA_ONLY=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${prefix[@]}"
+  step build cmake --build "$BUILD" -j "$(nproc)" --target test_cuda cuda_bench
+  mode=cuda_only; BIN=$PWD/$BUILD/bin
+  mkdir -p "$BIN" && cp "$BUILD/tests/test_cuda" "$BUILD/bench/cuda_bench" "$BIN/" 2>/dev/null
 fi
-echo "build: $mode"
-step build cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
-step test_cuda "$BUILD/tests/test_cuda"
-step cuda_bench "$BUILD/bench/cuda_bench" --json "$OUT/cuda_bench.json"
-if [[ $mode == full ]]; then  # the tuner against the CPU's, then its iteration on the 8B block (logs only)
-  step test_signround_cuda "$BUILD/tests/test_signround_cuda"
-  step tune_bench_cuda "$BUILD/bench/tune_bench_cuda" --iters 2
+echo "mode: $mode"
+
+step test_cuda "$BIN/test_cuda"
+step cuda_bench "$BIN/cuda_bench" --json "$LOGS/cuda_bench.json"
+e2e=()
+if [[ $mode == packed ]]; then
+  step test_signround_cuda "$BIN/test_signround_cuda"
+  step tune_bench_amp "$BIN/tune_bench_cuda" --iters 2 --amp 1
+  # End to end: the same quantization on the CPU (this machine's cores) and on cuda:0, then both evaluated
+  # against the unquantized model on text that was not used for calibration.
+  AR=$BIN/autoround FX=$PACK/fixtures M=$WORK/models
+  mkdir -p "$M"
+  step convert "$AR" convert --llama2c "$FX/stories260K.bin" --tokenizer "$FX/tok512.bin" --out "$M/stories260K" --overwrite
+  step write_generated "$BIN/stream_bench" --write "$M/generated" --layers 4 --hidden 1024 --inter 2816 --heads 16 \
+    --kv_heads 4 --vocab 2000
+  e2e_run() {  # e2e_run TAG MODEL ARGS...: CPU and GPU runs, each evaluated; a JSON line per run in $LOGS/e2e.jsonl
+    local tag=$1 model=$2; shift 2
+    local where dev t0 t1 j
+    for where in cpu gpu; do
+      dev=(); [[ $where == gpu ]] && dev=(--device cuda:0)
+      t0=$(date +%s%N)
+      step "${tag}_$where" "$AR" quantize --model "$model" "$@" "${dev[@]}" --output_dir "$M/$tag-$where" --overwrite
+      t1=$(date +%s%N)
+      j=$("$AR" eval --model "$M/$tag-$where" --ref-model "$model" --text "$FX/tinystories_200k.txt" --ctx 128 --json \
+          2>>"$LOGS/eval.log")
+      echo "{\"run\": \"${tag}_$where\", \"wall_s\": $(( (t1 - t0) / 1000000 ))e-3, \"eval\": ${j:-null}}" | tee -a "$LOGS/e2e.jsonl"
+    done
+  }
+  e2e_run stories260K "$M/stories260K" --bits 4 --group_size 32
+  step tune_bench_fp32 "$BIN/tune_bench_cuda" --iters 2
+  e2e_run generated "$M/generated" --bits 4 --group_size 128 --iters 50 --nsamples 32 --seqlen 512
 fi
-skipped=$(cat "$OUT"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
+
+skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
 (( ${skipped:-0} > 0 )) && status=1  # on a GPU machine nothing may skip
 {
   echo "{"
   echo "  \"gpu\": \"${gpu:-no nvidia-smi}\","
   echo "  \"seconds\": $(( $(date +%s) - start )),"
-  echo "  \"build\": \"$mode\","
+  echo "  \"mode\": \"$mode\","
   echo "  \"steps\": {$(IFS=,; echo "${steps[*]}")},"
-  echo "  \"test_cuda_skipped_lines\": ${skipped:-0},"
-  echo "  \"bench\": $(cat "$OUT/cuda_bench.json" 2>/dev/null || echo null),"
-  echo "  \"not_yet_built\": [\"BlockTuner on cuda devices (BlockRunner<CudaOps> runs the block; the tuner does not)\","
-  echo "    \"--amp and fast attention on the GPU\", \"tune_bench and end-to-end runs on the GPU\", \"cuda:N lanes, NCCL\"]"
+  echo "  \"skipped_tests\": ${skipped:-0},"
+  echo "  \"bench\": $(cat "$LOGS/cuda_bench.json" 2>/dev/null || echo null),"
+  echo "  \"tune_bench\": [$(grep -h '^{' "$LOGS"/tune_bench_*.log 2>/dev/null | paste -sd,)],"
+  echo "  \"e2e\": [$(paste -sd, "$LOGS/e2e.jsonl" 2>/dev/null)]"
   echo "}"
 } > "$OUT/summary.json"
+tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs
+for f in test_cuda test_signround_cuda tune_bench_fp32 tune_bench_amp stories260K_gpu generated_gpu; do
+  [[ -f $LOGS/$f.log ]] && tail -c 2000000 "$LOGS/$f.log" > "$OUT/$f.log"
+done
+echo "=== failures"
+grep -h -A12 "Failure\|FAILED  \]\|error:" "$LOGS"/*.log 2>/dev/null | head -80
+echo "=== benches"
+grep -h -v '^{' "$LOGS"/tune_bench_*.log 2>/dev/null | tail -12
+cat "$LOGS/cuda_bench.log" 2>/dev/null | tail -20
+echo "=== summary"
 cat "$OUT/summary.json"
 exit $status
