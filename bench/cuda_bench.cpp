@@ -2,10 +2,11 @@
 // GEMM rates on a large square product (the peak the tuning iteration is judged against), the Linear
 // products of a Llama-3-8B-shaped block at batch x seq rows (fwd, dx, dW for q, k, v, o, gate, up, down),
 // and the integer QDQ forward + backward and the sign step over that block's weights (W4G128), as
-// bandwidth against a device-to-device copy. Prints a table, and JSON with --json PATH. Exits 2 with one
-// line when no GPU is visible.
-//   cuda_bench [--rows 16384] [--hidden 4096] [--inter 14336] [--heads 32] [--kv 8] [--head_dim 128]
-//              [--reps 5] [--json PATH]
+// bandwidth against a device-to-device copy; causal attention at rows / seq sequences (the tiled kernels
+// against the fp32 rate, and the unit kernels' forward); RMSNorm with its weight gradient. Prints a table,
+// and JSON with --json PATH. Exits 2 with one line when no GPU is visible.
+//   cuda_bench [--rows 16384] [--seq 2048] [--hidden 4096] [--inter 14336] [--heads 32] [--kv 8]
+//              [--head_dim 128] [--reps 5] [--json PATH]
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cuda/block_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qdq_int.h"
@@ -26,7 +28,7 @@ using namespace ar;
 namespace {
 
 struct Args {
-  int64_t rows = 16384, hidden = 4096, inter = 14336, heads = 32, kv = 8, head_dim = 128;
+  int64_t rows = 16384, seq = 2048, hidden = 4096, inter = 14336, heads = 32, kv = 8, head_dim = 128;
   int reps = 5;
   std::string json;
 };
@@ -37,6 +39,7 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
     if (k == "--rows") a.rows = std::atoll(v);
+    else if (k == "--seq") a.seq = std::atoll(v);
     else if (k == "--hidden") a.hidden = std::atoll(v);
     else if (k == "--inter") a.inter = std::atoll(v);
     else if (k == "--heads") a.heads = std::atoll(v);
@@ -75,6 +78,61 @@ struct Linear {
   int64_t in, out;
 };
 
+using Put = std::function<void(const std::string&, double)>;
+
+// Causal GQA attention over rows / seq sequences: the tiled forward and backward against the same-run fp32
+// GEMM rate (they run on the fp32 cores), and the unit kernels' forward once, for the ratio.
+void bench_attention(cuda::DeviceContext& ctx, const Args& a, double fp32_tflops, const Put& put) {
+  const ref::AttnShape s{a.rows / a.seq, a.seq, a.seq, a.heads, a.kv, a.head_dim};
+  const int64_t nq = a.rows * a.heads * a.head_dim, nk = a.rows * a.kv * a.head_dim, nl = a.rows * a.heads;
+  auto q = ctx.alloc<float>(nq), k = ctx.alloc<float>(nk), v = ctx.alloc<float>(nk), o = ctx.alloc<float>(nq),
+       dout = ctx.alloc<float>(nq), dq = ctx.alloc<float>(nq), dk = ctx.alloc<float>(nk), dv = ctx.alloc<float>(nk);
+  auto lse = ctx.alloc<float>(nl), delta = ctx.alloc<float>(nl);
+  for (auto* t : {&q, &k, &v, &dout}) cudaMemsetAsync(t->data(), 0x3c, t->bytes(), ctx.stream());
+  const double pairs = double(s.B) * double(s.H) * double(s.Tq) * double(s.Tq + 1) / 2;
+  const double fwd_flop = 4.0 * pairs * double(s.D), bwd_flop = 14.0 * pairs * double(s.D);
+  const double fwd_ms = time_ms(ctx, a.reps, [&] {
+    cuda::attention_fwd(ctx, s, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data());
+  });
+  const double bwd_ms = time_ms(ctx, a.reps, [&] {
+    cuda::attention_bwd(ctx, s, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(), dout.data(),
+                        delta.data(), dq.data(), dk.data(), dv.data());
+  });
+  const double units_ms = time_ms(ctx, 1, [&] {
+    cuda::attention_fwd(ctx, s, q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(),
+                        cuda::AttnKernels::Units);
+  });
+  const double fwd_tf = fwd_flop / fwd_ms * 1e-9, bwd_tf = bwd_flop / bwd_ms * 1e-9;
+  std::printf("%-34s %10.2f ms  %6.1f TFLOP/s  %5.1f%% of fp32\n", "attention fwd (tiled)", fwd_ms, fwd_tf,
+              100 * fwd_tf / fp32_tflops);
+  std::printf("%-34s %10.2f ms  %6.1f TFLOP/s  %5.1f%% of fp32\n", "attention bwd (tiled)", bwd_ms, bwd_tf,
+              100 * bwd_tf / fp32_tflops);
+  std::printf("%-34s %10.2f ms  (%.1fx the tiled)\n", "attention fwd (unit kernels)", units_ms, units_ms / fwd_ms);
+  put("attention_fwd_ms", fwd_ms);
+  put("attention_bwd_ms", bwd_ms);
+  put("attention_fwd_units_ms", units_ms);
+}
+
+// RMSNorm over the block's rows at the hidden width: forward, and backward with the weight gradient.
+void bench_rmsnorm(cuda::DeviceContext& ctx, const Args& a, double copy_gbs, const Put& put) {
+  const int64_t n = a.rows * a.hidden;
+  auto x = ctx.alloc<float>(n), y = ctx.alloc<float>(n), dx = ctx.alloc<float>(n), w = ctx.alloc<float>(a.hidden),
+       dw = ctx.alloc<float>(a.hidden), rstd = ctx.alloc<float>(a.rows);
+  for (auto* t : {&x, &y, &w}) cudaMemsetAsync(t->data(), 0x3c, t->bytes(), ctx.stream());
+  const double fwd_ms = time_ms(ctx, a.reps, [&] {
+    cuda::rmsnorm_fwd(ctx, x.data(), w.data(), y.data(), rstd.data(), a.rows, a.hidden, 1e-5);
+  });
+  const double bwd_ms = time_ms(ctx, a.reps, [&] {
+    cuda::rmsnorm_bwd(ctx, y.data(), x.data(), w.data(), rstd.data(), dx.data(), false, dw.data(), a.rows, a.hidden);
+  });
+  const double fwd_gbs = 8.0 * double(n) / fwd_ms * 1e-6, bwd_gbs = 12.0 * double(n) / bwd_ms * 1e-6;
+  std::printf("%-34s %10.2f ms  %6.0f GB/s  %5.1f%% of copy\n", "rmsnorm fwd", fwd_ms, fwd_gbs, 100 * fwd_gbs / copy_gbs);
+  std::printf("%-34s %10.2f ms  %6.0f GB/s  %5.1f%% of copy\n", "rmsnorm bwd (with dw)", bwd_ms, bwd_gbs,
+              100 * bwd_gbs / copy_gbs);
+  put("rmsnorm_fwd_ms", fwd_ms);
+  put("rmsnorm_bwd_ms", bwd_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -112,10 +170,11 @@ int main(int argc, char** argv) try {
   const double copy_gbs = 2.0 * double(A32.bytes()) / time_ms(ctx, a.reps, [&] {
     cudaMemcpyAsync(C.data(), A32.data(), A32.bytes(), cudaMemcpyDeviceToDevice, ctx.stream());
   }) * 1e-6;
+  // (flop / ms * 1e-9 is TFLOP/s)
   std::printf("%-34s %10.1f TFLOP/s\n%-34s %10.1f TFLOP/s\n%-34s %10.0f GB/s\n", "cuBLASLt bf16 8192^3 (peak)",
-              bf16_peak / 1e3, "cuBLASLt fp32 8192^3", fp32_peak / 1e3, "device copy (read + write)", copy_gbs);
-  put("bf16_peak_tflops", bf16_peak / 1e3);
-  put("fp32_peak_tflops", fp32_peak / 1e3);
+              bf16_peak, "cuBLASLt fp32 8192^3", fp32_peak, "device copy (read + write)", copy_gbs);
+  put("bf16_peak_tflops", bf16_peak);
+  put("fp32_peak_tflops", fp32_peak);
   put("copy_gbs", copy_gbs);
 
   // The block's Linear products at `rows` rows (bf16 operands, fp32 outputs), fwd + dx + dW.
@@ -146,7 +205,7 @@ int main(int argc, char** argv) try {
   const double gemm_flop = 6.0 * double(a.rows) * double(params);
   const double gemm_rate = gemm_flop / gemm_ms * 1e-9;
   std::printf("%-34s %10.2f ms  %6.1f TFLOP/s  %5.1f%% of peak\n", "block Linears fwd+dx+dW (bf16)", gemm_ms,
-              gemm_rate / 1e3, 100 * gemm_rate / bf16_peak);
+              gemm_rate, 100 * gemm_rate / bf16_peak);
   put("block_linear_ms", gemm_ms);
   put("block_linear_pct_of_peak", 100 * gemm_rate / bf16_peak);
 
@@ -184,6 +243,8 @@ int main(int argc, char** argv) try {
   put("block_qdq_ms", qdq_ms);
   put("block_qdq_pct_of_copy", 100 * qdq_gbs / copy_gbs);
   put("block_step_ms", step_ms);
+  bench_attention(ctx, a, fp32_peak, put);
+  bench_rmsnorm(ctx, a, copy_gbs, put);
   put("peak_device_mib", double(ctx.allocator().peak()) / (1 << 20));
   json += "}\n";
   if (!a.json.empty()) {

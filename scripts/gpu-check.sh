@@ -10,7 +10,8 @@
 #                                        else builds the CUDA-only configuration (AR_CUDA_ONLY, sm_90) and
 #                                        runs its tests and bench only
 #
-# Every step has a time limit (STEP_LIMIT_S, default 150 s). Exit status: 0 when every step passed and no
+# Every step has a time limit (STEP_LIMIT_S, default 150 s). CPU_E2E=0 skips the end-to-end runs' CPU half
+# (their bits do not depend on the GPU code: a rerun after a GPU fix need not repeat them). Exit status: 0 when every step passed and no
 # test skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,22 +106,24 @@ if [[ $mode == packed ]]; then
   step convert "$AR" convert --llama2c "$FX/stories260K.bin" --tokenizer "$FX/tok512.bin" --out "$M/stories260K" --overwrite
   step write_generated "$BIN/stream_bench" --write "$M/generated" --layers 4 --hidden 1024 --inter 2816 --heads 16 \
     --kv_heads 4 --vocab 2000
-  e2e_run() {  # e2e_run TAG MODEL ARGS...: CPU and GPU runs, each evaluated; a JSON line per run in $LOGS/e2e.jsonl
-    local tag=$1 model=$2; shift 2
-    local where dev t0 t1 j
-    for where in cpu gpu; do
+  head -c 40000 "$FX/tinystories_200k.txt" > "$WORK/eval_40k.txt"
+  e2e_run() {  # e2e_run TAG MODEL TEXT ARGS...: CPU and GPU runs, each evaluated; a JSON line each in $LOGS/e2e.jsonl
+    local tag=$1 model=$2 text=$3; shift 3
+    local where dev t0 t1 j wheres=(cpu gpu)
+    [[ ${CPU_E2E:-1} == 0 ]] && wheres=(gpu)
+    for where in "${wheres[@]}"; do
       dev=(); [[ $where == gpu ]] && dev=(--device cuda:0)
       t0=$(date +%s%N)
       step "${tag}_$where" "$AR" quantize --model "$model" "$@" "${dev[@]}" --output_dir "$M/$tag-$where" --overwrite
       t1=$(date +%s%N)
-      j=$("$AR" eval --model "$M/$tag-$where" --ref-model "$model" --text "$FX/tinystories_200k.txt" --ctx 128 --json \
+      j=$("$AR" eval --model "$M/$tag-$where" --ref-model "$model" --text "$text" --ctx 128 --json \
           2>>"$LOGS/eval.log")
       echo "{\"run\": \"${tag}_$where\", \"wall_s\": $(( (t1 - t0) / 1000000 ))e-3, \"eval\": ${j:-null}}" | tee -a "$LOGS/e2e.jsonl"
     done
   }
-  e2e_run stories260K "$M/stories260K" --bits 4 --group_size 32
+  e2e_run stories260K "$M/stories260K" "$FX/tinystories_200k.txt" --bits 4 --group_size 32
   step tune_bench_fp32 "$BIN/tune_bench_cuda" --iters 2
-  e2e_run generated "$M/generated" --bits 4 --group_size 128 --iters 50 --nsamples 32 --seqlen 512
+  e2e_run generated "$M/generated" "$WORK/eval_40k.txt" --bits 4 --group_size 128 --iters 50 --nsamples 32 --seqlen 512
 fi
 
 skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)

@@ -11,11 +11,14 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "block_case.h"
+#include "kernels/cuda/attention_tiled.h"
+#include "kernels/cuda/block_kernels.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qdq_int.h"
 #include "kernels/cuda/sign_step.h"
+#include "kernels/ref/attention_ref.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/ref_ops.h"
 #include "model/block_impl.h"
@@ -340,3 +343,84 @@ INSTANTIATE_TEST_SUITE_P(Variants, CudaBlock,
                                            test::Variant{"qwen3", false, true, false},
                                            test::Variant{"masked", true, true, true}),
                          [](const auto& p) { return std::string(p.param.name); });
+
+struct AttnCase {
+  const char* name;
+  ref::AttnShape s;
+  bool masked;
+};
+void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+// The tiled kernels (attention_tiled.cu) against the double reference and the unit kernels, forward and
+// backward: GQA, lengths that are not a multiple of the tile, more keys than queries, masked keys and a
+// sequence whose keys are all masked (lse -inf, o and every gradient 0). Two runs give the same bits.
+TEST_P(CudaAttention, TiledMatchesTheDoubleReferenceAndTheUnits) {
+  AR_REQUIRE_GPU();
+  const ref::AttnShape s = GetParam().s;
+  const int64_t nq = s.B * s.Tq * s.H * s.D, nk = s.B * s.Tk * s.Hkv * s.D, nl = s.B * s.H * s.Tq;
+  const auto q = uniform(size_t(nq), -2.f, 2.f, 1), k = uniform(size_t(nk), -2.f, 2.f, 2),
+             v = uniform(size_t(nk), -1.f, 1.f, 3), dout = uniform(size_t(nq), -1.f, 1.f, 4);
+  std::vector<uint8_t> mask(size_t(s.B * s.Tk), 1);
+  if (GetParam().masked) {
+    std::mt19937 rng(5);
+    for (auto& m : mask) m = rng() % 4 != 0;
+    for (int64_t j = 0; j < s.Tk; ++j) mask[size_t(j)] = 0;  // batch row 0: every key masked
+  }
+  const uint8_t* hm = GetParam().masked ? mask.data() : nullptr;
+  auto qd = test::cast<double>(q), kd = test::cast<double>(k), vd = test::cast<double>(v),
+       dod = test::cast<double>(dout);
+  std::vector<double> o(static_cast<size_t>(nq)), lse(static_cast<size_t>(nl)), dq(static_cast<size_t>(nq)),
+      dk(static_cast<size_t>(nk)), dv(static_cast<size_t>(nk));
+  ref::attention_fwd(s, qd.data(), kd.data(), vd.data(), hm, o.data(), lse.data());
+  ref::attention_bwd(s, qd.data(), kd.data(), vd.data(), hm, o.data(), lse.data(), dod.data(), dq.data(), dk.data(),
+                     dv.data());
+
+  cuda::DeviceContext ctx(0);
+  auto gq = ctx.upload(q.data(), nq), gk = ctx.upload(k.data(), nk), gv = ctx.upload(v.data(), nk),
+       gdo = ctx.upload(dout.data(), nq);
+  auto gm = ctx.upload(mask.data(), int64_t(mask.size()));
+  const uint8_t* dm = GetParam().masked ? gm.data() : nullptr;
+  ASSERT_TRUE(cuda::attention_tiled_fits(s, {gq.data(), gk.data(), gv.data(), gdo.data()}));
+  struct Out {
+    std::vector<float> o, lse, dq, dk, dv;
+  };
+  auto run = [&](cuda::AttnKernels kern) {
+    auto go = ctx.alloc<float>(nq), gl = ctx.alloc<float>(nl), gd = ctx.alloc<float>(nl), gdq = ctx.alloc<float>(nq),
+         gdk = ctx.alloc<float>(nk), gdv = ctx.alloc<float>(nk);
+    for (auto* a : {&go, &gdq, &gdk, &gdv}) cudaMemsetAsync(a->data(), 0x7f, a->bytes(), ctx.stream());  // poison
+    cudaMemsetAsync(gl.data(), 0x7f, gl.bytes(), ctx.stream());
+    cuda::attention_fwd(ctx, s, gq.data(), gk.data(), gv.data(), dm, go.data(), gl.data(), kern);
+    cuda::attention_bwd(ctx, s, gq.data(), gk.data(), gv.data(), dm, go.data(), gl.data(), gdo.data(), gd.data(),
+                        gdq.data(), gdk.data(), gdv.data(), kern);
+    return Out{download(ctx, go), download(ctx, gl), download(ctx, gdq), download(ctx, gdk), download(ctx, gdv)};
+  };
+  const Out t = run(cuda::AttnKernels::Fastest), u = run(cuda::AttnKernels::Units);
+  EXPECT_LT(test::rel_err(t.o.data(), o.data(), o.size()), 1e-5) << "o";
+  EXPECT_LT(test::rel_err(t.dq.data(), dq.data(), dq.size()), 1e-5) << "dq";
+  EXPECT_LT(test::rel_err(t.dk.data(), dk.data(), dk.size()), 1e-5) << "dk";
+  EXPECT_LT(test::rel_err(t.dv.data(), dv.data(), dv.size()), 1e-5) << "dv";
+  EXPECT_LT(test::rel_err(t.o.data(), u.o.data(), o.size()), 1e-5) << "o against the units";
+  EXPECT_LT(test::rel_err(t.dk.data(), u.dk.data(), dk.size()), 1e-5) << "dk against the units";
+  size_t bad_lse = 0;
+  for (size_t r = 0; r < lse.size(); ++r) {
+    const bool dead = std::isinf(lse[r]);
+    if (dead != std::isinf(t.lse[r]) || (!dead && std::abs(t.lse[r] - lse[r]) > 1e-5 * (1 + std::abs(lse[r]))))
+      ++bad_lse;
+  }
+  EXPECT_EQ(bad_lse, 0u) << "lse rows off the reference";
+  const Out t2 = run(cuda::AttnKernels::Fastest);
+  expect_same_bits(t.o, t2.o, "o, second run");
+  expect_same_bits(t.dq, t2.dq, "dq, second run");
+  expect_same_bits(t.dk, t2.dk, "dk, second run");
+  expect_same_bits(t.dv, t2.dv, "dv, second run");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttention,
+    ::testing::Values(AttnCase{"gqa_d64_t77", {2, 77, 77, 4, 2, 64}, false},
+                      AttnCase{"gqa_d128_t130_masked", {2, 130, 130, 8, 2, 128}, true},
+                      AttnCase{"d32_more_keys_masked", {2, 40, 70, 2, 1, 32}, true},
+                      AttnCase{"d48_t33", {1, 33, 33, 3, 3, 48}, false},
+                      AttnCase{"d16_t5", {3, 5, 5, 2, 1, 16}, true}),
+    [](const auto& p) { return std::string(p.param.name); });

@@ -1,3 +1,4 @@
+#include "kernels/cuda/attention_tiled.h"
 #include "kernels/cuda/block_kernels.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/ref/attention_units.h"
@@ -39,18 +40,22 @@ constexpr int kAttnThreads = 64;  // long serial units: small blocks spread them
 }  // namespace
 
 void attention_fwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse) {
+                   const uint8_t* key_mask, float* o, float* lse, AttnKernels kernels) {
   const int64_t n = s.B * s.H * s.Tq;
   if (n == 0) return;
+  if (kernels == AttnKernels::Fastest && attention_tiled_fits(s, {q, k, v, o}))
+    return attention_fwd_tiled(ctx, s, q, k, v, key_mask, o, lse);
   fwd_queries<<<grid_blocks(n, kAttnThreads), kAttnThreads, 0, ctx.stream()>>>(s, q, k, v, key_mask, o, lse);
   check(cudaGetLastError(), ctx.index(), "attention forward launch");
 }
 
 void attention_bwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* delta,
-                   float* dq, float* dk, float* dv) {
+                   float* dq, float* dk, float* dv, AttnKernels kernels) {
   const int64_t nq = s.B * s.H * s.Tq, nk = s.B * s.Hkv * s.Tk;
   if (nq == 0) return;
+  if (kernels == AttnKernels::Fastest && attention_tiled_fits(s, {q, k, v, o, dout, dq, dk, dv}))
+    return attention_bwd_tiled(ctx, s, q, k, v, key_mask, o, lse, dout, delta, dq, dk, dv);
   delta_queries<<<grid_blocks(nq, kThreads), kThreads, 0, ctx.stream()>>>(s, o, dout, delta);
   dq_queries<<<grid_blocks(nq, kAttnThreads), kAttnThreads, 0, ctx.stream()>>>(s, q, k, v, key_mask, lse, delta, dout,
                                                                               dq);

@@ -1,7 +1,8 @@
 // The decoder block's non-GEMM kernels on the device (every pointer a device pointer), one thread per
 // unit of the reference kernels (kernels/ref/*: the same AR_HD code the CPU tests run in double):
 // rmsnorm.cu, rope.cu, swiglu.cu, elementwise.cu, attention.cu, loss.cu. Semantics as the references'. These
-// are the correct first versions, not the fast ones (a row, head or query per thread, serial inside).
+// are the correct first versions, not the fast ones (a row, head or query per thread, serial inside),
+// except attention, which has tiled kernels too (attention_tiled.cu).
 #pragma once
 #include <cstdint>
 
@@ -30,12 +31,16 @@ void add_bias(DeviceContext& ctx, const float* b, float* y, int64_t rows, int64_
 // db[c] += sum over rows of dy[r, c].
 void bias_grad(DeviceContext& ctx, const float* dy, float* db, int64_t rows, int64_t cols);
 
+// Attention: the tiled flash-style kernels (attention_tiled.h) where they fit (head dim a multiple of 16 up
+// to 128, 16-byte aligned tensors), else the unit kernels, one thread per query or key. Units forces the
+// unit kernels (tests and benches compare the two).
+enum class AttnKernels { Fastest, Units };
 void attention_fwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse);
+                   const uint8_t* key_mask, float* o, float* lse, AttnKernels kernels = AttnKernels::Fastest);
 // dq, dk, dv overwritten; delta: scratch of B * H * Tq.
 void attention_bwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* delta,
-                   float* dq, float* dk, float* dv);
+                   float* dq, float* dk, float* dv, AttnKernels kernels = AttnKernels::Fastest);
 
 // The tuning loss (loss.cu): per token row r, row_loss[r] = sum_k (y - target)^2 (0 where on[r] == 0), and
 // target_dy is overwritten with dL/dy = 2 (y - target) / denom, as the CPU tuner computes both.
