@@ -142,7 +142,7 @@ TEST(GpuRun, TunesOnTheGpuOrSaysWhyNotBeforeAnyWork) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("--device cuda:0: this build has the CPU backend only"), std::string::npos) << r.out;
   } else if (r.code == 0) {  // a GPU is visible: the run tuned on it
-    EXPECT_NE(r.out.find("tuning on cuda:0 ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tuning and block passes on cuda:0 ("), std::string::npos) << r.out;
     EXPECT_TRUE(fs::exists(out));
   } else {
     EXPECT_EQ(r.code, 1) << r.out;

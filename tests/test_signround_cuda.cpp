@@ -1,5 +1,5 @@
 // SignRound on the CUDA backend (quant/cuda/signround_cuda.h) against the CPU tuner on the same block,
-// samples and options. The bits differ (another GEMM summation order), so the checks are on quality:
+// samples and options, and the block passes on the GPU (quant/cuda/block_pass_cuda.h) against the CPU's. The bits differ (another GEMM summation order), so the checks are on quality:
 // the same starting loss, and a tuned block as far below RTN as the CPU's (under --amp: bf16 GEMMs on
 // the GPU against the CPU's fp32, within 15%). Skips without a GPU.
 #include <ostream>
@@ -7,7 +7,9 @@
 
 #include "block_fixture.h"
 #include "kernels/cuda/device.h"
+#include "quant/cuda/block_pass_cuda.h"
 #include "quant/cuda/signround_cuda.h"
+#include "test_util.h"
 
 using namespace ar;
 
@@ -91,3 +93,39 @@ INSTANTIATE_TEST_SUITE_P(Formats, SignRoundCuda,
                            if (p.param.amp) name += "amp";
                            return name;
                          });
+
+// The FP pass of `quantize --device cuda:0` against the CPU's fp32 forward of the same block (the
+// fixture's targets): fp32, amp (bf16 GEMM operands) and bf16 activations in and out, in micro-batches
+// that do not divide the samples. A key mask is refused, naming it.
+TEST(BlockPassCuda, ForwardMatchesTheCpuPass) {
+  std::string why;
+  if (skip_without_gpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  test::Fixture f;
+  cuda::DeviceContext dev(0);
+  const int64_t per = f.T * f.dims.C;
+  auto err = [&](const Tensor& got, const Tensor& want) {
+    const Tensor g = got.dtype() == DType::F32 ? got : got.to(DType::F32, f.ctx);
+    return test::rel_err(g.f32(), want.f32(), size_t(f.n * per));
+  };
+  for (const bool amp : {false, true}) {
+    Tensor y = Tensor::empty({f.n, f.T, f.dims.C}, DType::F32, f.ctx);
+    quant::block_forward_cuda(dev, f.ctx, f.dims, f.w, f.aux(1), f.x, y, f.n, 5, amp);
+    EXPECT_LT(err(y, f.y), amp ? 3e-2 : 1e-5) << "amp " << amp;
+  }
+  const Tensor xb = f.x.to(DType::BF16, f.ctx);
+  Tensor want = Tensor::empty({f.n, f.T, f.dims.C}, DType::F32, f.ctx);
+  f.forward(f.w, xb.to(DType::F32, f.ctx), want);
+  Tensor yb = Tensor::empty({f.n, f.T, f.dims.C}, DType::BF16, f.ctx);
+  quant::block_forward_cuda(dev, f.ctx, f.dims, f.w, f.aux(1), xb, yb, f.n, 3, false);
+  EXPECT_LT(err(yb, want), 4e-3) << "bf16 activations (one rounding of the output)";
+  std::vector<uint8_t> keys(size_t(f.T), 1);
+  BlockAux<float> masked = f.aux(1);
+  masked.key_mask = keys.data();
+  try {
+    quant::block_forward_cuda(dev, f.ctx, f.dims, f.w, masked, f.x, yb, f.n, 3, false);
+    ADD_FAILURE() << "a key mask was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a key mask does not run on the CUDA backend yet"), std::string::npos)
+        << e.what();
+  }
+}

@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #if defined(AR_HAVE_CUDA)
+#include "quant/cuda/block_pass_cuda.h"
 #include "quant/cuda/signround_cuda.h"
 #endif
 
@@ -47,6 +48,11 @@ class CudaTuner : public GpuTuner {
         quant::signround_tune_block_cuda(dev_, host, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, quantize_layer);
     dev_.allocator().trim();  // the next block's sizes may differ (the first and last blocks, a lm_head)
     return r;
+  }
+  void forward_all(Context& host, const BlockDims& dims, const BlockWeights& w, const BlockAux<float>& aux,
+                   const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp) override {
+    quant::block_forward_cuda(dev_, host, dims, w, aux, x, y, n, bs, amp);
+    dev_.allocator().trim();
   }
 
  private:

@@ -1,7 +1,8 @@
-// The block tuner on a GPU for `quantize --device cuda:N` (docs/cuda.md): SignRound through
-// quant/cuda/signround_cuda.h, in a build with the CUDA backend. The rest of the run (calibration, the
-// FP and quantized-input passes, the searches, packing) stays on the CPU. What the GPU tuner cannot do
-// yet is refused before any work, naming it.
+// The GPU side of `quantize --device cuda:N` (docs/cuda.md), in a build with the CUDA backend: each
+// block's SignRound (quant/cuda/signround_cuda.h) and its FP and quantized-input passes where they gather
+// no statistics (quant/cuda/block_pass_cuda.h). The rest of the run (calibration, the passes that gather
+// statistics, the searches, packing) stays on the CPU. What the GPU cannot do yet is refused before any
+// work, naming it.
 #pragma once
 #include <functional>
 #include <memory>
@@ -28,6 +29,9 @@ class GpuTuner {
                                       const Tensor& y_fp, const std::vector<uint8_t>& loss_mask,
                                       const quant::SignRoundOptions& opt,
                                       const std::function<bool(const std::string&)>& quantize_layer) = 0;
+  // y[s] = block(x[s]) for samples [0, n), micro-batches of bs samples; amp: bf16 GEMM operands.
+  virtual void forward_all(Context& host, const BlockDims& dims, const BlockWeights& w, const BlockAux<float>& aux,
+                           const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp) = 0;
 };
 
 // Refuses (Unsupported, naming the option) what `quantize --device cuda:N` cannot run yet: float

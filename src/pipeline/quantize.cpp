@@ -61,12 +61,13 @@ bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 void QuantizeRun::plan() {
   validate_quantize_options(requested_);  // counts and rates in range (option_limits.h)
   const bool on_gpu = requested_.cuda_device >= 0;
-  // On a GPU the tuning's amp is on unless --amp false, as AutoRound runs there (every CUDA GPU since sm_80
-  // has bf16 GEMMs); the block passes stay on the CPU in fp32, whatever its bf16 support.
+  // On a GPU amp is on unless --amp false, as AutoRound runs there (every CUDA GPU since sm_80 has bf16
+  // GEMMs): the tuning and the block passes on the GPU; a pass left on the CPU (one that gathers
+  // statistics) runs fp32, whatever the CPU's bf16 support.
   gpu_amp_ = on_gpu && requested_.amp.value_or(true);
   amp_ = !on_gpu   ? choose_amp(requested_.amp)
-         : gpu_amp_ ? AmpChoice{false, "amp: on for the tuning on the GPU (bf16 GEMM operands; --amp false for fp32); "
-                                       "the block passes on the CPU in fp32"}
+         : gpu_amp_ ? AmpChoice{false, "amp: on for the tuning and the block passes on the GPU (bf16 GEMM operands; "
+                                       "--amp false for fp32)"}
                     : AmpChoice{false, "amp: off (--amp false): fp32 on the GPU and the CPU"};
   opt_ = requested_;
   opt_.tune.amp = amp_.on;
@@ -183,7 +184,9 @@ void QuantizeRun::summary_head() {
     if (const std::string line = t->summary_line(); !line.empty()) log_info(line);
   log_info(cpu::isa_summary());
   log_info(amp_.line);
-  if (gpu_) log_info("tuning on " + gpu_->describe() + "; every other phase on the CPU (the time estimate is the CPU's)");
+  if (gpu_)
+    log_info("tuning and block passes on " + gpu_->describe() +
+             "; calibration, searches and packing on the CPU (the time estimate is the CPU's)");
   if (job_)
     log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +
              ") holds samples [" + std::to_string(shard_.sample_begin) + ", " + std::to_string(shard_.sample_end) +

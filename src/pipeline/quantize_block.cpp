@@ -50,8 +50,11 @@ void QuantizeRun::block(int64_t b) {
   const bool want_imat = any_of(tracks_, &SchemeTrack::wants_imatrix);
   BlockReport br;
   br.index = b;
-  block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp,
-                    {want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr, &br.expert_tokens});
+  if (gpu_ && !want_imat && !fp_amax)
+    gpu_->forward_all(*ctx_, dims_, w, aux, x_fp_, y_fp_, rows, bs_, gpu_amp_);
+  else
+    block_forward_all(*ctx_, collect, dims_, w, aux, x_fp_, y_fp_, rows, kPassSamples, opt_.tune.amp,
+                      {want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr, &br.expert_tokens});
   steps::check_finite(y_fp_, "block " + std::to_string(b) + " (" + prefix + ") FP output");
   const BlockStats fp_stats{want_imat ? &imat : nullptr, fp_amax ? &amax : nullptr};
   if (dims_.is_moe()) steps::log_routing(br, model_->config().num_layers);
@@ -115,8 +118,11 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
     if (!xq.defined()) xq = Tensor::empty({rows, T_, C_}, act_dtype_, *ctx_);
     tmp_ = x_in.clone(*ctx_);
     const ActQdq<float> act = block_act_qdq(tr, w);  // FP8_STATIC: the activations as the block was tuned
-    block_forward_all(*ctx_, collect_lane(), dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp, {},
-                      t.format().act_static() ? &act : nullptr);  // per sample
+    if (gpu_ && !t.format().act_static())
+      gpu_->forward_all(*ctx_, dims_, w, aux, tmp_, xq, rows, bs_, gpu_amp_);
+    else
+      block_forward_all(*ctx_, collect_lane(), dims_, w, aux, tmp_, xq, rows, kPassSamples, opt_.tune.amp, {},
+                        t.format().act_static() ? &act : nullptr);  // per sample
     steps::check_finite(xq, "block " + std::to_string(b) + " (" + prefix + ") quantized output");
   }
   const auto t_pack = Clock::now();

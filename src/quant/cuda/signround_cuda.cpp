@@ -1,7 +1,6 @@
 #include "quant/cuda/signround_cuda.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -10,6 +9,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/qdq_int.h"
 #include "kernels/cuda/sign_step.h"
+#include "quant/cuda/device_block.h"
 
 namespace ar::quant {
 
@@ -17,13 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// The tensors of BlockPtrs that a dense block uses.
-template <class P>
-constexpr std::array<P BlockPtrs<P>::*, 15> kDenseFields = {
-    &BlockPtrs<P>::ln1, &BlockPtrs<P>::wq, &BlockPtrs<P>::wk,     &BlockPtrs<P>::wv,     &BlockPtrs<P>::bq,
-    &BlockPtrs<P>::bk,  &BlockPtrs<P>::bv, &BlockPtrs<P>::q_norm, &BlockPtrs<P>::k_norm, &BlockPtrs<P>::wo,
-    &BlockPtrs<P>::bo,  &BlockPtrs<P>::ln2, &BlockPtrs<P>::wg,    &BlockPtrs<P>::wu,     &BlockPtrs<P>::wd};
 
 // One tuned Linear's device state: W, its QDQ What, the tunables, their best snapshot and gradients.
 struct DeviceLinear {
@@ -89,14 +82,9 @@ class DeviceTuner {
 
   // Every block tensor on the device; each tuned Linear's slot reads its What.
   void upload_block(BlockWeights& w, const std::function<bool(const std::string&)>& quantize_layer) {
-    const BlockPtrs<const float*> hp = w.ptrs();
-    std::map<const float*, cuda::DeviceArray<float>> on_dev;
-    for (Tensor* t : {&w.ln1, &w.wq, &w.wk, &w.wv, &w.bq, &w.bk, &w.bv, &w.q_norm, &w.k_norm, &w.wo, &w.bo, &w.ln2,
-                      &w.wg, &w.wu, &w.wd})
-      if (t->defined()) on_dev[t->f32()] = upload(*t);
-    for (auto f : kDenseFields<const float*>)
-      if (hp.*f) wp_.*f = on_dev.at(hp.*f).data();
-    held_ = std::move(on_dev);
+    DeviceBlock blk = upload_dense_block(dev_, w);
+    wp_ = blk.ptrs;
+    held_ = std::move(blk.held);
     size_t slot = 0;
     for (auto& [name, t] : block_linears(w)) {
       const size_t s = slot++;
@@ -137,13 +125,8 @@ class DeviceTuner {
     const Tensor y32 = y_fp.dtype() == DType::F32 ? y_fp : y_fp.to(DType::F32, host_);
     x_ = upload(x32);
     y_ = upload(y32);
-    const int64_t T = aux_.T, h2 = dims_.D / 2;
-    std::vector<int32_t> pos(size_t(bs_ * T));
-    int32_t maxpos = 0;
-    for (int64_t i = 0; i < bs_ * T; ++i) maxpos = std::max(maxpos, pos[size_t(i)] = aux_.pos[i % T]);
-    pos_ = dev_.upload(pos.data(), int64_t(pos.size()));
-    cos_ = dev_.upload(aux_.cos, int64_t(maxpos + 1) * h2);
-    sin_ = dev_.upload(aux_.sin, int64_t(maxpos + 1) * h2);
+    const int64_t T = aux_.T;
+    rope_ = upload_rope(dev_, aux_, bs_, dims_.D);
     xb_ = dev_.alloc<float>(bs_ * T * dims_.C);
     yb_ = dev_.alloc<float>(bs_ * T * dims_.C);
     tb_ = dev_.alloc<float>(bs_ * T * dims_.C);
@@ -179,7 +162,7 @@ class DeviceTuner {
       for (DeviceLinear& L : lin_) ops.bind(L.What.data(), L.What16.data());  // slot pointer -> its bf16 QDQ
     BlockRunner<cuda::CudaOps> runner(ops, dims_);
     BlockRunner<cuda::CudaOps>::Cache cache;
-    BlockAux<float> a{Bm, T, pos_.data(), cos_.data(), sin_.data(), nullptr};
+    BlockAux<float> a{Bm, T, rope_.pos.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
     auto tf = Clock::now();
     runner.forward(wp_, a, xb_.data(), yb_.data(), cache);
     cuda::mse_loss_rows(dev_, yb_.data(), tb_.data(), on_.data(), rows, C, denom_, row_loss_.data());
@@ -281,8 +264,8 @@ class DeviceTuner {
   BlockPtrs<float*> gp_;
   std::map<const float*, cuda::DeviceArray<float>> held_;
   std::vector<DeviceLinear> lin_;
-  cuda::DeviceArray<float> x_, y_, cos_, sin_, xb_, yb_, tb_;
-  cuda::DeviceArray<int32_t> pos_;
+  cuda::DeviceArray<float> x_, y_, xb_, yb_, tb_;
+  DeviceRope rope_;
   cuda::DeviceArray<uint8_t> on_;
   cuda::DeviceArray<double> row_loss_;
   cuda::DeviceArray<int> flag_;
