@@ -11,8 +11,11 @@
 #                                        runs its tests and bench only
 #
 # Every step has a time limit (STEP_LIMIT_S, default 150 s). CPU_E2E=0 skips the end-to-end runs' CPU half
-# (their bits do not depend on the GPU code: a rerun after a GPU fix need not repeat them). Exit status: 0 when every step passed and no
-# test skipped.
+# (their bits do not depend on the GPU code: a rerun after a GPU fix need not repeat them). E2E_8B=N adds
+# the issue's end-to-end target on the GPU only: a generated model of N Llama-3-8B-shaped blocks (hidden
+# 4096, intermediate 14336, 32/8 heads, vocab 32000) at AutoRound's defaults (W4G128, 200 iterations,
+# 128 x 2048), with its own time limit E2E_8B_LIMIT_S (default 420 s); its log has the per-block times.
+# Exit status: 0 when every step passed and no test skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu-pack
@@ -124,6 +127,13 @@ if [[ $mode == packed ]]; then
   e2e_run stories260K "$M/stories260K" "$FX/tinystories_200k.txt" --bits 4 --group_size 32
   step tune_bench_fp32 "$BIN/tune_bench_cuda" --iters 2
   e2e_run generated "$M/generated" "$WORK/eval_40k.txt" --bits 4 --group_size 128 --iters 50 --nsamples 32 --seqlen 512
+  if [[ ${E2E_8B:-0} -gt 0 ]]; then
+    step write_8b "$BIN/stream_bench" --write "$M/llama8b-$E2E_8B" --layers "$E2E_8B" --hidden 4096 --inter 14336 \
+      --heads 32 --kv_heads 8 --vocab 32000
+    LIMIT=${E2E_8B_LIMIT_S:-420} step e2e_8b_gpu "$AR" quantize --model "$M/llama8b-$E2E_8B" --device cuda:0 \
+      --output_dir "$M/llama8b-q" --overwrite
+    grep -E "block [0-9]+/[0-9]+:|total:" "$LOGS/e2e_8b_gpu.log" | tail -"$(( E2E_8B + 1 ))"
+  fi
 fi
 
 skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
@@ -141,7 +151,7 @@ skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
   echo "}"
 } > "$OUT/summary.json"
 tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs
-for f in test_cuda test_signround_cuda tune_bench_fp32 tune_bench_amp stories260K_gpu generated_gpu; do
+for f in test_cuda test_signround_cuda tune_bench_amp stories260K_gpu generated_gpu e2e_8b_gpu; do
   [[ -f $LOGS/$f.log ]] && tail -c 2000000 "$LOGS/$f.log" > "$OUT/$f.log"
 done
 echo "=== failures"
