@@ -1,6 +1,7 @@
 // The CUDA backend (kernels/cuda/) against the CPU path and the double reference. Tests that need a GPU
 // skip with one line when none is visible; the host logic (device lookup and its errors) runs anywhere.
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <cstring>
 #include <ostream>
@@ -13,6 +14,7 @@
 #include "block_case.h"
 #include "kernels/cuda/attention_tiled.h"
 #include "kernels/cuda/block_kernels.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
@@ -66,6 +68,32 @@ void expect_same_bits(const std::vector<T>& cpu, const std::vector<T>& gpu, cons
 }
 
 }  // namespace
+
+// Whether the process has the shared library `name` mapped (/proc/self/maps).
+static bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
+// cuBLASLt is not linked: a process maps it when the backend first asks for it (a CPU-only run of a
+// CUDA build never does), and the table then holds every call. Needs no GPU, only the toolkit's library
+// (the CI machines have it); where the library is missing the error names it.
+TEST(CudaRuntime, CublasLtIsLoadedOnFirstUse) {
+  EXPECT_FALSE(mapped("libcublasLt")) << "cuBLASLt mapped before any use (linked?)";
+  EXPECT_FALSE(mapped("libcudart.so")) << "the shared CUDA runtime is mapped (the build links it statically)";
+  try {
+    const cuda::CublasLt& lt = cuda::cublaslt();
+    EXPECT_TRUE(mapped("libcublasLt"));
+    for (const void* p : {reinterpret_cast<const void*>(lt.create), reinterpret_cast<const void*>(lt.matmul),
+                          reinterpret_cast<const void*>(lt.heuristic), reinterpret_cast<const void*>(lt.destroy)})
+      EXPECT_NE(p, nullptr);
+    EXPECT_EQ(&lt, &cuda::cublaslt()) << "loaded once";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuBLASLt: cannot load libcublasLt.so."), std::string::npos) << e.what();
+  }
+}
 
 TEST(CudaDevice, RefusesADeviceItCannotSeeNamingIt) {
   std::string why;

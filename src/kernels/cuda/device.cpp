@@ -1,6 +1,7 @@
 #include "kernels/cuda/device.h"
 
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_api.h"
 
 namespace ar::cuda {
 
@@ -66,7 +67,7 @@ DeviceContext::DeviceContext(int index, size_t cache_limit)
     : index_(checked_index(index)), allocator_(cache_limit, device_memory(index)) {
   make_current();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), index_, "cudaStreamCreate");
-  check(cublasLtCreate(&blas_), index_, "cublasLtCreate");
+  check(cublaslt().create(&blas_), index_, "cublasLtCreate");
   check(cudaMalloc(&workspace_, kWorkspaceBytes), index_, "cudaMalloc of the cuBLASLt workspace");
   workspace_bytes_ = kWorkspaceBytes;
 }
@@ -76,7 +77,7 @@ DeviceContext::~DeviceContext() {
   if (stream_) cudaStreamSynchronize(stream_);
   allocator_.trim();
   if (workspace_) cudaFree(workspace_);
-  if (blas_) cublasLtDestroy(blas_);
+  if (blas_) cublaslt().destroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

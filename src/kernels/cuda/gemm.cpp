@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_api.h"
 
 namespace ar::cuda {
 
@@ -16,11 +17,11 @@ struct LtDescs {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) cublaslt().pref_destroy(pref);
+    if (c) cublaslt().layout_destroy(c);
+    if (b) cublaslt().layout_destroy(b);
+    if (a) cublaslt().layout_destroy(a);
+    if (op) cublaslt().desc_destroy(op);
   }
 };
 
@@ -47,18 +48,19 @@ void gemm(DeviceContext& ctx, GemmType type, const GemmShape& s, const void* A, 
     return;
   }
   const cudaDataType_t ab = type == GemmType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  const CublasLt& lt = cublaslt();
   LtDescs d;
-  check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), dev, what);
+  check(lt.desc_create(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), dev, what);
   const cublasOperation_t ta = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), dev, what);
-  check(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), dev, what);
+  check(lt.desc_set(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), dev, what);
+  check(lt.desc_set(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), dev, what);
   // Layouts describe the stored matrices: op(A) is m x k, so A is k x m when transposed.
-  check(cublasLtMatrixLayoutCreate(&d.a, ab, uint64_t(s.ta ? s.k : s.m), uint64_t(s.ta ? s.m : s.k), s.lda), dev, what);
-  check(cublasLtMatrixLayoutCreate(&d.b, ab, uint64_t(s.tb ? s.n : s.k), uint64_t(s.tb ? s.k : s.n), s.ldb), dev, what);
-  check(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, uint64_t(s.m), uint64_t(s.n), s.ldc), dev, what);
-  check(cublasLtMatmulPreferenceCreate(&d.pref), dev, what);
+  check(lt.layout_create(&d.a, ab, uint64_t(s.ta ? s.k : s.m), uint64_t(s.ta ? s.m : s.k), s.lda), dev, what);
+  check(lt.layout_create(&d.b, ab, uint64_t(s.tb ? s.n : s.k), uint64_t(s.tb ? s.k : s.n), s.ldb), dev, what);
+  check(lt.layout_create(&d.c, CUDA_R_32F, uint64_t(s.m), uint64_t(s.n), s.ldc), dev, what);
+  check(lt.pref_create(&d.pref), dev, what);
   const size_t ws = ctx.workspace_bytes();
-  check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), dev,
+  check(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), dev,
         what);
   // The heuristic assumes 256-byte aligned operands unless told otherwise; an operand at an offset into
   // a buffer may have less.
@@ -67,13 +69,13 @@ void gemm(DeviceContext& ctx, GemmType type, const GemmShape& s, const void* A, 
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}})
-    check(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, v, sizeof *v), dev, what);
+    check(lt.pref_set(d.pref, attr, v, sizeof *v), dev, what);
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(ctx.blas(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &best, &found), dev, what);
+  check(lt.heuristic(ctx.blas(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &best, &found), dev, what);
   if (found == 0) fail(ErrorKind::Unsupported, ctx.name() + ": cuBLASLt has no algorithm for " + what);
   const float alpha = 1.f, beta = acc ? 1.f : 0.f;
-  check(cublasLtMatmul(ctx.blas(), d.op, &alpha, A, d.a, B, d.b, &beta, C, d.c, C, d.c, &best.algo, ctx.workspace(),
+  check(lt.matmul(ctx.blas(), d.op, &alpha, A, d.a, B, d.b, &beta, C, d.c, C, d.c, &best.algo, ctx.workspace(),
                        ws, ctx.stream()),
         dev, what);
 }
