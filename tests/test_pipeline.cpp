@@ -15,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include "model/convert_llama2c.h"
@@ -682,6 +684,46 @@ TEST(Pipeline, LeafMeasuresTheTunerOnTheRunsBlock) {
     model.reset();
     fs::remove_all(m);
   }
+}
+
+// The leaf times the tuner it is given (`quantize --device cuda:N` gives the GPU's): a stand-in that
+// takes 20 ms per iteration plus 10 ms per sample is priced at those figures, sees the leaf's batches
+// (4 samples, then 1) and iteration counts, and nothing else tunes the block.
+TEST(Pipeline, LeafTimesTheTunerItIsGiven) {
+  Context ctx(Device{}, 2);
+  const int64_t T = 16;
+  const std::string m = tmpdir("leaf_tuner");
+  write_synthetic_model(m, tiny_llama_config(2), 5);
+  auto model = HfModel::open(m);
+  const BlockDims d = model->config().block_dims(0);
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+  std::vector<float> cs(size_t(T * d.D / 2), 1.f), sn(cs.size(), 0.f);
+  const BlockAux<float> aux{1, T, pos.data(), cs.data(), sn.data(), nullptr};
+  Tensor x = Tensor::empty({2, T, d.C}, DType::F32, ctx);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float(i % 13) / 13.f;
+  std::vector<std::pair<int64_t, int>> calls;  // (batch, iterations)
+  const LeafTuner fake = [&](BlockWeights&, const quant::SignRoundOptions& o, const Tensor& xs,
+                             const std::vector<uint8_t>& mask) {
+    calls.emplace_back(xs.dim(0), o.iters);
+    EXPECT_EQ(int64_t(mask.size()), xs.dim(0) * T);
+    for (int it = 0; it < o.iters; ++it) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * o.batch_size));
+      if (o.progress) o.progress(it + 1, o.iters, 1.0, 1.0);
+    }
+  };
+  QuantizeOptions o;
+  o.tune.use_best_mse = false;
+  const LeafTimes leaf = measure_leaf(ctx, d, model->load_block(0, ctx), quant::QuantFormat(4, 32, true), o.tune, aux,
+                                      x, 4, fake);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t(4), 4));
+  EXPECT_EQ(calls[1], std::make_pair(int64_t(1), 4));
+  EXPECT_NEAR(leaf.per_sample_s, 0.010, 0.005);
+  EXPECT_NEAR(leaf.fixed_s, 0.020, 0.010);
+  EXPECT_GE(leaf.wall_s, 0.2);  // 4 x 60 ms + 4 x 30 ms
+  model.reset();
+  fs::remove_all(m);
 }
 
 TEST(Pipeline, LayerRuleNamesTheReasonAndTheSummaryShowsIt) {

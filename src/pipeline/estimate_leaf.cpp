@@ -20,7 +20,8 @@ using Clock = std::chrono::steady_clock;
 // seen in 1 of 8 runs). The target is the input itself: any target costs the same. w ends as the tuner
 // leaves it (its QDQ values), which costs the next measurement nothing.
 double time_iterations(Context& ctx, const BlockDims& d, BlockWeights& w, const quant::QuantFormat& fmt,
-                       quant::SignRoundOptions o, const BlockAux<float>& aux, const Tensor& x, int64_t n) {
+                       quant::SignRoundOptions o, const BlockAux<float>& aux, const Tensor& x, int64_t n,
+                       const LeafTuner& tuner) {
   const int64_t T = x.dim(1), rows = x.dim(0);
   const size_t sample_bytes = x.nbytes() / size_t(rows);
   Tensor xn = Tensor::empty({n, T, x.dim(2)}, x.dtype(), ctx);
@@ -41,7 +42,8 @@ double time_iterations(Context& ctx, const BlockDims& d, BlockWeights& w, const 
     walls.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
   };
-  quant::signround_tune_block(ctx, d, w, fmt, aux, xn, xn, mask, o);
+  if (tuner) tuner(w, o, xn, mask);
+  else quant::signround_tune_block(ctx, d, w, fmt, aux, xn, xn, mask, o);
   if (o.use_best_mse && walls.size() > 2) walls.pop_back();
   if (walls.size() < 2) return walls.empty() ? 0 : walls[0];
   return *std::min_element(walls.begin() + 1, walls.end());
@@ -74,10 +76,10 @@ LeafTimes fit_leaf(double t1, double tn, int64_t n) {
 
 LeafTimes measure_leaf(Context& ctx, const BlockDims& d, BlockWeights block, const quant::QuantFormat& fmt,
                        const quant::SignRoundOptions& tune, const BlockAux<float>& aux, const Tensor& x,
-                       int64_t samples) {
+                       int64_t samples, const LeafTuner& tuner) {
   const auto t0 = Clock::now();
-  const double tn = time_iterations(ctx, d, block, fmt, tune, aux, x, samples);
-  const double t1 = time_iterations(ctx, d, block, fmt, tune, aux, x, 1);
+  const double tn = time_iterations(ctx, d, block, fmt, tune, aux, x, samples, tuner);
+  const double t1 = time_iterations(ctx, d, block, fmt, tune, aux, x, 1, tuner);
   block = {};
   ctx.allocator().trim();  // the leaf's buffer sizes are not the run's: kept cached, they add to its peak
   return_free_heap_pages();  // and its small ones, freed, would stay resident in the heap

@@ -16,6 +16,8 @@
 // +75-110%), so the caller measures a leaf only where it costs a small share of the run (leaf_flops).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "core/context.h"
 #include "model/block_dims.h"
@@ -37,14 +39,20 @@ double sample_flops(const BlockDims& d, int64_t T);
 int64_t leaf_samples(int64_t run_batch);
 double leaf_flops(const BlockDims& d, int64_t T, int64_t samples);
 
+// The tuner a leaf runs: w tuned on inputs x (also the targets) with options o, its progress callback
+// called after each iteration's work is done. Empty: the CPU's signround_tune_block on the leaf's
+// context; `quantize --device cuda:N` passes the GPU's (pipeline/gpu_tuner.h).
+using LeafTuner = std::function<void(BlockWeights& w, const quant::SignRoundOptions& o, const Tensor& x,
+                                     const std::vector<uint8_t>& mask)>;
+
 // Measures the leaf: `block` (of shapes `d`, consumed) tuned with `tune`'s
 // options (amp, minmax tuning, best-iterate rule, ...; iters, batch and callbacks are the leaf's own) on
 // the first samples of x ([rows, T, C], as the run stores its calibration inputs; cycled when it has
-// fewer). Takes 4 iterations of `samples` samples and 4 of one; the tuning state and its cached buffers
-// (the context's allocator) are freed before it returns.
+// fewer), by `tuner`. Takes 4 iterations of `samples` samples and 4 of one; the tuning state and its
+// cached buffers (the context's allocator) are freed before it returns.
 LeafTimes measure_leaf(Context& ctx, const BlockDims& d, BlockWeights block, const quant::QuantFormat& fmt,
                        const quant::SignRoundOptions& tune, const BlockAux<float>& aux, const Tensor& x,
-                       int64_t samples);
+                       int64_t samples, const LeafTuner& tuner = {});
 
 // The two-point fit of the measured iteration times (t1 of 1 sample, tn of n); the slope is floored
 // at a tenth of tn's per-sample share so that noise cannot make a sample free.

@@ -186,7 +186,7 @@ void QuantizeRun::summary_head() {
   log_info(amp_.line);
   if (gpu_)
     log_info("tuning and block passes on " + gpu_->describe() +
-             "; calibration, searches and packing on the CPU (the time estimate is the CPU's)");
+             "; calibration, searches and packing on the CPU");
   if (job_)
     log_info("processes: " + std::to_string(processes()) + ", this one (rank " + std::to_string(job_->rank()) +
              ") holds samples [" + std::to_string(shard_.sample_begin) + ", " + std::to_string(shard_.sample_end) +
@@ -209,14 +209,15 @@ void QuantizeRun::summary_tail() {
   log_info(estimate_line());
 }
 
-// A SignRound run on the CPU in one process is priced by a measured leaf, one of its blocks on its first
-// samples; other runs by FLOPs (pipeline/run_estimate.h). In a multi-process job the ranks would measure
-// at once on shared cores, and a long leaf on one would hold the others at their next collective.
+// A SignRound run in one process is priced by a measured leaf, one of its blocks on its first samples,
+// tuned where the run tunes (the CPU, or the GPU of --device cuda:N); other runs by FLOPs
+// (pipeline/run_estimate.h). In a multi-process job the ranks would measure at once on shared cores, and
+// a long leaf on one would hold the others at their next collective.
 std::string QuantizeRun::estimate_line() {
   const ModelConfig& cfg = model_->config();
   const RunWork work = run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks());
   const MachineRates rates = measure_rates(*ctx_, cfg, opt_.tune.amp);
-  if (gpu_ || job_ || start_block_ >= cfg.num_layers) return time_estimate_line(work, rates, opt_.tune.amp);
+  if (job_ || start_block_ >= cfg.num_layers) return time_estimate_line(work, rates, opt_.tune.amp);
   // The leaf is a block of the kind most of the remaining layers are (with a tie, MoE): the few dense
   // layers of a MoE model (Qwen3-MoE's mlp_only_layers) are priced as its MoE ones.
   int64_t moe_layers = 0, pick = start_block_;
@@ -226,8 +227,16 @@ std::string QuantizeRun::estimate_line() {
   const BlockDims d = cfg.block_dims(pick);
   if (!leaf_worthwhile(work, d)) return time_estimate_line(work, rates, opt_.tune.amp);
   const BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
-  return time_estimate_line(work, measure_leaf(*ctx_, d, model_->load_block(pick, *ctx_), opt_.fmt, opt_.tune, aux,
-                                               x_fp_, leaf_samples(int64_t(work.batch))),
+  LeafTuner on_gpu;
+  quant::SignRoundOptions tune = opt_.tune;
+  if (gpu_) {
+    tune.amp = gpu_amp_;
+    on_gpu = [&](BlockWeights& w, const quant::SignRoundOptions& o, const Tensor& x, const std::vector<uint8_t>& mask) {
+      gpu_->tune(*ctx_, d, w, opt_.fmt, aux, x, x, mask, o, {});
+    };
+  }
+  return time_estimate_line(work, measure_leaf(*ctx_, d, model_->load_block(pick, *ctx_), opt_.fmt, tune, aux, x_fp_,
+                                               leaf_samples(int64_t(work.batch)), on_gpu),
                             pick);
 }
 
