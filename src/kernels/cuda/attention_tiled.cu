@@ -106,32 +106,62 @@ __device__ __forceinline__ void stage(float4* dst, const float* src, int64_t b, 
   }
 }
 
+// Where a thread of the queries' kernels (forward, dq) stands: batch b, query head h and its kv head hk,
+// the offset of causal visibility (query i sees key j when j <= i + off), its query i (the block's first:
+// i0) and whether it exists, its part g of the row's group and the group's shuffle mask, and the end of
+// the keys any query of the block sees (kv_end).
+struct QueryThread {
+  int64_t b, h, hk, off, i0, i, kv_end;
+  int g;
+  unsigned mask;
+  bool row_ok;
+};
+__device__ __forceinline__ QueryThread query_thread(const ref::AttnShape& s) {
+  QueryThread t;
+  t.b = blockIdx.z;
+  t.h = blockIdx.y;
+  t.hk = t.h / (s.H / s.Hkv);
+  t.off = s.Tk - s.Tq;
+  t.g = int(threadIdx.x) % kGroup;
+  t.mask = 0xFu << (threadIdx.x & 28);
+  t.i0 = int64_t(blockIdx.x) * kRows;
+  t.i = t.i0 + int64_t(threadIdx.x) / kGroup;
+  t.row_ok = t.i < s.Tq;
+  t.kv_end = min(s.Tk, min(s.Tq - 1, t.i0 + kRows - 1) + t.off + 1);
+  return t;
+}
+
+// Keys j0 .. j0 + kTile - 1 of kv head hk (those below kv_end) staged for the queries' kernels: K and V
+// rows, and whether each key is visible at all (below kv_end and not masked). Opens with the barrier
+// that ends the previous tile's use and closes with the one that publishes this tile.
+template <int NC>
+__device__ __forceinline__ void stage_keys(float4* Ks, float4* Vs, uint8_t* Ms, const ref::AttnShape& s, const float* k,
+                                           const float* v, const uint8_t* key_mask, int64_t b, int64_t hk,
+                                           int64_t j0, int64_t kv_end) {
+  __syncthreads();
+  stage<NC>(Ks, k, b, s.Tk, s.Hkv, hk, j0, kv_end);
+  stage<NC>(Vs, v, b, s.Tk, s.Hkv, hk, j0, kv_end);
+  if (threadIdx.x < kTile) {
+    const int64_t j = j0 + threadIdx.x;
+    Ms[threadIdx.x] = j < kv_end && (!key_mask || key_mask[b * s.Tk + j]);
+  }
+  __syncthreads();
+}
+
 template <int NC>
 __global__ void __launch_bounds__(kBlock) fwd_tiled(ref::AttnShape s, float scale, const float* q, const float* k,
                                                     const float* v, const uint8_t* key_mask, float* o, float* lse) {
   constexpr int RW = 4 * NC;
   __shared__ float4 Ks[kTile * RW], Vs[kTile * RW];
   __shared__ uint8_t Ms[kTile];
-  const int64_t b = blockIdx.z, h = blockIdx.y, hk = h / (s.H / s.Hkv), off = s.Tk - s.Tq;
-  const int g = int(threadIdx.x) % kGroup;
-  const unsigned mask = 0xFu << (threadIdx.x & 28);
-  const int64_t i0 = int64_t(blockIdx.x) * kRows, i = i0 + int64_t(threadIdx.x) / kGroup;
-  const bool row_ok = i < s.Tq;
+  const auto [b, h, hk, off, i0, i, kv_end, g, mask, row_ok] = query_thread(s);
   float4 qr[NC], acc[NC];
   zero_row(qr);
   zero_row(acc);
   if (row_ok) load_row(qr, q + ((b * s.Tq + i) * s.H + h) * s.D, g);
   float m = -INFINITY, l = 0.f;
-  const int64_t i_last = min(s.Tq - 1, i0 + kRows - 1), kv_end = min(s.Tk, i_last + off + 1);
   for (int64_t j0 = 0; j0 < kv_end; j0 += kTile) {
-    __syncthreads();  // the previous tile is consumed
-    stage<NC>(Ks, k, b, s.Tk, s.Hkv, hk, j0, kv_end);
-    stage<NC>(Vs, v, b, s.Tk, s.Hkv, hk, j0, kv_end);
-    if (threadIdx.x < kTile) {
-      const int64_t j = j0 + threadIdx.x;
-      Ms[threadIdx.x] = j < kv_end && (!key_mask || key_mask[b * s.Tk + j]);
-    }
-    __syncthreads();
+    stage_keys<NC>(Ks, Vs, Ms, s, k, v, key_mask, b, hk, j0, kv_end);
     if (!row_ok) continue;
     const int n = int(min(int64_t(kTile), kv_end - j0));
     for (int jj = 0; jj < n; ++jj) {
@@ -162,12 +192,8 @@ __global__ void __launch_bounds__(kBlock) dq_tiled(ref::AttnShape s, float scale
   constexpr int RW = 4 * NC;
   __shared__ float4 Ks[kTile * RW], Vs[kTile * RW];
   __shared__ uint8_t Ms[kTile];
-  const int64_t b = blockIdx.z, h = blockIdx.y, hk = h / (s.H / s.Hkv), off = s.Tk - s.Tq;
-  const int g = int(threadIdx.x) % kGroup;
-  const unsigned mask = 0xFu << (threadIdx.x & 28);
-  const int64_t i0 = int64_t(blockIdx.x) * kRows, i = i0 + int64_t(threadIdx.x) / kGroup;
+  const auto [b, h, hk, off, i0, i, kv_end, g, mask, row_ok] = query_thread(s);
   const int64_t qo = ((b * s.Tq + i) * s.H + h) * s.D, row = (b * s.H + h) * s.Tq + i;
-  const bool row_ok = i < s.Tq;
   float4 qr[NC], dor[NC], acc[NC];
   zero_row(qr);
   zero_row(dor);
@@ -181,16 +207,8 @@ __global__ void __launch_bounds__(kBlock) dq_tiled(ref::AttnShape s, float scale
     l = lse[row];
   }
   const bool live = row_ok && l != -INFINITY;
-  const int64_t i_last = min(s.Tq - 1, i0 + kRows - 1), kv_end = min(s.Tk, i_last + off + 1);
   for (int64_t j0 = 0; j0 < kv_end; j0 += kTile) {
-    __syncthreads();
-    stage<NC>(Ks, k, b, s.Tk, s.Hkv, hk, j0, kv_end);
-    stage<NC>(Vs, v, b, s.Tk, s.Hkv, hk, j0, kv_end);
-    if (threadIdx.x < kTile) {
-      const int64_t j = j0 + threadIdx.x;
-      Ms[threadIdx.x] = j < kv_end && (!key_mask || key_mask[b * s.Tk + j]);
-    }
-    __syncthreads();
+    stage_keys<NC>(Ks, Vs, Ms, s, k, v, key_mask, b, hk, j0, kv_end);
     if (!live) continue;
     const int n = int(min(int64_t(kTile), kv_end - j0));
     for (int jj = 0; jj < n; ++jj) {
