@@ -35,6 +35,22 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+// Polls `done` until it holds or kSpin has passed; true if it held (the caller then takes the lock, and
+// its condition-variable wait returns at once).
+template <class Done>
+static bool spin_until(Done done) {
+  const auto until = std::chrono::steady_clock::now() + ThreadPool::kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
+
 static void chunk_range(int64_t n, int chunks, int i, int64_t* b, int64_t* e) {
   *b = n * i / chunks;
   *e = n * (i + 1) / chunks;
@@ -48,6 +64,7 @@ void ThreadPool::worker_main(int index) {
     const std::function<void(int64_t, int64_t)>* job;
     int64_t n;
     int chunks;
+    spin_until([&] { return generation_.load(std::memory_order_relaxed) != seen; });
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
@@ -100,6 +117,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   } catch (...) {
     mine = std::current_exception();
   }
+  spin_until([&] { return pending_.load(std::memory_order_relaxed) == 0; });
   std::unique_lock<std::mutex> lk(mu_);
   cv_done_.wait(lk, [&] { return pending_ == 0; });
   job_ = nullptr;

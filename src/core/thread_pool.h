@@ -1,9 +1,15 @@
 // A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
 // contiguous chunk per thread (the caller runs chunk 0), so work is spread without a queue.
+// Waits spin briefly before they block: a worker polls for the next job, and the caller for the
+// workers' ends, for up to kSpin before sleeping on the condition variables. The tuning loop hands
+// out hundreds of jobs per iteration a few microseconds apart; waking a sleeping thread costs tens of
+// microseconds (more on a virtual machine, where an idle vCPU halts), and so did every job.
 // BLAS is only ever called single-threaded, from inside chunks (core/context.h), so threads in flight
 // never exceed the pool's size.
 #pragma once
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -21,6 +27,8 @@ class ThreadPool {
   // At most kMaxThreads threads (more is refused with InvalidInput: a bad count must not exhaust the
   // host's process table).
   static constexpr int kMaxThreads = 1024;
+  // How long a wait polls before it sleeps (measured in docs/benchmarks.md, "Thread pool").
+  static constexpr std::chrono::microseconds kSpin{100};
   explicit ThreadPool(int n_threads, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -45,8 +53,9 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  // Written under mu_; atomic so that the spinning phase may poll them without it.
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> pending_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::mutex call_mu_;  // serializes concurrent parallel_for calls on one pool
