@@ -13,11 +13,13 @@ For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral) it
   1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
      top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
      tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
-  2. quantizes it with our CLI, W4 G32, --iters 2 --nsamples 8 --seqlen 64, as auto_round
-     and fake (one run, `--format auto_round,fake`; GPTQ/AWQ need gptqmodel, not installable here);
+  2. quantizes it with our CLI, W4 G32, --iters 2 --nsamples 8 --seqlen 64, as auto_round,
+     auto_gptq, auto_awq and fake (one run, `--format auto_round,auto_gptq,auto_awq,fake`);
   3. for each output: our logits (`autoround logits`) against AutoModelForCausalLM.from_pretrained in
-     float32 (a separate process: check_loadability.py's native worker); a load with missing or
-     unexpected weights fails; max |diff| <= --rtol * max |logit| passes.
+     float32 (a separate process: check_loadability.py's native worker), and for GPTQ / AWQ also
+     against GPTQModel.load (gptqmodel 7.7.0, `BUILD_CUDA_EXT=0 pip install gptqmodel optimum`), the
+     load that counts for them (GPTQMODEL_FORMATS below); a load with missing or unexpected weights
+     fails; max |diff| <= --rtol * max |logit| passes.
 Exit status 0 when every row passes.
 """
 from __future__ import annotations
@@ -32,8 +34,58 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
 ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
-# auto_gptq / auto_awq load through optimum + gptqmodel, which have no CPU wheel here (not measured).
-FORMATS = ("auto_round", "fake")
+FORMATS = ("auto_round", "auto_gptq", "auto_awq", "fake")
+# GPTQ / AWQ outputs load through gptqmodel's own loader (GPTQModel.load), which builds per-expert
+# Linears: transformers 5's from_pretrained builds its fused expert modules (mlp.experts.gate_up_proj,
+# down_proj), finds the per-expert qweight/qzeros/scales that the checkpoint holds (as AutoRound writes
+# them) "unexpected" and leaves the experts at their random initialisation. Both rows are printed.
+GPTQMODEL_FORMATS = ("auto_gptq", "auto_awq")
+
+
+def gptqmodel_worker(model_dir, ids_path, out_npy, result_path):
+    """Logits of model_dir loaded by GPTQModel.load on the CPU (a separate process, like cl.native_worker)."""
+    import json
+
+    res = {"ok": False}
+    try:
+        import collections
+
+        import numpy as np
+        import torch
+
+        torch.set_num_threads(1)
+        from gptqmodel import GPTQModel
+
+        ids = [int(x) for x in open(ids_path).read().split()]
+        model = GPTQModel.load(model_dir, device="cpu")
+        kinds = collections.Counter(type(m).__name__ for n, m in model.model.named_modules()
+                                    if ".experts." in n and n.endswith("_proj"))
+        res["modules"] = {f"experts:{k}": v for k, v in kinds.items()}
+        with torch.no_grad():
+            logits = model.model(torch.tensor([ids])).logits[0].float().numpy()
+        np.save(out_npy, logits)
+        res["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported in the table
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    json.dump(res, open(result_path, "w"))
+
+
+def gptqmodel_logits(model_dir, ids, tmp):
+    import json
+
+    import numpy as np
+
+    ids_path, out_npy, result = (os.path.join(tmp, n) for n in ("gptq.ids", "gptq.npy", "gptq.json"))
+    open(ids_path, "w").write("\n".join(map(str, ids)) + "\n")
+    for p in (out_npy, result):
+        if os.path.exists(p):
+            os.remove(p)
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--gptqmodel-worker", model_dir, ids_path, out_npy,
+                        result], capture_output=True, text=True, timeout=900)
+    if not os.path.exists(result):
+        return None, {"ok": False, "error": f"worker died (rc {r.returncode}): {(r.stderr or '').strip()[-300:]}"}
+    res = json.load(open(result))
+    return (np.load(out_npy) if res.get("ok") else None), res
 
 
 def make_model(arch, d, hidden=128, expert=64, dense_first=True):
@@ -67,6 +119,8 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--native-worker":
         return cl.native_worker(*sys.argv[2:7])
+    if len(sys.argv) > 1 and sys.argv[1] == "--gptqmodel-worker":
+        return gptqmodel_worker(*sys.argv[2:6])
     ap = argparse.ArgumentParser()
     ap.add_argument("--autoround", default="build/src/cli/autoround")
     ap.add_argument("--work", default="/tmp/moe_loadability")
@@ -100,19 +154,26 @@ def main():
                 rows.append((arch, fmt, "our logits failed: " + " ".join(err)))
                 ok = False
                 continue
-            native, res = cl.native_logits(d, ids, a.dtype, a.work)
-            if native is None:
-                rows.append((arch, fmt, "native load failed: " + res.get("error", "?")))
-                ok = False
-                continue
-            diff = float(abs(native - ours).max()) / max(1.0, float(abs(ours).max()))
-            bad = res.get("missing") or res.get("unexpected")
-            verdict = "ok" if diff <= a.rtol and not bad else "FAIL"
-            ok &= verdict == "ok"
-            note = f"missing {res.get('missing')[:3]} unexpected {res.get('unexpected')[:3]}" if bad else ""
-            rows.append((arch, fmt, f"max|diff|/max|logit| {diff:.2e}, argmax agreement "
-                                    f"{float((native.argmax(-1) == ours.argmax(-1)).mean()):.3f}, "
-                                    f"{cl.short_backend(res)} {note} -> {verdict}"))
+            loaders = [("from_pretrained", lambda: cl.native_logits(d, ids, a.dtype, a.work))]
+            if fmt in GPTQMODEL_FORMATS:
+                loaders.append(("GPTQModel.load", lambda: gptqmodel_logits(d, ids, a.work)))
+            for loader, load in loaders:
+                # transformers' own load of a MoE GPTQ/AWQ checkpoint is reported, not required (see above)
+                required = fmt not in GPTQMODEL_FORMATS or loader == "GPTQModel.load"
+                native, res = load()
+                if native is None:
+                    rows.append((arch, f"{fmt} ({loader})", "load failed: " + res.get("error", "?")))
+                    ok &= not required
+                    continue
+                diff = float(abs(native - ours).max()) / max(1.0, float(abs(ours).max()))
+                bad = res.get("missing") or res.get("unexpected")
+                verdict = "ok" if diff <= a.rtol and not bad else ("FAIL" if required else "fails (not required)")
+                ok &= verdict != "FAIL"
+                note = f"missing {res.get('missing')[:2]} unexpected {res.get('unexpected')[:2]}" if bad else ""
+                backend = cl.short_backend(res) if loader == "from_pretrained" else str(res.get("modules"))
+                rows.append((arch, f"{fmt} ({loader})", f"max|diff|/max|logit| {diff:.2e}, argmax agreement "
+                                                        f"{float((native.argmax(-1) == ours.argmax(-1)).mean()):.3f}, "
+                                                        f"{backend} {note} -> {verdict}"))
     print("| model | format | result |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
