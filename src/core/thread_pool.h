@@ -27,7 +27,7 @@ class ThreadPool {
   // At most kMaxThreads threads (more is refused with InvalidInput: a bad count must not exhaust the
   // host's process table).
   static constexpr int kMaxThreads = 1024;
-  // How long a wait polls before it sleeps (measured in docs/benchmarks.md, "Thread pool").
+  // How long a wait polls before it sleeps (docs/benchmarks.md, "An AMD Zen 4": 100 and 1000 us measured alike).
   static constexpr std::chrono::microseconds kSpin{100};
   explicit ThreadPool(int n_threads, std::vector<int> cpus = {});
   ~ThreadPool();
