@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/context.h"
@@ -100,6 +101,25 @@ TEST(Allocator, FullCacheEvictsTheOldestBlocks) {
   again.reset();
   a.allocate(20000).reset();  // larger than the whole cache: freed, nothing evicted for it
   EXPECT_EQ(a.cached(), 4096u + 6144u);
+}
+
+// A tuning iteration frees and asks again for GBs of buffers (a MoE block's tuning state): the default
+// cache keeps all of them, bounded only by the live peak, so none goes back to the C heap to be
+// faulted in and zeroed again (the blocks here are never touched: address space only).
+TEST(Allocator, DefaultCacheKeepsMoreThanOneGiBForReuse) {
+  Allocator a;
+  constexpr size_t kBlock = size_t(96) << 20;
+  constexpr int kBlocks = 12;  // 1.125 GiB
+  std::set<void*> first;
+  {
+    std::vector<std::shared_ptr<void>> live;
+    for (int i = 0; i < kBlocks; ++i) first.insert(live.emplace_back(a.allocate(kBlock)).get());
+  }
+  EXPECT_EQ(a.cached(), kBlocks * kBlock);
+  std::vector<std::shared_ptr<void>> again;
+  for (int i = 0; i < kBlocks; ++i) EXPECT_EQ(first.count(again.emplace_back(a.allocate(kBlock)).get()), 1u) << i;
+  EXPECT_EQ(a.cached(), 0u);
+  EXPECT_EQ(a.peak(), kBlocks * kBlock);
 }
 
 // A cached block serves a smaller request down to 8/9 of its size (a MoE block's per-expert rows

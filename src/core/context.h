@@ -35,21 +35,24 @@ struct MemoryBacking {
 };
 MemoryBacking host_memory();  // 64-byte aligned blocks from the C heap
 
-// Caching allocator for one device. Freed blocks are kept (up to `cache_limit` bytes) and reused
-// for a request of the same rounded size, or else the smallest cached block at most 1/kReuseSlack
-// larger. Block-by-block work asks for the same sizes every layer and every tuning iteration, so
-// after the first pass no memory is mapped or faulted in; a MoE block's routed-row buffers differ
-// from expert to expert and batch to batch, and the slack lets them share blocks instead of filling
-// the cache with sizes no later request asks for. The cache never raises the footprint: a miss that
-// would take live plus cached bytes past the live peak so far (plus 1/kReuseSlack of it) first frees
-// the least recently cached blocks, so the peak is the live peak, which the start summary estimates
-// (pipeline/run_summary.h). And a full cache frees its least recently cached blocks to take a new one
-// (a phase's buffers replace the previous phase's). in_use/peak count live block bytes (a reused
-// block counts its own size); cached() the idle ones.
+// Caching allocator for one device. Freed blocks are kept and reused for a request of the same
+// rounded size, or else the smallest cached block at most 1/kReuseSlack larger. Block-by-block work
+// asks for the same sizes every layer and every tuning iteration, so after the first pass no memory is
+// mapped or faulted in; a MoE block's routed-row buffers differ from expert to expert and batch to
+// batch, and the slack lets them share blocks instead of filling the cache with sizes no later request
+// asks for. The cache never raises the footprint: a miss that would take live plus cached bytes past
+// the live peak so far (plus 1/kReuseSlack of it) first frees the least recently cached blocks, so the
+// peak is the live peak, which the start summary estimates (pipeline/run_summary.h). `cache_limit`
+// bounds the idle bytes further (a full cache frees its least recently cached blocks to take a new
+// one); by default there is no such bound: a MoE block's tuning state is GBs of buffers freed and
+// asked for again every iteration and block, and a 1 GiB cache sent the rest back to the C heap, to be
+// faulted in and zeroed page by page again (docs/benchmarks.md, "Mixture-of-experts on an AMD Zen 4;
+// the allocator's cache"). in_use/peak count live block bytes (a reused block counts its own size);
+// cached() the idle ones.
 class Allocator {
  public:
   static constexpr size_t kReuseSlack = 8;  // a cached block serves requests down to 8/9 of its size
-  explicit Allocator(size_t cache_limit = size_t(1) << 30, MemoryBacking backing = host_memory());
+  explicit Allocator(size_t cache_limit = SIZE_MAX, MemoryBacking backing = host_memory());
   // Owned by the returned pointer (returned to the cache, or to the backing, on release). Sizes round
   // up to 64 bytes. A device's blocks are reused in the order its one stream runs (kernels/cuda/device.h).
   std::shared_ptr<void> allocate(size_t bytes);
