@@ -436,3 +436,36 @@ TEST(Bf16Producers, EqualFp32KernelThenRounding) {
     EXPECT_EQ(dub, rounded(du)) << threads;
   }
 }
+
+// PackedB::pack_later: the pass runs at the first GEMM that takes the layout. A short product (a MoE
+// expert's few routed rows) reads the plain operand and writes nothing; a long one packs, and its bits
+// equal the plain GEMM's; after a new source is given, the next long GEMM reads the new values.
+TEST(PackedB, PackLaterPacksAtTheFirstGemmThatTakesTheLayout) {
+  AR_REQUIRE_BF16();
+  Context ctx(Device{}, 2);
+  const int64_t out = 768, in = 2048, longM = 512, shortM = 32;  // a Qwen3-30B-A3B expert's gate
+  std::vector<uint16_t> W(size_t(out * in)), W2(W.size()), x(size_t(longM * in));
+  const auto wf = randn<float>(W.size(), 1), wf2 = randn<float>(W.size(), 2), xf = randn<float>(x.size(), 3);
+  cpu::fp32_to_bf16(ctx, wf.data(), W.data(), int64_t(W.size()));
+  cpu::fp32_to_bf16(ctx, wf2.data(), W2.data(), int64_t(W.size()));
+  cpu::fp32_to_bf16(ctx, xf.data(), x.data(), int64_t(x.size()));
+  auto plain = [&](const std::vector<uint16_t>& w, int64_t M) {
+    std::vector<float> y(size_t(M * out));
+    cpu::gemm_bf16(ctx, false, true, M, out, in, 1.f, x.data(), in, w.data(), in, 0.f, y.data(), out);
+    return y;
+  };
+  cpu::PackedB p;
+  p.pack_later(W.data(), out, in, true);
+  EXPECT_FALSE(p.packed());
+  std::vector<float> y(size_t(longM * out), -1.f);
+  EXPECT_FALSE(cpu::gemm_bf16(ctx, false, shortM, 1.f, x.data(), in, p, 0.f, y.data(), out)) << "a short product";
+  EXPECT_FALSE(p.packed()) << "a short product wrote the pack";
+  EXPECT_EQ(y[0], -1.f);
+  ASSERT_TRUE(cpu::gemm_bf16(ctx, false, longM, 1.f, x.data(), in, p, 0.f, y.data(), out));
+  EXPECT_TRUE(p.packed());
+  EXPECT_EQ(y, plain(W, longM));
+  p.pack_later(W2.data(), out, in, true);
+  EXPECT_FALSE(p.packed());
+  ASSERT_TRUE(cpu::gemm_bf16(ctx, false, longM, 1.f, x.data(), in, p, 0.f, y.data(), out));
+  EXPECT_EQ(y, plain(W2, longM)) << "the second source was not packed";
+}

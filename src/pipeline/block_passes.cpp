@@ -132,7 +132,7 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
         wb.push_back(Tensor::empty(t->shape(), DType::BF16, ctx));
         cpu::fp32_to_bf16(ctx, t->f32(), wb.back().data<uint16_t>(), t->numel());
         cpu::PackedB& p = packed[wb.size() - 1];
-        p.pack(ctx, wb.back().data<uint16_t>(), out, in, true);
+        p.pack_later(wb.back().data<uint16_t>(), out, in, true);
         operands.bind(t->f32(), {wb.back().data<uint16_t>(), &p, nullptr});
       }
     cpu::CpuOps ops{ctx, amp ? &operands : nullptr};

@@ -203,7 +203,9 @@ struct GradLayout {
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
 // The block's tuned slots point at the fp32 QDQ weights (What); under --amp at the FP weights instead,
 // which `operands` maps to the bf16 QDQ weights (Whatb) the GEMMs read (fpb: the untuned Linears),
-// packed once per QDQ for every GEMM of the iteration: W^T for the forward, W for the input gradient.
+// packed once per QDQ for every GEMM of the iteration: W^T for the forward, W for the input gradient,
+// each by the first GEMM that reads it (PackedB::pack_later: a MoE expert's short products read the
+// plain weight, so its packs are never written).
 struct Replica {
   Context* ctx = nullptr;
   BlockWeights mirror;
@@ -411,8 +413,8 @@ void BlockTuner::build_replica(int r) {
       uint16_t* Wb = R.fpb.back().data<uint16_t>();
       cpu::fp32_to_bf16(c, W.f32(), Wb, W.numel());
       bind(s, W, R.fpb.back());
-      R.fwd_pack.back().pack(c, Wb, W.dim(0), W.dim(1), true);
-      if (s >= 3) R.dx_pack.back().pack(c, Wb, W.dim(0), W.dim(1), false);
+      R.fwd_pack.back().pack_later(Wb, W.dim(0), W.dim(1), true);
+      if (s >= 3) R.dx_pack.back().pack_later(Wb, W.dim(0), W.dim(1), false);
     }
   }
   // A rank of several leaves in a MoE block defers its experts' weight gradients to one tree per expert
@@ -436,8 +438,8 @@ void BlockTuner::qdq_all(Replica& R) {
     family(L).qdq(*R.ctx, L, opt_.amp ? nullptr : R.What[l].f32(), opt_.amp ? R.Whatb[l].data<uint16_t>() : nullptr);
     if (!opt_.amp) continue;
     const uint16_t* Wb = R.Whatb[l].data<uint16_t>();
-    R.fwd_pack[l].pack(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), true);
-    if (lin_[l] >= 3) R.dx_pack[l].pack(*R.ctx, Wb, L.weight->dim(0), L.weight->dim(1), false);
+    R.fwd_pack[l].pack_later(Wb, L.weight->dim(0), L.weight->dim(1), true);
+    if (lin_[l] >= 3) R.dx_pack[l].pack_later(Wb, L.weight->dim(0), L.weight->dim(1), false);
   }
 }
 

@@ -69,19 +69,32 @@ void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64
 // gradient's W, a weight gradient's activation), written in one pass by pack_bf16.cpp where the kernel
 // asks for its usual layout, else through oneDNN's reorder. The bits of a GEMM on the packed operand
 // equal those on the plain one (tested).
+// pack_later defers the pass to the first GEMM that takes the layout (gemm_bf16 below): short products
+// (a MoE expert's few routed rows of one sample) read a plain B, so a weight only they read is never
+// packed, and its buffer never allocated. The source must stay as it is until then, and two GEMMs must
+// not first-use one PackedB at once (a weight's GEMMs run one after another).
 class PackedB {
  public:
   void pack(Context& ctx, const uint16_t* M, int64_t rows, int64_t cols, bool transposed);
-  bool tried() const { return K_ > 0; }  // pack() ran (it may have found nothing to pack)
+  void pack_later(const uint16_t* M, int64_t rows, int64_t cols, bool transposed);
+  bool tried() const { return K_ > 0; }  // pack() or pack_later() ran (it may have found nothing to pack)
+  bool packed() const { return buf_.defined() && !src_; }  // buf_ holds the last source's pack
   int64_t K() const { return K_; }
   int64_t N() const { return N_; }
 
  private:
   friend bool gemm_bf16(Context&, bool, int64_t, float, const uint16_t*, int64_t, const PackedB&, float, float*,
                         int64_t, Addends);
+  void set_shape(int64_t rows, int64_t cols, bool transposed);  // and the layout the kernel asks for
+  void write(Context& ctx) const;  // src_ into buf_
   int64_t K_ = 0, N_ = 0;
-  std::shared_ptr<const void> layout_;  // the blocked memory descriptor of buf_; null: nothing packed
-  Tensor buf_;
+  std::shared_ptr<const void> layout_;  // the blocked memory descriptor of buf_; null: nothing to pack
+  // A deferred pass (pack_later): its source, written into buf_ by the first GEMM that takes the
+  // layout (logically const: the GEMM's result does not depend on when the pass ran).
+  mutable const uint16_t* src_ = nullptr;
+  int64_t rows_ = 0, cols_ = 0;
+  bool transposed_ = false;
+  mutable Tensor buf_;
 };
 // C[M,N] = alpha * op(A)[M,K] B[K,N] + beta * C with B packed (op(A) as in gemm_bf16 above). False,
 // and nothing computed, where the GEMM's units do not take B's layout (or nothing was packed): the

@@ -319,37 +319,54 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 
 // The layout a packed B is written in: the one the kernel picks for a unit of kMinRows rows (the units
 // of the tuning's and the passes' GEMMs); a GEMM checks that its own units pick it too (takes_layout).
-void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
+// Asked once per shape: a weight is repacked every tuning iteration at the same shape.
+void PackedB::set_shape(int64_t rows, int64_t cols, bool transposed) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
-  K_ = transposed ? in : out, N_ = transposed ? out : in;
+  const int64_t K = transposed ? cols : rows, N = transposed ? rows : cols;
+  rows_ = rows, cols_ = cols, transposed_ = transposed;
+  if (K == K_ && N == N_) return;
+  K_ = K, N_ = N;
   const dnnl::engine eng = cpu_engine();
   init_dnnl_once(eng);
-  memory::desc d, plain({K_, N_}, dt::bf16, memory::dims{N_, 1});
+  memory::desc d;
   {
     OneThread one;
     const memory::desc any({K_, N_}, dt::bf16, memory::format_tag::any);
     d = unit_pd(eng, dt::bf16, false, false, kMinRows, N_, K_, K_, N_, N_, 1.f, 0.f, 0, &any).weights_desc();
   }
-  if (d == plain) {
-    layout_.reset();
-    return;
-  }
-  const auto* have = static_cast<const memory::desc*>(layout_.get());
-  if (!have || !(*have == d)) {
-    layout_ = std::make_shared<const memory::desc>(d);
-    buf_ = Tensor::empty({int64_t(d.get_size())}, DType::U8, ctx);
-  }
+  buf_ = Tensor();
+  if (d == memory::desc({K_, N_}, dt::bf16, memory::dims{N_, 1})) layout_.reset();
+  else layout_ = std::make_shared<const memory::desc>(d);
+}
+
+void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
+  pack_later(W, out, in, transposed);
+  if (layout_) write(ctx);
+}
+
+void PackedB::pack_later(const uint16_t* W, int64_t out, int64_t in, bool transposed) {
+  set_shape(out, in, transposed);
+  src_ = layout_ ? W : nullptr;
+}
+
+void PackedB::write(Context& ctx) const {
+  const auto& d = *static_cast<const memory::desc*>(layout_.get());
+  if (!buf_.defined()) buf_ = Tensor::empty({int64_t(d.get_size())}, DType::U8, ctx);
+  const uint16_t* W = src_;
+  const int64_t out = rows_, in = cols_;
+  src_ = nullptr;
   if (blocked_layout_fits(K_, N_) && d == memory::desc({K_, N_}, dt::bf16, memory::format_tag::BA16a64b2a)) {
-    if (transposed) pack_wt_blocked(ctx, W, out, in, buf_.data<uint16_t>());
+    if (transposed_) pack_wt_blocked(ctx, W, out, in, buf_.data<uint16_t>());
     else pack_w_blocked(ctx, W, out, in, buf_.data<uint16_t>());
     return;
   }
   Tensor wt;  // another layout (another ISA): oneDNN's reorder from the plain B
-  if (transposed) {
+  if (transposed_) {
     wt = Tensor::empty({in, out}, DType::BF16, ctx);
     transpose_bf16(ctx, W, wt.data<uint16_t>(), out, in);
   }
-  reorder_into(eng, plain, transposed ? wt.data<uint16_t>() : W, d, buf_.raw());
+  const memory::desc plain({K_, N_}, dt::bf16, memory::dims{N_, 1});
+  reorder_into(cpu_engine(), plain, transposed_ ? wt.data<uint16_t>() : W, d, buf_.raw());
 }
 
 namespace {
@@ -374,8 +391,10 @@ bool gemm_bf16(Context& ctx, bool ta, int64_t M, float alpha, const uint16_t* A,
   const auto* layout = static_cast<const memory::desc*>(B.layout_.get());
   if (!layout || M <= 0) return false;
   const dnnl::engine eng = cpu_engine();
-  Gemm g{dt::bf16, ta, false, M, B.N_, B.K_, alpha, A, lda, B.buf_.raw(), B.N_, beta, C, ldc, add, layout};
+  Gemm g{dt::bf16, ta, false, M, B.N_, B.K_, alpha, A, lda, nullptr, B.N_, beta, C, ldc, add, layout};
   if (!takes_layout(eng, g, *layout)) return false;
+  if (B.src_) B.write(ctx);  // a deferred pass (pack_later): the first GEMM that reads the pack
+  g.B = B.buf_.raw();
   gemm_dnnl(ctx, false, g);
   return true;
 }
