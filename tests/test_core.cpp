@@ -305,6 +305,19 @@ TEST(Tensor, ConvertsBetweenDtypes) {
   EXPECT_THROW((void)a.reshape({2}), Error);
 }
 
+TEST(Tensor, SliceViewsItsElementsInPlace) {
+  Context ctx(Device{}, 1);
+  Tensor a = Tensor::empty({2, 3}, DType::BF16, ctx);
+  for (int i = 0; i < 6; ++i) a.data<uint16_t>()[i] = uint16_t(10 + i);
+  Tensor s = a.slice(2, 3), t = s.slice(1, 2);
+  EXPECT_EQ(s.shape(), Shape{3});
+  EXPECT_EQ(s.data<uint16_t>(), a.data<uint16_t>() + 2);  // same storage, no copy
+  EXPECT_EQ(t.data<uint16_t>()[1], 14);
+  EXPECT_EQ(a.slice(6, 0).numel(), 0);
+  EXPECT_THROW((void)a.slice(4, 3), Error);
+  EXPECT_THROW((void)s.slice(-1, 1), Error);
+}
+
 TEST(Device, Parses) {
   EXPECT_EQ(Device::parse("cpu").str(), "cpu:0");
   EXPECT_EQ(Device::parse("cuda:1").index, 1);

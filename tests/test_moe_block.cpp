@@ -487,6 +487,7 @@ void expect_deferred_tree_of_immediate_leaves(bool amp) {
   Named<float> marks;  // the expert gradients the deferring backward is given: must stay untouched
   for (auto& [k, w] : s.w) marks[k].assign(w.size(), -7.f);
   int empty_pairs = 0;
+  std::vector<std::vector<float>> y_own(static_cast<size_t>(L)), dx_own(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
     std::vector<float> y(size_t(T * C)), dx(size_t(T * C)), dx2(size_t(T * C));
     const float* xl = xf.data() + l * T * C;
@@ -505,8 +506,52 @@ void expect_deferred_tree_of_immediate_leaves(bool amp) {
     dg.begin_leaf(3 * E);
     r2.backward(ptrs<const float*>(wf, E), aux, c2, rl, dx2.data(), ptrs<float*>(marks, E), false);
     ASSERT_EQ(dx2, dx) << "leaf " << l;
+    y_own[size_t(l)] = y;
+    dx_own[size_t(l)] = dx;
   }
   ASSERT_GT(empty_pairs, 0) << "no leaf left an expert without rows";
+  // The same leaves with the experts outermost (the tuner's experts_outer): every leaf to its experts,
+  // the experts over all leaves at once, the rest of each leaf; the products go to dg3 under their own
+  // leaf, filled expert by expert. Outputs, input gradients and the other weights' gradients equal each
+  // leaf's own run; the tree over dg3 is checked with dg's below.
+  cpu::DeferredGrads dg3;
+  {
+    cpu::CpuOps later{ctx, bf, nullptr, &dg3};
+    BlockRunner<cpu::CpuOps> r3(later, s.d);
+    std::vector<BlockRunner<cpu::CpuOps>::Cache> c3(static_cast<size_t>(L));
+    std::vector<MoeFfn<cpu::CpuOps>::Cache*> moe;
+    std::vector<std::vector<float>> y3(static_cast<size_t>(L), std::vector<float>(size_t(T * C)));
+    for (int64_t l = 0; l < L; ++l) {
+      ASSERT_TRUE(r3.forward_to_experts(ptrs<const float*>(wf, E), aux, xf.data() + l * T * C, y3[size_t(l)].data(),
+                                        c3[size_t(l)]));
+      c3[size_t(l)].moe.leaf = l;
+      moe.push_back(&c3[size_t(l)].moe);
+    }
+    r3.moe().run_experts(ptrs<const float*>(wf, E), moe);
+    for (int64_t l = 0; l < L; ++l) {
+      r3.forward_from_experts(ptrs<const float*>(wf, E), aux, y3[size_t(l)].data(), c3[size_t(l)]);
+      ASSERT_EQ(y3[size_t(l)], y_own[size_t(l)]) << "leaf " << l;
+      dg3.begin_leaf(3 * E);
+      r3.backward_to_experts(aux, c3[size_t(l)], Rf.data() + l * T * C);
+    }
+    r3.moe().expert_grads(ptrs<const float*>(wf, E), moe, ptrs<float*>(marks, E), false, nullptr);
+    for (int64_t l = L - 1; l >= 0; --l) {  // any order: each leaf writes its own gradients
+      Named<float> g3;
+      for (auto& [k, w] : s.w) g3[k].assign(w.size(), 0.f);
+      for (int64_t e = 0; e < E; ++e)
+        for (const char* k : {"eg", "eu", "ed"}) g3[k + std::to_string(e)] = marks[k + std::to_string(e)];
+      std::vector<float> dx3(size_t(T * C));
+      r3.backward_from_experts(ptrs<const float*>(wf, E), aux, c3[size_t(l)], Rf.data() + l * T * C, dx3.data(),
+                               ptrs<float*>(g3, E), false);
+      ASSERT_EQ(dx3, dx_own[size_t(l)]) << "leaf " << l;
+      for (auto& [k, g] : g3) {
+        const bool expert = k.rfind("eg", 0) == 0 || k.rfind("eu", 0) == 0 || k.rfind("ed", 0) == 0;
+        if (!expert) {
+          ASSERT_EQ(g, P[size_t(l)][k]) << k << " leaf " << l;
+        }
+      }
+    }
+  }
   for (int64_t e = 0; e < E; ++e)
     for (const char* k : {"eg", "eu", "ed"})
       for (float v : marks[k + std::to_string(e)]) ASSERT_EQ(v, -7.f) << "a deferred gradient was written";
@@ -531,6 +576,9 @@ void expect_deferred_tree_of_immediate_leaves(bool amp) {
   cpu::CpuOps ops{ctx, bf};
   quant::expert_grad_tree(ops, dg, targets);
   for (auto& [k, g] : got) EXPECT_EQ(g, S(k, 0, L)) << k;
+  for (auto& t : targets) std::fill(t.dst, t.dst + t.out * t.in, 123.f);
+  quant::expert_grad_tree(ops, dg3, targets);
+  for (auto& [k, g] : got) EXPECT_EQ(g, S(k, 0, L)) << k << " (experts outermost)";
 }
 
 TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) { expect_deferred_tree_of_immediate_leaves(false); }

@@ -178,4 +178,34 @@ TEST(CpuGemmAvx2, IsTheFmaChainOnEveryThreadCount) {
   }
 }
 
+// cpu::gemm_rows on every level (the AVX2 kernel, or the definition's loop under the scalar cap): the
+// definition's bits on one and two threads, and a call over stacked rows gives each row the bits of a
+// call over its own rows (what lets the tuner stack several leaves' rows of a MoE expert, cpu_ops.h).
+TEST(CpuGemmRows, RowsOfAStackedCallHaveTheBitsOfTheirOwnCalls) {
+  const Case shapes[] = {{96, 192, 576, false, true, 1.f, 0.f, 0},    // an expert's gate: x W^T
+                         {96, 576, 192, false, false, 1.f, 1.f, 0},   // its input gradient, accumulated
+                         {40, 24, 300, true, false, 1.f, 0.f, 0},     // op(A) = A^T
+                         {33, 17, 0, false, false, 1.f, 0.f, 0}};     // no products
+  for (const Case& c : shapes) {
+    const Operands o(c, 19);
+    const std::vector<float> want = run_ref(c, o);
+    for (int threads : {1, 2}) {
+      Context ctx(Device{}, threads);
+      std::vector<float> got = o.C0;
+      cpu::gemm_rows(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta,
+                     got.data(), o.ldc);
+      expect_same_bits(want, got, "stacked, " + std::to_string(threads) + " threads");
+      got = o.C0;  // the rows in uneven calls of their own (3, 1, 29, ... rows: leaves' routed rows)
+      for (int64_t m0 = 0, i = 0; m0 < c.M; ++i) {
+        const int64_t m = std::min(c.M - m0, int64_t(1 + (i * 13 + 3) % 29));
+        const float* a = c.ta ? o.A.data() + m0 : o.A.data() + m0 * o.lda;
+        cpu::gemm_rows(ctx, c.ta, c.tb, m, c.N, c.K, c.alpha, a, o.lda, o.B.data(), o.ldb, c.beta,
+                       got.data() + m0 * o.ldc, o.ldc);
+        m0 += m;
+      }
+      expect_same_bits(want, got, "row by row, " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
 }  // namespace

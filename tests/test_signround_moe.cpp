@@ -66,9 +66,10 @@ struct MoeFixture {
   }
   BlockWeights copy() { return quant::clone_block(w, ctx); }
   quant::BlockTuneResult tune(BlockWeights& bw, int iters, const quant::TuneLane& lane = {}, bool amp = false,
-                              Context* on = nullptr) {
+                              Context* on = nullptr, int batch = 8) {
     quant::SignRoundOptions o;
     o.iters = iters;
+    o.batch_size = batch;
     o.seed = 42;
     o.amp = amp;
     return quant::signround_tune_block(on ? *on : ctx, dims, bw, {4, 32, false}, aux(n), x, y, mask, o, lane);
@@ -120,6 +121,30 @@ TEST(SignRoundMoe, DeterministicWorldsWriteTheSerialBits) {
     const auto r = f.tune(a, 12, {&group, W, {}});
     EXPECT_EQ(r.loss_best, rs.loss_best) << W;
     EXPECT_TRUE(weights_of(a) == ws) << "world " << W << " differs from serial";
+  }
+}
+
+// In fp32 a rank of several leaves runs the experts outermost (every leaf's attention and routing, then
+// each expert once over every leaf's rows stacked, then the rest of each leaf's backward in the tree's
+// order: signround.cpp's experts_outer); a rank of one leaf runs it through the whole block (run_leaf).
+// Batch 4 serial (4 leaves, stacked) and world 4 (one leaf per rank) write the same bits and losses;
+// under amp (where the CPU has bf16 GEMMs; leaves one by one, the experts' products deferred) too. The
+// stacking fails this test where an expert's GEMM rows depend on the call's other rows.
+TEST(SignRoundMoe, ExpertsOutermostWritesTheBitsOfLeafByLeaf) {
+  MoeFixture f;
+  auto group = parallel::ReplicaGroup(parallel::cpu_device_slots(parallel::CpuTopology::detect(),
+                                                                  {{DeviceKind::CPU, 0}, {DeviceKind::CPU, 1},
+                                                                   {DeviceKind::CPU, 2}, {DeviceKind::CPU, 3}}));
+  for (bool amp : {false, true}) {
+    if (amp && !cpu::bf16_gemm_supported()) continue;
+    BlockWeights s = f.copy(), w4 = f.copy(), rtn = f.copy();
+    const auto rs = f.tune(s, 12, {}, amp, nullptr, 4);
+    const auto r4 = f.tune(w4, 12, {&group, 4, {}}, amp, nullptr, 4);
+    f.tune(rtn, 0);
+    EXPECT_EQ(rs.loss_first, r4.loss_first) << "amp " << amp;
+    EXPECT_EQ(rs.loss_last, r4.loss_last) << "amp " << amp;
+    EXPECT_TRUE(weights_of(s) == weights_of(w4)) << "amp " << amp;
+    EXPECT_FALSE(weights_of(s) == weights_of(rtn)) << "amp " << amp << ": nothing was tuned";
   }
 }
 

@@ -61,6 +61,15 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::slice(int64_t first, int64_t n) const {
+  AR_CHECK(first >= 0 && n >= 0 && first + n <= numel(),
+           "slice [" + std::to_string(first) + ", +" + std::to_string(n) + ") of " + shape_str(shape_));
+  Tensor t = *this;
+  t.shape_ = {n};
+  t.offset_ += size_t(first) * dtype_size(dtype_);
+  return t;
+}
+
 Tensor Tensor::to(DType dtype, Context& ctx) const {
   Tensor out = empty(shape_, dtype, ctx);
   if (dtype == dtype_) {

@@ -42,6 +42,7 @@ class Tensor {
   const float* f32() const;
 
   Tensor reshape(const Shape& shape) const;  // same storage; numel must match
+  Tensor slice(int64_t first, int64_t n) const;  // elements [first, first + n) as [n], same storage
   Tensor to(DType dtype, Context& ctx) const;  // converted copy (fp32 <-> bf16/fp16)
   Tensor clone(Context& ctx) const;
 

@@ -15,6 +15,7 @@
 // and backward adds dL/ds per Linear (a MoE block's experts: model/moe_ffn.h).
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "core/error.h"
 #include "kernels/ref/attention_ref.h"
@@ -68,6 +69,22 @@ class BlockRunner {
   // so), attend to the cached keys too, and are appended to the cache. Backward needs kv == null.
   void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c,
                KvCache* kv = nullptr, const ActQdq<T>* act = nullptr) {
+    if (!forward_to_experts(w, aux, x, y, c, kv, act)) return;
+    typename MoeFfn<Ops>::Cache* one = &c.moe;
+    moe().run_experts(w, std::span(&one, 1));
+    forward_from_experts(w, aux, y, c);
+  }
+
+  // A MoE block's forward and backward in stages around its routed experts, for a caller that runs the
+  // experts of several batches in one pass (the tuner's leaves: MoeFfn::run_experts / expert_grads over
+  // their caches' `moe`). forward = forward_to_experts, run_experts, forward_from_experts; backward =
+  // backward_to_experts, expert_grads, backward_from_experts. The bits are forward's and backward's.
+  MoeFfn<Ops> moe() { return MoeFfn<Ops>(ops_, d_); }
+
+  // Attention, and in a MoE block the routing (true: the experts and forward_from_experts remain); a
+  // dense block's whole forward (false).
+  bool forward_to_experts(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const T* x, T* y, Cache& c,
+                          KvCache* kv = nullptr, const ActQdq<T>* act = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D, I = d_.I;
     if constexpr (requires { Ops::device_memory; })  // MoeFfn's routing reads its buffers on the host
       if (d_.is_moe()) fail(ErrorKind::Unsupported, "a mixture-of-experts block does not run on a device yet");
@@ -108,9 +125,8 @@ class BlockRunner {
       c.h2 = ops_.alloc(N * C);
       ops_.rmsnorm_fwd(p(c.x1), w.ln2, p(c.h2), p(c.rstd2), N, C, d_.eps);
       c.h2o = ops_.operand(p(c.h2), N * C);
-      MoeFfn<Ops>(ops_, d_).forward(w, c.h2o, N, y, c.moe, act);
-      ops_.add(p(c.x1), y, y, N * C);
-      return;
+      moe().route(w, c.h2o, N, c.moe, act);
+      return true;
     }
     c.h2o = ops_.rmsnorm_operand(p(c.x1), w.ln2, p(c.rstd2), N, C, d_.eps);
     c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I);
@@ -119,6 +135,14 @@ class BlockRunner {
     c.ao = ops_.swiglu_operand(p(c.g), p(c.u), N * I);
     ops_.linear_fwd(input(c, 6, c.ao, N * I), w.wd, nullptr, y, N, I, C);
     ops_.add(p(c.x1), y, y, N * C);
+    return false;
+  }
+  // A MoE block's output y [N, C] once its experts ran: their combination (and the shared expert), plus
+  // the residual.
+  void forward_from_experts(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, T* y, Cache& c) {
+    const int64_t N = aux.B * aux.T;
+    moe().combine(w, N, y, c.moe);
+    ops_.add(p(c.x1), y, y, N * d_.C);
   }
 
   // dx (may alias nothing else) receives dL/dx; gradients accumulate into non-null entries of g, or
@@ -128,6 +152,20 @@ class BlockRunner {
   // Linears' QDQ.
   void backward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
                 const BlockPtrs<T*>& g, bool accumulate = true, T* dscale = nullptr) {
+    if (d_.is_moe()) {
+      backward_to_experts(aux, c, dy);
+      typename MoeFfn<Ops>::Cache* one = &c.moe;
+      moe().expert_grads(w, std::span(&one, 1), g, accumulate, dscale);
+    }
+    backward_from_experts(w, aux, c, dy, dx, g, accumulate, dscale);
+  }
+  // A MoE block's gradients at its experts' outputs (MoeFfn::output_grads), from dy = dL/dy.
+  void backward_to_experts(const BlockAux<T>& aux, Cache& c, const T* dy) {
+    moe().output_grads(aux.B * aux.T, dy, c.moe);
+  }
+  // The rest of backward: a dense block's whole backward; a MoE block's once its experts' gradients are in.
+  void backward_from_experts(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, Cache& c, const T* dy, T* dx,
+                             const BlockPtrs<T*>& g, bool accumulate = true, T* dscale = nullptr) {
     const bool acc = accumulate;
     auto lin = [&](int slot, const typename Ops::Operand& dY, const typename Ops::Operand& X, const T* W, T* dX,
                    bool acc_dx, T* dW, T* db, int64_t in, int64_t out) {
@@ -139,7 +177,7 @@ class BlockRunner {
     {  // MLP
       Buf dh2 = ops_.alloc(N * C);
       if (d_.is_moe()) {
-        MoeFfn<Ops>(ops_, d_).backward(w, c.h2o, N, dy, p(dh2), g, acc, c.moe, dscale);
+        moe().input_grad(w, N, dy, p(dh2), g, acc, c.moe, dscale);
       } else {
         Buf da = ops_.alloc(N * I);
         lin(6, ops_.operand(dy, N * C), c.ao, w.wd, p(da), false, g.wd, nullptr, I, C);

@@ -19,9 +19,11 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "model/act_qdq_linear.h"
 #include "model/block_dims.h"
 
@@ -61,138 +63,28 @@ class MoeFfn {
     Buf sg, su, sy, sz;        // shared expert: gate/up outputs, output [N, C], gate logit [N]
     Operand sao, sq[3];
     const ActQdq<T>* act = nullptr;
+    Operand h;                // the input (route)
+    int64_t leaf = -1;        // the deferral sink's leaf of this batch (-1: the last begun)
+    Buf dw;                   // [N, K] dL/d(routing weight) (output_grads)
+    std::vector<Buf> dye, dxe;  // per expert: output and input gradients of its rows
+    // run_experts over several caches with stacked rows (stacks_rows): per expert, the rows of all of
+    // them in the caches' order, held by the first cache; every cache's Expert views its own rows.
+    std::vector<Expert> stacked;
   };
 
   MoeFfn(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), m_(d.moe) {}
 
-  // y [N, C] receives the feed-forward output of h (an operand holding fp32 values in h.x).
-  void forward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c,
-               const ActQdq<T>* act = nullptr) {
-    const int64_t C = d_.C, K = m_.K;
-    c.act = act;
-    route(w, h, N, c);
-    std::vector<int64_t> rows(static_cast<size_t>(m_.E));
-    for (int64_t e = 0; e < m_.E; ++e) rows[size_t(e)] = c.ex[size_t(e)].rows();
-    grouped(rows, [&](Ops& o, int64_t e) {  // the experts with rows, grouped on the pool
-      Expert& x = c.ex[size_t(e)];
-      const int64_t r = x.rows();
-      x.x = o.alloc(r * C);
-      for (int64_t i = 0; i < r; ++i) o.copy(h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
-      x.xo = o.operand(p(x.x), r * C);
-      x.y = o.alloc(r * C);
-      swiglu_fwd(o, c.act, expert_slot(e), x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g, x.u,
-                 x.ao, x.q, p(x.y));
-    });
-    for (int64_t n = 0; n < N; ++n) {
-      T* yn = y + n * C;
-      std::fill(yn, yn + C, T(0));
-      for (int64_t k = 0; k < K; ++k) {
-        const T wk = p(c.wt)[n * K + k];
-        const T* src = expert_row(c, n, k);
-        for (int64_t i = 0; i < C; ++i) yn[i] += wk * src[i];
-      }
-    }
-    if (m_.Is) shared_fwd(w, h, N, y, c);
-  }
+  // Forward in three stages, so that a caller with several batches (the tuner's leaves) can run the
+  // experts of all of them in one pass, each expert's weights read once: route each batch, run_experts
+  // over all, combine each (BlockRunner::forward does the three for one). Every GEMM is still one
+  // batch's, so the bits do not depend on how many batches share the pass. h: an operand holding fp32
+  // values in h.x.
 
-  // dh [N, C] receives dL/dh; weight gradients go to the non-null entries of g (written when !acc);
-  // dscale (by linear_slot, may be null) accumulates dL/ds of the activation QDQs.
-  void backward(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
-                const BlockPtrs<T*>& g, bool acc, Cache& c, T* dscale = nullptr) {
-    const int64_t C = d_.C, K = m_.K, E = m_.E;
-    // dL/dw of every slot, and the experts' output gradients w * dy.
-    Buf dw = ops_.alloc(N * K);
-    std::vector<Buf> dye(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e)
-      if (!c.ex[size_t(e)].slots.empty()) dye[size_t(e)] = ops_.alloc(c.ex[size_t(e)].rows() * C);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = c.idx[size_t(n * K + k)];
-        const T* yr = expert_row(c, n, k);
-        T* d = p(dye[size_t(e)]) + c.row[size_t(n * K + k)] * C;
-        const T wk = p(c.wt)[n * K + k];
-        T s = 0;
-        for (int64_t i = 0; i < C; ++i) {
-          s += dy[n * C + i] * yr[i];
-          d[i] = wk * dy[n * C + i];
-        }
-        p(dw)[n * K + k] = s;
-      }
-    // The router: dL/dlogits from dL/dw, then dh = dlogits Wr (written) and Wr's gradient.
-    Buf dlogits = ops_.alloc(N * E);
-    route_bwd(c, p(dw), p(dlogits), N);
-    ops_.linear_bwd(ops_.operand(p(dlogits), N * E), h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
-    if (m_.Is) shared_bwd(w, h, N, dy, dh, g, acc, c, dscale);
-    // The routed experts, grouped on the pool; their input gradients are added per token in k order.
-    // An item's cost: its GEMMs' rows, plus the pass over its weight gradients (all an expert without
-    // rows costs when its gradients are wanted: the policy still writes or adds its addends). With a
-    // deferral sink (cpu::DeferredGrads: the tuning tree's) the experts' weight-gradient products are
-    // handed over instead of computed, and an expert without rows has nothing to do.
-    const bool defer = deferring(), want_dw = !defer && (!g.eg.empty() || !g.eu.empty() || !g.ed.empty());
-    std::vector<int64_t> cost(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) cost[size_t(e)] = 4 * c.ex[size_t(e)].rows() + (want_dw ? 8 : 0);
-    std::vector<Buf> dxe(static_cast<size_t>(E));
-    grouped(cost, [&](Ops& o, int64_t e) {
-      Expert& x = c.ex[size_t(e)];
-      T* dWg = g.eg.empty() ? nullptr : g.eg[size_t(e)];
-      T* dWu = g.eu.empty() ? nullptr : g.eu[size_t(e)];
-      T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
-      const int64_t r = x.rows(), I = m_.I;
-      if (r == 0) {  // a product over no rows (deferred: none, cost 0 keeps it from running)
-        weight_grad_of_no_rows(o, dWg, acc, C, I);
-        weight_grad_of_no_rows(o, dWu, acc, C, I);
-        weight_grad_of_no_rows(o, dWd, acc, I, C);
-        return;
-      }
-      dxe[size_t(e)] = o.alloc(r * C);
-      const Operand dy_e = o.operand(p(dye[size_t(e)]), r * C);
-      const auto d = swiglu_bwd(o, c.act, expert_slot(e), dy_e, x.xo, x.ao, x.q, x.g, x.u, w.eg[size_t(e)],
-                                w.eu[size_t(e)], w.ed[size_t(e)], p(dxe[size_t(e)]), defer ? nullptr : dWg,
-                                defer ? nullptr : dWu, defer ? nullptr : dWd, acc, r, I, dscale);
-      if constexpr (requires { o.defer; }) {
-        if (!defer) return;
-        auto put = [&](int64_t kind, const Operand& dy_k, const Operand& in, const Buf& keep, int64_t n_in,
-                       int64_t n_out) { o.defer->put(3 * e + kind, {dy_k, in, {keep}, r, n_in, n_out}); };
-        if (dWg) put(0, d.first, x.xo, x.x, C, I);
-        if (dWu) put(1, d.second, x.xo, x.x, C, I);
-        if (dWd) put(2, dy_e, x.ao, dye[size_t(e)], I, C);
-      }
-    });
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = c.idx[size_t(n * K + k)];
-        const T* src = p(dxe[size_t(e)]) + c.row[size_t(n * K + k)] * C;
-        for (int64_t i = 0; i < C; ++i) dh[n * C + i] += src[i];
-      }
-  }
-
- private:
-  static T* p(Buf& b) { return Ops::ptr(b); }
-  static size_t expert_slot(int64_t e) { return size_t(4 + 3 * e); }  // linear_slot of expert e's gate
-  size_t shared_slot() const { return expert_slot(m_.E); }
-  bool deferring() const {
-    if constexpr (requires { ops_.defer; }) return ops_.defer != nullptr;
-    return false;
-  }
-  // fn(ops, i) for every item i with cost[i] > 0: on the pool at once where the policy groups work
-  // (cpu::CpuOps::for_each_group), else one after another.
-  template <class F>
-  void grouped(const std::vector<int64_t>& cost, F&& fn) {
-    if constexpr (requires(Ops& o) { o.for_each_group(cost, fn); }) {
-      ops_.for_each_group(cost, fn);
-    } else {
-      for (size_t i = 0; i < cost.size(); ++i)
-        if (cost[i] > 0) fn(ops_, int64_t(i));
-    }
-  }
-  const T* expert_row(Cache& c, int64_t n, int64_t k) const {
-    const size_t s = size_t(n * m_.K + k);
-    return p(c.ex[size_t(c.idx[s])].y) + c.row[s] * d_.C;
-  }
-
-  // Router logits, softmax, top-K and the routing weights; fills the experts' slot lists.
-  void route(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, Cache& c) {
+  // Router logits, softmax, top-K and the routing weights; fills the experts' slot lists. Keeps h.
+  void route(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, Cache& c, const ActQdq<T>* act = nullptr) {
     const int64_t E = m_.E, K = m_.K;
+    c.h = h;
+    c.act = act;
     c.probs = ops_.alloc(N * E);
     ops_.linear_fwd(h, w.router, nullptr, p(c.probs), N, d_.C, E);
     c.idx.assign(size_t(N * K), 0);
@@ -220,6 +112,242 @@ class MoeFfn {
         c.ex[size_t(e)].slots.push_back(int64_t(s));
       }
     }
+  }
+
+  // The routed experts of every routed batch in `cs`, grouped on the pool by expert: an expert runs its
+  // GEMMs on each batch's rows in turn, its weights in cache from one batch to the next.
+  void run_experts(const BlockPtrs<const T*>& w, std::span<Cache* const> cs) {
+    const int64_t C = d_.C, K = m_.K;
+    std::vector<int64_t> rows(static_cast<size_t>(m_.E));
+    for (const Cache* c : cs)
+      for (int64_t e = 0; e < m_.E; ++e) rows[size_t(e)] += c->ex[size_t(e)].rows();
+    const bool stack = cs.size() > 1 && stacks_rows() && !cs.front()->act;
+    if (stack) cs.front()->stacked.assign(size_t(m_.E), Expert{});
+    grouped(rows, [&](Ops& o, int64_t e) {
+      if constexpr (requires { o.experts_stack_rows(); }) {
+        if (stack) return run_stacked(o, w, cs, e);
+      }
+      for (Cache* c : cs) {
+        Expert& x = c->ex[size_t(e)];
+        const int64_t r = x.rows();
+        if (r == 0) continue;
+        x.x = o.alloc(r * C);
+        for (int64_t i = 0; i < r; ++i) o.copy(c->h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
+        x.xo = o.operand(p(x.x), r * C);
+        x.y = o.alloc(r * C);
+        swiglu_fwd(o, c->act, expert_slot(e), x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g,
+                   x.u, x.ao, x.q, p(x.y));
+      }
+    });
+  }
+
+  // y [N, C] = the routing-weighted sum of each token's experts (in k order), plus the shared expert.
+  void combine(const BlockPtrs<const T*>& w, int64_t N, T* y, Cache& c) {
+    const int64_t C = d_.C, K = m_.K;
+    for (int64_t n = 0; n < N; ++n) {
+      T* yn = y + n * C;
+      std::fill(yn, yn + C, T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T wk = p(c.wt)[n * K + k];
+        const T* src = expert_row(c, n, k);
+        for (int64_t i = 0; i < C; ++i) yn[i] += wk * src[i];
+      }
+    }
+    if (m_.Is) shared_fwd(w, c.h, N, y, c);
+  }
+
+  // Backward in three stages likewise (BlockRunner::backward): output_grads of each batch,
+  // expert_grads over all of them (several only with a deferral sink: without one a weight gradient
+  // would be a sum over batches), then input_grad of each. Weight gradients go to the non-null entries
+  // of g (written when !acc); dscale (by linear_slot, may be null) accumulates dL/ds of the activation
+  // QDQs.
+
+  // dL/dw of every slot, and the experts' output gradients w * dy (kept in the cache).
+  void output_grads(int64_t N, const T* dy, Cache& c) {
+    const int64_t C = d_.C, K = m_.K, E = m_.E;
+    c.dw = ops_.alloc(N * K);
+    c.dye.assign(size_t(E), Buf{});
+    for (int64_t e = 0; e < E; ++e)
+      if (!c.ex[size_t(e)].slots.empty()) c.dye[size_t(e)] = ops_.alloc(c.ex[size_t(e)].rows() * C);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = c.idx[size_t(n * K + k)];
+        const T* yr = expert_row(c, n, k);
+        T* d = p(c.dye[size_t(e)]) + c.row[size_t(n * K + k)] * C;
+        const T wk = p(c.wt)[n * K + k];
+        T s = 0;
+        for (int64_t i = 0; i < C; ++i) {
+          s += dy[n * C + i] * yr[i];
+          d[i] = wk * dy[n * C + i];
+        }
+        p(c.dw)[n * K + k] = s;
+      }
+  }
+
+  // The routed experts' backward for every batch in `cs` (after its output_grads), grouped on the pool
+  // by expert as run_experts: each batch's input gradient of the expert's rows into the cache, and its
+  // weight gradients into g (one batch) or, with a deferral sink (cpu::DeferredGrads: the tuning
+  // tree's), their products handed over under the batch's leaf (Cache::leaf; -1: the last begun).
+  // An item's cost: its GEMMs' rows, plus the pass over its weight gradients (all an expert without
+  // rows costs when its gradients are wanted: the policy still writes or adds its addends); with the
+  // sink an expert without rows has nothing to do.
+  void expert_grads(const BlockPtrs<const T*>& w, std::span<Cache* const> cs, const BlockPtrs<T*>& g, bool acc,
+                    T* dscale) {
+    const int64_t C = d_.C, E = m_.E, I = m_.I;
+    const bool defer = deferring(), want_dw = !defer && (!g.eg.empty() || !g.eu.empty() || !g.ed.empty());
+    if (cs.size() > 1 && want_dw) fail(ErrorKind::Internal, "MoeFfn::expert_grads: several batches need a deferral sink");
+    std::vector<int64_t> cost(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      for (const Cache* c : cs) cost[size_t(e)] += 4 * c->ex[size_t(e)].rows();
+      cost[size_t(e)] += want_dw ? 8 : 0;
+    }
+    for (Cache* c : cs) c->dxe.assign(size_t(E), Buf{});
+    const bool stacked = cs.size() > 1 && !cs.front()->stacked.empty();
+    grouped(cost, [&](Ops& o, int64_t e) {
+      T* dWg = g.eg.empty() ? nullptr : g.eg[size_t(e)];
+      T* dWu = g.eu.empty() ? nullptr : g.eu[size_t(e)];
+      T* dWd = g.ed.empty() ? nullptr : g.ed[size_t(e)];
+      if constexpr (requires { o.experts_stack_rows(); }) {
+        if (stacked) return stacked_grads(o, w, cs, e, dWg != nullptr, dWu != nullptr, dWd != nullptr);
+      }
+      for (Cache* c : cs) {
+        Expert& x = c->ex[size_t(e)];
+        const int64_t r = x.rows();
+        if (r == 0) {  // a product over no rows (deferred: none)
+          if (defer) continue;
+          weight_grad_of_no_rows(o, dWg, acc, C, I);
+          weight_grad_of_no_rows(o, dWu, acc, C, I);
+          weight_grad_of_no_rows(o, dWd, acc, I, C);
+          continue;
+        }
+        c->dxe[size_t(e)] = o.alloc(r * C);
+        Buf& dye = c->dye[size_t(e)];
+        const Operand dy_e = o.operand(p(dye), r * C);
+        const auto d = swiglu_bwd(o, c->act, expert_slot(e), dy_e, x.xo, x.ao, x.q, x.g, x.u, w.eg[size_t(e)],
+                                  w.eu[size_t(e)], w.ed[size_t(e)], p(c->dxe[size_t(e)]), defer ? nullptr : dWg,
+                                  defer ? nullptr : dWu, defer ? nullptr : dWd, acc, r, I, dscale);
+        if constexpr (requires { o.defer; }) {
+          if (!defer) continue;
+          const int64_t leaf = c->leaf >= 0 ? c->leaf : o.defer->leaves() - 1;
+          auto put = [&](int64_t kind, const Operand& dy_k, const Operand& in, const Buf& keep, int64_t n_in,
+                         int64_t n_out) { o.defer->put(leaf, 3 * e + kind, {dy_k, in, {keep}, r, n_in, n_out}); };
+          if (dWg) put(0, d.first, x.xo, x.x, C, I);
+          if (dWu) put(1, d.second, x.xo, x.x, C, I);
+          if (dWd) put(2, dy_e, x.ao, dye, I, C);
+        }
+      }
+    });
+  }
+
+  // dh [N, C] (written): the router's input gradient (and Wr's gradient), the shared expert's, then
+  // each token's experts' input gradients in k order. Releases the batch's expert buffers.
+  void input_grad(const BlockPtrs<const T*>& w, int64_t N, const T* dy, T* dh, const BlockPtrs<T*>& g, bool acc,
+                  Cache& c, T* dscale = nullptr) {
+    const int64_t C = d_.C, K = m_.K, E = m_.E;
+    Buf dlogits = ops_.alloc(N * E);
+    route_bwd(c, p(c.dw), p(dlogits), N);
+    ops_.linear_bwd(ops_.operand(p(dlogits), N * E), c.h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
+    if (m_.Is) shared_bwd(w, c.h, N, dy, dh, g, acc, c, dscale);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = c.idx[size_t(n * K + k)];
+        const T* src = p(c.dxe[size_t(e)]) + c.row[size_t(n * K + k)] * C;
+        for (int64_t i = 0; i < C; ++i) dh[n * C + i] += src[i];
+      }
+    c.dxe.clear();
+    c.dye.clear();
+    c.stacked.clear();
+  }
+
+ private:
+  static T* p(Buf& b) { return Ops::ptr(b); }
+  static size_t expert_slot(int64_t e) { return size_t(4 + 3 * e); }  // linear_slot of expert e's gate
+  size_t shared_slot() const { return expert_slot(m_.E); }
+  // Whether an expert's GEMMs may take several batches' rows in one call with the bits of each batch's
+  // own calls (cpu::CpuOps::experts_stack_rows: GEMMs whose rows do not depend on the call's other rows).
+  bool stacks_rows() const {
+    if constexpr (requires { ops_.experts_stack_rows(); }) return ops_.experts_stack_rows();
+    return false;
+  }
+  // run_experts' expert e with its rows of every cache stacked into one set of GEMMs (stacks_rows):
+  // gathered in the caches' order into cs.front()->stacked[e], each cache's Expert then viewing its rows.
+  void run_stacked(Ops& o, const BlockPtrs<const T*>& w, std::span<Cache* const> cs, int64_t e) {
+    const int64_t C = d_.C, I = m_.I, K = m_.K;
+    Expert& s = cs.front()->stacked[size_t(e)];
+    int64_t R = 0;
+    for (const Cache* c : cs) R += c->ex[size_t(e)].rows();
+    s.x = o.alloc(R * C);
+    for (int64_t off = 0; const Cache* c : cs) {
+      const Expert& x = c->ex[size_t(e)];
+      for (int64_t i = 0; i < x.rows(); ++i) o.copy(c->h.x + x.slots[size_t(i)] / K * C, p(s.x) + (off + i) * C, C);
+      off += x.rows();
+    }
+    s.xo = o.operand(p(s.x), R * C);
+    s.y = o.alloc(R * C);
+    swiglu_fwd(o, cs.front()->act, expert_slot(e), s.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], R, I, s.g,
+               s.u, s.ao, s.q, p(s.y));
+    for (int64_t off = 0; Cache* c : cs) {
+      Expert& x = c->ex[size_t(e)];
+      const int64_t r = x.rows();
+      if (r == 0) continue;
+      x.x = s.x.slice(off * C, r * C);
+      x.xo = Ops::slice(s.xo, off * C, r * C);
+      x.g = s.g.slice(off * I, r * I);
+      x.u = s.u.slice(off * I, r * I);
+      x.ao = Ops::slice(s.ao, off * I, r * I);
+      x.y = s.y.slice(off * C, r * C);
+      off += r;
+    }
+  }
+  // expert_grads' expert e after run_stacked: one backward over the stacked rows (output gradients
+  // gathered in the caches' order), each cache's input gradient a view of its rows, and its weight-
+  // gradient products (on its own rows) handed to the deferral sink under its leaf.
+  void stacked_grads(Ops& o, const BlockPtrs<const T*>& w, std::span<Cache* const> cs, int64_t e, bool want_g,
+                     bool want_u, bool want_d) {
+    const int64_t C = d_.C, I = m_.I;
+    Expert& s = cs.front()->stacked[size_t(e)];
+    const int64_t R = s.x.numel() / C;
+    Buf dys = o.alloc(R * C), dxs = o.alloc(R * C);
+    for (int64_t off = 0; Cache* c : cs) {
+      const int64_t r = c->ex[size_t(e)].rows();
+      if (r > 0) o.copy(p(c->dye[size_t(e)]), p(dys) + off * C, r * C);
+      off += r;
+    }
+    const auto d = swiglu_bwd(o, nullptr, expert_slot(e), o.operand(p(dys), R * C), s.xo, s.ao, s.q, s.g, s.u,
+                              w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], p(dxs), nullptr, nullptr, nullptr,
+                              false, R, I, nullptr);
+    for (int64_t off = 0; Cache* c : cs) {
+      const Expert& x = c->ex[size_t(e)];
+      const int64_t r = x.rows();
+      if (r == 0) continue;
+      c->dxe[size_t(e)] = dxs.slice(off * C, r * C);
+      const int64_t leaf = c->leaf >= 0 ? c->leaf : o.defer->leaves() - 1;
+      auto put = [&](int64_t kind, const Operand& dy_k, const Operand& in, const Buf& keep, int64_t n_in,
+                     int64_t n_out) { o.defer->put(leaf, 3 * e + kind, {dy_k, in, {keep}, r, n_in, n_out}); };
+      if (want_g) put(0, Ops::slice(d.first, off * I, r * I), x.xo, x.x, C, I);
+      if (want_u) put(1, Ops::slice(d.second, off * I, r * I), x.xo, x.x, C, I);
+      if (want_d) put(2, o.operand(p(c->dye[size_t(e)]), r * C), x.ao, c->dye[size_t(e)], I, C);
+      off += r;
+    }
+  }
+  bool deferring() const {
+    if constexpr (requires { ops_.defer; }) return ops_.defer != nullptr;
+    return false;
+  }
+  // fn(ops, i) for every item i with cost[i] > 0: on the pool at once where the policy groups work
+  // (cpu::CpuOps::for_each_group), else one after another.
+  template <class F>
+  void grouped(const std::vector<int64_t>& cost, F&& fn) {
+    if constexpr (requires(Ops& o) { o.for_each_group(cost, fn); }) {
+      ops_.for_each_group(cost, fn);
+    } else {
+      for (size_t i = 0; i < cost.size(); ++i)
+        if (cost[i] > 0) fn(ops_, int64_t(i));
+    }
+  }
+  const T* expert_row(Cache& c, int64_t n, int64_t k) const {
+    const size_t s = size_t(n * m_.K + k);
+    return p(c.ex[size_t(c.idx[s])].y) + c.row[s] * d_.C;
   }
 
   // dL/dw [N, K] -> dL/dlogits [N, E] through the normalization and the softmax.

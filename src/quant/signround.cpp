@@ -200,6 +200,16 @@ struct GradLayout {
   bool is_expert(size_t l) const { return expert[l] >= 0; }
 };
 
+// One leaf's batch positions [p0, p1) on their way through the block: the inputs, the runner's cache,
+// the output, and once the loss is taken its gradient (in the FP output's place).
+struct LeafPass {
+  int64_t p0 = 0, p1 = 0;
+  BlockAux<float> aux;
+  Tensor x, y, dy;
+  BlockRunner<cpu::CpuOps>::Cache cache;
+  double loss = 0;  // the leaf's share of the batch loss
+};
+
 // One replica of the block under tuning: rank 0 tunes the home block, ranks > 0 a mirror.
 // The block's tuned slots point at the fp32 QDQ weights (What); under --amp at the FP weights instead,
 // which `operands` maps to the bf16 QDQ weights (Whatb) the GEMMs read (fpb: the untuned Linears),
@@ -219,6 +229,7 @@ struct Replica {
   ActQdq<float> act;                     // FP8_STATIC: the activation scales of this iteration
   std::vector<Tensor> levels;  // dW^ partial sums of the leaf tree, one per depth
   cpu::DeferredGrads deferred;  // a MoE block's expert products of this iteration's leaves (ops->defer)
+  std::vector<LeafPass> staged;  // ops->defer: the leaves, forward done, waiting for the tree's backward
   Tensor total;                // the exchanged dW^ sum (world > 1)
   std::unique_ptr<cpu::CpuOps> ops;
   std::unique_ptr<BlockRunner<cpu::CpuOps>> runner;
@@ -294,6 +305,11 @@ class BlockTuner {
   void build_replica(int r);
   void qdq_all(Replica& R);
   double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
+  void leaf_inputs(Replica& R, LeafPass& L) const;
+  void leaf_loss(Replica& R, LeafPass& L) const;
+  BlockPtrs<float*> leaf_grads(Replica& R, float* dw) const;
+  void experts_outer(Replica& R, int r);
+  double staged_leaf(Replica& R, int64_t i, float* dw, bool accumulate);
   void add_scalars(Replica& R, const float* ds, float* dw, bool accumulate) const;
   double tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::vector<int> pend);
   double loss_tree(int a, int b) const {
@@ -426,6 +442,9 @@ void BlockTuner::build_replica(int r) {
   R.ops = std::make_unique<cpu::CpuOps>(
       cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add, defer ? &R.deferred : nullptr});
   R.ops->keep_fp32 = fmt_.act_static();  // the activation QDQ reads the Linears' fp32 inputs
+  // World-invariant bits in fp32: the experts' GEMMs on row-independent kernels, so that experts_outer
+  // stacks a rank's leaves into one GEMM per expert (--amp: each leaf's own GEMMs, cpu_ops.h).
+  R.ops->expert_row_gemms = opt_.deterministic;
   if (fmt_.act_static()) R.act.s.assign(block_linears(*bw).size(), 0.f);  // by linear_slot
   R.runner = std::make_unique<BlockRunner<cpu::CpuOps>>(*R.ops, dims_);
   if (xchg_) xchg_->attach(r, R.levels[0].f32(), R.total.f32());
@@ -446,33 +465,49 @@ void BlockTuner::qdq_all(Replica& R) {
 // One leaf: batch positions [p0, p1) through forward + loss + backward; the weight gradients dW^ of the
 // tuned layers go to `dw` (layout g_.w), or are added to it (accumulate). Returns the leaf's loss share.
 double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate) {
-  Context& c = *R.ctx;
-  const int64_t Bm = p1 - p0, T = aux_.T, C = dims_.C;
-  BlockPtrs<float*> gp;
-  for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
-  for (size_t l = 0; l < lin_.size(); ++l)  // FP layers get no gradient; deferred experts only mark theirs
-    linear_slot(gp, lin_[l]) = (R.ops->defer && g_.is_expert(l) ? R.levels[0].f32() : dw) + g_.w[l];
-  Tensor x = Tensor::empty({Bm * T, C}, DType::F32, c), y = Tensor::empty({Bm * T, C}, DType::F32, c),
-         yfp = Tensor::empty({Bm * T, C}, DType::F32, c);
-  for (int64_t b = 0; b < Bm; ++b) {
-    const int64_t s = idx_[size_t(p0 + b)] - lane_.sample_base;  // a row of this process's shard
-    load_rows(c, x_in_, s * T * C, T * C, x.f32() + b * T * C);
-    load_rows(c, y_fp_, s * T * C, T * C, yfp.f32() + b * T * C);
-  }
-  BlockAux<float> a = aux_;
-  a.B = Bm;
-  BlockRunner<cpu::CpuOps>::Cache cache;
+  LeafPass L;
+  L.p0 = p0, L.p1 = p1;
+  leaf_inputs(R, L);
   auto tf = Clock::now();
-  R.runner->forward(R.wp, a, x.f32(), y.f32(), cache, nullptr, fmt_.act_static() ? &R.act : nullptr);
-  // The loss and its gradient per token row on the pool, the rows' sums then added in row order (the
-  // same bits for any thread count).
-  float* dy = yfp.f32();  // overwritten in place by the loss gradient
-  std::vector<double> row_loss(static_cast<size_t>(Bm * T));
-  c.pool().parallel_for(Bm * T, [&](int64_t r0, int64_t r1) {
+  R.runner->forward(R.wp, L.aux, L.x.f32(), L.y.f32(), L.cache, nullptr, fmt_.act_static() ? &R.act : nullptr);
+  leaf_loss(R, L);
+  R.forward += since(tf);
+  if (!grad_) return L.loss;
+  auto tb = Clock::now();
+  std::vector<float> ds(R.act.s.size());  // FP8_STATIC: dL/ds by linear_slot
+  if (R.ops->defer) R.deferred.begin_leaf(3 * int64_t(R.wp.eg.size()));
+  R.runner->backward(R.wp, L.aux, L.cache, L.dy.f32(), nullptr, leaf_grads(R, dw), accumulate, ds.data());
+  if (fmt_.act_static()) add_scalars(R, ds.data(), dw, accumulate);
+  R.backward += since(tb);
+  return L.loss;
+}
+
+// The leaf's block input and FP output rows (into L.x and L.dy), and room for its output.
+void BlockTuner::leaf_inputs(Replica& R, LeafPass& L) const {
+  Context& c = *R.ctx;
+  const int64_t Bm = L.p1 - L.p0, T = aux_.T, C = dims_.C;
+  L.x = Tensor::empty({Bm * T, C}, DType::F32, c);
+  L.y = Tensor::empty({Bm * T, C}, DType::F32, c);
+  L.dy = Tensor::empty({Bm * T, C}, DType::F32, c);
+  for (int64_t b = 0; b < Bm; ++b) {
+    const int64_t s = idx_[size_t(L.p0 + b)] - lane_.sample_base;  // a row of this process's shard
+    load_rows(c, x_in_, s * T * C, T * C, L.x.f32() + b * T * C);
+    load_rows(c, y_fp_, s * T * C, T * C, L.dy.f32() + b * T * C);
+  }
+  L.aux = aux_;
+  L.aux.B = Bm;
+}
+
+// The leaf's loss share, and its gradient in place of the FP output: per token row on the pool, the
+// rows' sums then added in row order (the same bits for any thread count).
+void BlockTuner::leaf_loss(Replica& R, LeafPass& L) const {
+  const int64_t rows = (L.p1 - L.p0) * aux_.T, T = aux_.T, C = dims_.C;
+  std::vector<double> row_loss(static_cast<size_t>(rows));
+  R.ctx->pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {
-      const bool on = mask_[size_t(idx_[size_t(p0 + row / T)] * T + row % T)] != 0;
-      const float* yr = y.f32() + row * C;
-      float* dr = dy + row * C;
+      const bool on = mask_[size_t(idx_[size_t(L.p0 + row / T)] * T + row % T)] != 0;
+      const float* yr = L.y.f32() + row * C;
+      float* dr = L.dy.f32() + row * C;
       double sum = 0;
       for (int64_t k = 0; k < C; ++k) {
         const double d = on ? double(yr[k]) - double(dr[k]) : 0.0;
@@ -484,15 +519,70 @@ double BlockTuner::run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool 
   }, 16);
   double loss = 0;
   for (double l : row_loss) loss += l;
+  L.loss = loss / denom_;
+}
+
+// Where a leaf's weight gradients go: the tuned layers' entries of dw; FP layers get none; a deferred
+// expert's pointer only marks its gradient as wanted (its products go to R.deferred).
+BlockPtrs<float*> BlockTuner::leaf_grads(Replica& R, float* dw) const {
+  BlockPtrs<float*> gp;
+  for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
+  for (size_t l = 0; l < lin_.size(); ++l)
+    linear_slot(gp, lin_[l]) = (R.ops->defer && g_.is_expert(l) ? R.levels[0].f32() : dw) + g_.w[l];
+  return gp;
+}
+
+// A rank of several leaves in a MoE block, with world-invariant bits in fp32 (ops->experts_stack_rows),
+// runs its experts outermost: every leaf's attention and routing, then each expert once over every
+// leaf's rows stacked (MoeFfn::run_experts: row-independent GEMMs, so each row has the bits of its
+// leaf's own call), then each leaf's output and loss; with gradients, the experts' backward the same
+// way (their weight-gradient products deferred per leaf, on each leaf's rows). The rest of each leaf's
+// backward waits for the tree (staged_leaf), whose order fixes the addends. The bits are run_leaf's:
+// an expert's GEMMs get ~8x the rows of one sample's (measured in docs/moe.md, "Speed"). Under --amp the
+// bf16 GEMMs' rows depend on the call's other rows, so leaves run one by one (run_leaf): the order alone
+// gained nothing and held ~1 GB more.
+void BlockTuner::experts_outer(Replica& R, int r) {
+  const int64_t n = leaves_of(r), p0 = pos(r);
+  R.staged.clear();
+  R.staged.resize(size_t(n));  // not resized again: the caches point into each other
+  std::vector<MoeFfn<cpu::CpuOps>::Cache*> moe;
+  auto tf = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    LeafPass& L = R.staged[size_t(i)];
+    L.p0 = p0 + i * leaf_;
+    L.p1 = std::min(pos(r + 1), L.p0 + leaf_);
+    leaf_inputs(R, L);
+    R.runner->forward_to_experts(R.wp, L.aux, L.x.f32(), L.y.f32(), L.cache);
+    L.cache.moe.leaf = i;
+    moe.push_back(&L.cache.moe);
+  }
+  R.runner->moe().run_experts(R.wp, moe);
+  for (LeafPass& L : R.staged) {
+    R.runner->forward_from_experts(R.wp, L.aux, L.y.f32(), L.cache);
+    leaf_loss(R, L);
+  }
   R.forward += since(tf);
-  if (!grad_) return loss / denom_;
+  if (!grad_) return;
   auto tb = Clock::now();
-  std::vector<float> ds(R.act.s.size());  // FP8_STATIC: dL/ds by linear_slot
-  if (R.ops->defer) R.deferred.begin_leaf(3 * int64_t(R.wp.eg.size()));
-  R.runner->backward(R.wp, a, cache, dy, nullptr, gp, accumulate, ds.data());  // every entry of dw; no input gradient
-  if (fmt_.act_static()) add_scalars(R, ds.data(), dw, accumulate);
+  for (LeafPass& L : R.staged) {
+    R.deferred.begin_leaf(3 * int64_t(R.wp.eg.size()));
+    R.runner->backward_to_experts(L.aux, L.cache, L.dy.f32());
+  }
+  R.runner->moe().expert_grads(R.wp, moe, leaf_grads(R, R.levels[0].f32()), false, nullptr);
   R.backward += since(tb);
-  return loss / denom_;
+}
+
+// Leaf i of experts_outer: the rest of its backward (as run_leaf's), then its buffers are released.
+double BlockTuner::staged_leaf(Replica& R, int64_t i, float* dw, bool accumulate) {
+  LeafPass& L = R.staged[size_t(i)];
+  if (grad_) {
+    auto tb = Clock::now();
+    R.runner->backward_from_experts(R.wp, L.aux, L.cache, L.dy.f32(), nullptr, leaf_grads(R, dw), accumulate);
+    R.backward += since(tb);
+  }
+  const double loss = L.loss;
+  L = LeafPass{};
+  return loss;
 }
 
 // The leaf's dL/ds (per block slot) into dw's scalar entries with the additions the dW GEMMs make:
@@ -526,8 +616,9 @@ double BlockTuner::tree(Replica& R, int r, int64_t a, int64_t b, int dst, std::v
     }
     R.scalar_add.clear();
     for (auto x = adds.rbegin(); x != adds.rend(); ++x) R.scalar_add.push_back(R.levels[size_t(*x)].f32());
-    return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), R.levels[size_t(dst)].f32(),
-                    accumulate);
+    float* dw = R.levels[size_t(dst)].f32();
+    if (!R.staged.empty()) return staged_leaf(R, i, dw, accumulate);
+    return run_leaf(R, p0 + i * leaf_, std::min(pos(r + 1), p0 + (i + 1) * leaf_), dw, accumulate);
   };
   if (b - a == 1) return leaf(a, false, pend);
   if (b - a == 2) {
@@ -625,7 +716,9 @@ void BlockTuner::iteration(int it) {
     auto tq = Clock::now();
     qdq_all(R);
     R.qdq += since(tq);
+    if (R.ops->defer && R.ops->experts_stack_rows()) experts_outer(R, r);
     R.loss = tree(R, r, 0, leaves_of(r), 0, {});
+    R.staged.clear();
     if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
     if (R.ops->defer && grad_) experts_tree(R);
   });

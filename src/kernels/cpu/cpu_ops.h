@@ -58,6 +58,14 @@ struct CpuOps {
   const Bf16Operands* amp = nullptr;  // non-null: bf16 GEMM operands
   const GradAddends* grad_add = nullptr;  // non-null: addends of weight gradients
   DeferredGrads* defer = nullptr;  // non-null: a MoE block hands its experts' weight-gradient products here
+  // fp32 (ignored under amp): linear_fwd's and linear_bwd's input-gradient GEMMs run on gemm_rows, whose
+  // rows do not depend on the other rows of a call (ops.h). expert_row_gemms gives that to the MoE
+  // experts' items (for_each_group), which may then stack several leaves' rows of an expert into one
+  // call with the bits of the leaves' own calls (MoeFfn::run_experts; the tuner sets it with
+  // --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM.
+  bool row_gemms = false;
+  bool expert_row_gemms = false;
+  bool experts_stack_rows() const { return expert_row_gemms && !amp; }
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
@@ -73,8 +81,9 @@ struct CpuOps {
     for (int64_t c : cost) total += c;
     const int threads = int(std::min<int64_t>(ctx.threads(), n));
     if (threads <= 1 || total == 0) {
+      CpuOps sub = item_ops(ctx);
       for (int64_t i = 0; i < n; ++i)
-        if (cost[size_t(i)] > 0) fn(*this, i);
+        if (cost[size_t(i)] > 0) fn(sub, i);
       return;
     }
     std::vector<int64_t> first(size_t(threads) + 1, n);  // thread t runs items [first[t], first[t + 1])
@@ -86,12 +95,19 @@ struct CpuOps {
     }
     ctx.pool().parallel_for(threads, [&](int64_t t0, int64_t t1) {
       Context one = Context::serial_view(ctx);
-      CpuOps sub{one, amp, grad_add, defer};
-      sub.keep_fp32 = keep_fp32;
+      CpuOps sub = item_ops(one);
       for (int64_t u = t0; u < t1; ++u)
         for (int64_t i = first[size_t(u)]; i < first[size_t(u) + 1]; ++i)
           if (cost[size_t(i)] > 0) fn(sub, i);
     }, 1);
+  }
+
+  // The ops of a grouped item, on context c.
+  CpuOps item_ops(Context& c) const {
+    CpuOps sub{c, amp, grad_add, defer};
+    sub.keep_fp32 = keep_fp32;
+    sub.row_gemms = expert_row_gemms;
+    return sub;
   }
 
   // A GEMM operand (an activation or an output gradient), prepared once for every Linear that reads it:
@@ -104,6 +120,14 @@ struct CpuOps {
     std::shared_ptr<PackedB> xp = std::make_shared<PackedB>();  // amp: xb packed by the first weight gradient
   };
   bool keep_fp32 = false;
+  // Elements [first, first + n) of an operand, sharing its storage.
+  static Operand slice(const Operand& o, int64_t first, int64_t n) {
+    Operand v;
+    v.x = o.x ? o.x + first : nullptr;
+    if (o.xf.defined()) v.xf = o.xf.slice(first, n);
+    if (o.xb.defined()) v.xb = o.xb.slice(first, n);
+    return v;
+  }
   Operand operand(const float* x, int64_t n) {
     Operand o{x, {}, {}};
     if (amp) {
@@ -158,7 +182,9 @@ struct CpuOps {
   }
   void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
     if (amp) return cpu::linear_fwd_bf16(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
-    cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);
+    if (!row_gemms) return cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);
+    cpu::gemm_rows(ctx, false, true, n, out, in, 1.f, x.x, in, W, in, 0.f, y, out);
+    if (b) cpu::add_bias(ctx, b, y, n, out);
   }
   // dW += dy^T x (acc_dW) or dW = dy^T x.
   void linear_bwd(const Operand& dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
@@ -167,6 +193,10 @@ struct CpuOps {
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
                                   acc, dW, acc_dW, db, n, in, out, add, x.xp.get());
+    if (row_gemms && dx) {
+      cpu::gemm_rows(ctx, false, false, n, in, out, 1.f, dy.x, out, W, in, acc ? 1.f : 0.f, dx, in);
+      dx = nullptr;
+    }
     cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
@@ -206,7 +236,8 @@ struct CpuOps {
 // tree can sum each expert's leaves on buffers of one expert (quant/expert_grad_tree.h) rather than
 // passing over every expert's full-size gradient at every leaf. Per leaf, per weight slot (3 e + 0/1/2
 // for expert e's gate/up/down): dW = dy^T x over `rows` rows, [out, in], with the operands kept alive.
-// A slot a leaf routes no row to has no product. put() from several threads is safe for distinct slots.
+// A slot a leaf routes no row to has no product. Leaves are begun in order; put() may fill any begun
+// leaf, and from several threads at once for distinct slots.
 class DeferredGrads {
  public:
   struct Product {
@@ -215,7 +246,7 @@ class DeferredGrads {
     int64_t rows = 0, in = 0, out = 0;
   };
   void begin_leaf(int64_t slots) { leaves_.emplace_back(size_t(slots)); }
-  void put(int64_t slot, Product p) { leaves_.back()[size_t(slot)] = std::move(p); }
+  void put(int64_t leaf, int64_t slot, Product p) { leaves_[size_t(leaf)][size_t(slot)] = std::move(p); }
   int64_t leaves() const { return int64_t(leaves_.size()); }
   const Product* find(int64_t leaf, int64_t slot) const {
     const Product& p = leaves_[size_t(leaf)][size_t(slot)];

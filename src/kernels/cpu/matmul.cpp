@@ -135,6 +135,14 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
 }
 
+void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const SgemmFmaArgs g{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}};
+  if (kernel_isa() >= Isa::avx2) return gemm_fma_units(ctx, false, g);
+  ctx.pool().parallel_for(M, [&](int64_t m0, int64_t m1) { sgemm_fma_ref(g, m0, m1, 0, N); }, 1);
+}
+
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_units(ctx, true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

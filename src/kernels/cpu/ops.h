@@ -23,6 +23,12 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
 // inside one of the pool's chunks (the pool does not nest); ctx supplies scratch memory only.
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The same product where every element is one FMA chain over k = 0..K-1 (sgemm_fma.h's definition),
+// on every level (the AVX2 kernel from AVX2 on, the reference loop below): a row's bits do not depend on
+// the other rows of the call, so callers may stack rows of several batches into one call (the tuner's
+// MoE experts, quant/signround.cpp). No addends.
+void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
 // dW += dy^T x, or dW = dy^T x with accumulate_dW false; then dW_add added in order (gemm's `add`).
