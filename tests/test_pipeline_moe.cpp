@@ -591,6 +591,29 @@ TEST(PipelineMoe, SummaryPricesTheExpertTreeAsTheTunerRunsIt) {
   EXPECT_GT(block_mib(st), deferred + experts) << "FP8_STATIC's deeper levels hold the experts";
 }
 
+// fp32 deterministic tuning holds every leaf's forward cache at once in a MoE block (the experts run once
+// over all leaves' rows), so its tuning caches grow with the global batch, not the micro-batch; under
+// amp and without --deterministic they stay a micro-batch's.
+TEST(PipelineMoe, SummaryHoldsEveryLeafsCacheWhereExpertsStackLeaves) {
+  const ModelConfig c = parse_model_config(tiny_moe_config("qwen3_moe"), "config.json");
+  auto caches = [&](bool amp, bool det, int gas) {
+    QuantizeOptions o;
+    o.fmt = {4, 32, true};
+    o.tune.batch_size = 2;
+    o.tune.gradient_accumulate_steps = gas;
+    o.tune.amp = amp;
+    o.tune.deterministic = det;
+    const std::string line = peak_memory_line(c, o, 64, 4096, 0);
+    const size_t at = line.find("tuning caches ");
+    EXPECT_NE(at, std::string::npos) << line;
+    return at == std::string::npos ? -1.0 : std::stod(line.substr(at + 14));
+  };
+  ASSERT_GT(caches(false, true, 1), 20.0) << "MiB: large enough for the line's rounding";
+  EXPECT_NEAR(caches(false, true, 4), 4 * caches(false, true, 1), 2.0) << "8 leaves against 2";
+  EXPECT_EQ(caches(true, true, 4), caches(true, true, 1)) << "amp: leaf by leaf";
+  EXPECT_EQ(caches(false, false, 4), caches(false, false, 1)) << "micro-batches";
+}
+
 // The peak memory line adds what the process holds before the first block (measured by the run) and
 // the idle blocks the allocator may keep beside the live ones (at most 1/kReuseSlack of them,
 // core/context.h) to the live estimate, and names each part.

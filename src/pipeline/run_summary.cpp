@@ -160,8 +160,17 @@ std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt,
     block = std::max(block, need);
   }
   int64_t cache = 0;  // per token, the largest block's
-  for (int64_t l = 0; l < L; ++l) cache = std::max(cache, block_cache_floats(cfg.block_dims(l)));
-  const double batch = double(std::min<int64_t>(opt.tune.batch_size, nsamples)) * double(seqlen) * double(cache) * 4;
+  bool moe = false;
+  for (int64_t l = 0; l < L; ++l) {
+    cache = std::max(cache, block_cache_floats(cfg.block_dims(l)));
+    moe = moe || cfg.block_dims(l).is_moe();
+  }
+  // The forward caches of a micro-batch; in fp32 deterministic tuning of a MoE block, of every leaf of the
+  // batch at once (its experts run once over all leaves' rows: signround.cpp's experts_outer).
+  const bool all_leaves = moe && opt.tune.iters > 0 && opt.tune.deterministic && !opt.tune.amp &&
+                          !opt.fmt.act_static() && global_batch > 1;
+  const int64_t cached = all_leaves ? global_batch : std::min<int64_t>(opt.tune.batch_size, nsamples);
+  const double batch = double(cached) * double(seqlen) * double(cache) * 4;
   const double live = act + block + batch, slack = live / double(Allocator::kReuseSlack);
   return "estimated peak memory: " + mib(process_bytes + live + slack) + " (this process now " + mib(process_bytes) +
          ", activations " + mib(act) + ", one block " + mib(block) + ", tuning caches " + mib(batch) +
