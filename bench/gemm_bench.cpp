@@ -8,7 +8,9 @@
 //    oneDNN bf16 (cpu::gemm_bf16) without and with the fp32->bf16 conversion of both operands, and
 //    for comparison one oneDNN bf16 matmul call with oneDNN's own OpenMP threads ("bf16_dnnl_omp": what
 //    PyTorch does; fastest splitting, but the bits may depend on the thread count), and one cblas_sgemm
-//    call on OpenBLAS's own threads ("f32_openblas_call": the library's own best rate).
+//    call on OpenBLAS's own threads ("f32_openblas_call": the library's own best rate); and the
+//    row-independent GEMMs the tuner stacks MoE leaves on ("f32_rows": cpu::gemm_rows, "bf16_rows":
+//    cpu::gemm_rows_bf16, op(A) = A only).
 //    OPENBLAS_CORETYPE=SkylakeX in the environment makes OpenBLAS use its AVX-512 kernels.
 // Output: one JSON line per (shape, path, threads), the peaks measured again after the GEMMs (a shared
 // machine's load shows as a difference), then one summary line per path and thread count over the
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
     std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
                 "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n"
                 "           [--paths f32_openblas,f32_dnnl,bf16_dnnl,bf16_dnnl_incl_conv,bf16_dnnl_omp,\n"
-                "                    f32_openblas_call]\n");
+                "                    f32_openblas_call,f32_rows,bf16_rows]\n");
     return 0;
   }
   const int64_t T = arg(argc, argv, "--tokens", 4096), H = arg(argc, argv, "--hidden", 2048),
@@ -178,9 +180,9 @@ int main(int argc, char** argv) {
                 "\"dpbf16_loop_gflops\":%.1f}\n",
                 t, fp32_peak, bf16_limit, dp_peak);
     std::fflush(stdout);
-    const char* paths[] = {"f32_openblas",        "f32_dnnl",      "bf16_dnnl",
-                           "bf16_dnnl_incl_conv", "bf16_dnnl_omp", "f32_openblas_call"};
-    constexpr int kPaths = 6;
+    const char* paths[] = {"f32_openblas",        "f32_dnnl",      "bf16_dnnl", "bf16_dnnl_incl_conv",
+                           "bf16_dnnl_omp", "f32_openblas_call", "f32_rows", "bf16_rows"};
+    constexpr int kPaths = 8;
     Total totals[kPaths];
     for (const GemmShape& s : shapes) {
       const size_t na = size_t(s.M * s.K), nb = size_t(s.K * s.N);
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
       const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
       for (int p = 0; p < kPaths; ++p) {
         if (p >= 2 && p <= 4 && !bf16) continue;
+        if (p == 7 && (s.ta || !cpu::gemm_rows_bf16_supported())) continue;  // op(A) = A only
         if (!path_filter.empty() && path_filter.find(std::string(",") + paths[p] + ",") == std::string::npos) continue;
         std::function<void()> f;
         std::string kernel;
@@ -235,7 +238,21 @@ int main(int argc, char** argv) {
             f = [&] { dnnl_omp_bf16(s, b.Ah.data(), b.Bh.data(), b.C.data(), t); };
             kernel = dnnl_omp_impl(s, t);
             break;
-          default:  // one SGEMM call on OpenBLAS's own threads: the library's best, bits depend on threads
+          case 6:  // the row-independent fp32 GEMM (the FMA-chain kernel on every level)
+            f = [&] {
+              cpu::gemm_rows(ctx, s.ta, s.tb, s.M, s.N, s.K, 1.f, b.A.data(), lda, b.B.data(), ldb, 0.f, b.C.data(),
+                             s.N);
+            };
+            kernel = "fma_chain";
+            break;
+          case 7:  // the row-independent bf16 GEMM (VDPBF16PS chains)
+            f = [&] {
+              cpu::gemm_rows_bf16(ctx, s.tb, s.M, s.N, s.K, 1.f, b.Ah.data(), lda, b.Bh.data(), ldb, 0.f, b.C.data(),
+                                  s.N);
+            };
+            kernel = "dpbf16_chain";
+            break;
+          case 5:  // one SGEMM call on OpenBLAS's own threads: the library's best, bits depend on threads
             f = [&] {
               openblas_set_num_threads(t);
               cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.M),

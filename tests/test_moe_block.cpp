@@ -471,9 +471,12 @@ namespace {
 // tree afterwards gives, bit for bit, the tree of the products the leaves compute themselves:
 // S(a, b) = S(mid, b) + S(a, mid) in fp32, a pair P_a + P_(a+1). Five one-sample leaves (an odd split
 // and pending sums), experts that some leaves route no row to, on two threads (grouped experts).
-void expect_deferred_tree_of_immediate_leaves(bool amp) {
+// `stacked`: every run's experts on row-independent GEMMs (CpuOps::expert_row_gemms, as the tuner's
+// deterministic runs), so the experts-outermost pass stacks the leaves' rows of each expert into one
+// GEMM; wider shapes then, where oneDNN's rows would depend on the call's other rows.
+void expect_deferred_tree_of_immediate_leaves(bool amp, bool stacked = false) {
   const int64_t L = 5, E = 8;
-  MoeCase s(Variant{"tree", E, 2, 0, true, true, false}, 64, 48, 6, L);
+  MoeCase s(Variant{"tree", E, 2, 0, true, true, false}, stacked ? 128 : 64, stacked ? 96 : 48, stacked ? 24 : 6, L);
   Named<float> wf;
   for (auto& [k, w] : s.w) wf[k] = cast<float>(w);
   auto xf = cast<float>(s.x), Rf = cast<float>(s.R), csf = cast<float>(s.cs), snf = cast<float>(s.sn);
@@ -494,12 +497,14 @@ void expect_deferred_tree_of_immediate_leaves(bool amp) {
     const float* rl = Rf.data() + l * T * C;
     for (auto& [k, w] : s.w) P[size_t(l)][k].assign(w.size(), 0.f);
     cpu::CpuOps now{ctx, bf};
+    now.expert_row_gemms = stacked;
     BlockRunner<cpu::CpuOps> r1(now, s.d);
     BlockRunner<cpu::CpuOps>::Cache c1;
     r1.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c1);
     for (const auto& e : c1.moe.ex) empty_pairs += e.slots.empty();
     r1.backward(ptrs<const float*>(wf, E), aux, c1, rl, dx.data(), ptrs<float*>(P[size_t(l)], E), false);
     cpu::CpuOps later{ctx, bf, nullptr, &dg};
+    later.expert_row_gemms = stacked;
     BlockRunner<cpu::CpuOps> r2(later, s.d);
     BlockRunner<cpu::CpuOps>::Cache c2;
     r2.forward(ptrs<const float*>(wf, E), aux, xl, y.data(), c2);
@@ -517,6 +522,8 @@ void expect_deferred_tree_of_immediate_leaves(bool amp) {
   cpu::DeferredGrads dg3;
   {
     cpu::CpuOps later{ctx, bf, nullptr, &dg3};
+    later.expert_row_gemms = stacked;
+    ASSERT_EQ(later.experts_stack_rows(), stacked && cpu::CpuOps::has_row_gemms(amp));
     BlockRunner<cpu::CpuOps> r3(later, s.d);
     std::vector<BlockRunner<cpu::CpuOps>::Cache> c3(static_cast<size_t>(L));
     std::vector<MoeFfn<cpu::CpuOps>::Cache*> moe;
@@ -586,5 +593,13 @@ TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeaves) { expect_deferr
 TEST(MoeExpertTree, DeferredLeavesSumToTheTreeOfImmediateLeavesUnderAmp) {
   if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
   expect_deferred_tree_of_immediate_leaves(true);
+}
+
+TEST(MoeExpertTree, StackedLeavesGiveTheBitsOfEachLeafsOwnRun) { expect_deferred_tree_of_immediate_leaves(false, true); }
+
+TEST(MoeExpertTree, StackedLeavesGiveTheBitsOfEachLeafsOwnRunUnderAmp) {
+  if (!cpu::CpuOps::has_row_gemms(true) || !cpu::bf16_gemm_supported())
+    GTEST_SKIP() << "no row-independent bf16 GEMMs at this level (" << cpu::isa_name(cpu::kernel_isa()) << ")";
+  expect_deferred_tree_of_immediate_leaves(true, true);
 }
 }  // namespace

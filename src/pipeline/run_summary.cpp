@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/tensor.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "model/linear_specs.h"
 #include "model/loader.h"
 #include "pipeline/float_export.h"
@@ -165,10 +166,11 @@ std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt,
     cache = std::max(cache, block_cache_floats(cfg.block_dims(l)));
     moe = moe || cfg.block_dims(l).is_moe();
   }
-  // The forward caches of a micro-batch; in fp32 deterministic tuning of a MoE block, of every leaf of the
-  // batch at once (its experts run once over all leaves' rows: signround.cpp's experts_outer).
-  const bool all_leaves = moe && opt.tune.iters > 0 && opt.tune.deterministic && !opt.tune.amp &&
-                          !opt.fmt.act_static() && global_batch > 1;
+  // The forward caches of a micro-batch; in deterministic tuning of a MoE block where its experts' GEMMs
+  // can stack leaves (cpu_ops.h: fp32, or amp at the avx512_bf16 level), of every leaf of the batch at
+  // once (signround.cpp's experts_outer).
+  const bool all_leaves = moe && opt.tune.iters > 0 && opt.tune.deterministic &&
+                          cpu::CpuOps::has_row_gemms(opt.tune.amp) && !opt.fmt.act_static() && global_batch > 1;
   const int64_t cached = all_leaves ? global_batch : std::min<int64_t>(opt.tune.batch_size, nsamples);
   const double batch = double(cached) * double(seqlen) * double(cache) * 4;
   const double live = act + block + batch, slack = live / double(Allocator::kReuseSlack);

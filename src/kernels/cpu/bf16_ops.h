@@ -62,6 +62,22 @@ void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
 // The same with the units all on the calling thread when `serial` (same bits).
 void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
+// gemm_rows_bf16.cpp — C[M,N] = alpha * A[M,K] op(B)[K,N] + beta * C (beta == 0: C is not read), A and B
+// bf16, where every element is one chain of VDPBF16PS steps over k's pairs in order (the file says
+// exactly): a row's bits do not depend on the call's other rows, its tile or the thread count, so
+// callers may stack rows of several batches into one call (the tuner's MoE experts under --amp,
+// cpu_ops.h). oneDNN's rows do depend on M. Requires gemm_rows_bf16_supported() (AVX512_BF16 at the
+// process's level).
+bool gemm_rows_bf16_supported();
+void gemm_rows_bf16(Context& ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                    int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// Its packed panel of op(B)'s columns [j0, j0 + nr) (nr <= 32): word p * 32 + jj holds op(B)[2p, j0 + jj]
+// in the low half and op(B)[2p + 1, j0 + jj] in the high half, zeros past K and nr; (K + 1) / 2 * 32
+// words. The vector pack and its definition, for tests.
+void gemm_rows_bf16_pack(bool tb, const uint16_t* B, int64_t ldb, int64_t K, int64_t j0, int64_t nr, uint32_t* out);
+void gemm_rows_bf16_pack_ref(bool tb, const uint16_t* B, int64_t ldb, int64_t K, int64_t j0, int64_t nr,
+                             uint32_t* out);
+
 // A GEMM's B operand [K, N] bf16 in the matmul kernel's blocked layout, packed once for the many GEMMs
 // that read it (a weight read by every sample of an iteration, an activation read by the weight
 // gradients of q, k and v): they then skip their own per-unit packing and run 3-8% faster (256-row
@@ -130,6 +146,12 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
                      const float* b, float* y, int64_t n, int64_t in, int64_t out);
 // xp (optional): x packed for the weight gradient, packed here on first use and kept by the caller
 // for the next Linear that reads the same x.
+// The forward and the input gradient on gemm_rows_bf16 (bf16 operands as above): rows independent of
+// the call's other rows. dx = dy W, or dx += dy W (accumulate_dx).
+void linear_fwd_bf16_rows(Context& ctx, const float* x, const uint16_t* xb, const float* W, const Bf16Weight* w,
+                          const float* b, float* y, int64_t n, int64_t in, int64_t out);
+void linear_dx_bf16_rows(Context& ctx, const float* dy, const uint16_t* dyb, const float* W, const Bf16Weight* w,
+                         float* dx, bool accumulate_dx, int64_t n, int64_t in, int64_t out);
 void linear_bwd_bf16(Context& ctx, const float* dy, const uint16_t* dyb, const float* x, const uint16_t* xb, const float* W,
                      const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW, float* db,
                      int64_t n, int64_t in, int64_t out, Addends dW_add = {}, PackedB* xp = nullptr);

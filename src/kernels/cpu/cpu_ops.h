@@ -58,14 +58,18 @@ struct CpuOps {
   const Bf16Operands* amp = nullptr;  // non-null: bf16 GEMM operands
   const GradAddends* grad_add = nullptr;  // non-null: addends of weight gradients
   DeferredGrads* defer = nullptr;  // non-null: a MoE block hands its experts' weight-gradient products here
-  // fp32 (ignored under amp): linear_fwd's and linear_bwd's input-gradient GEMMs run on gemm_rows, whose
-  // rows do not depend on the other rows of a call (ops.h). expert_row_gemms gives that to the MoE
-  // experts' items (for_each_group), which may then stack several leaves' rows of an expert into one
-  // call with the bits of the leaves' own calls (MoeFfn::run_experts; the tuner sets it with
-  // --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM.
+  // linear_fwd's and linear_bwd's input-gradient GEMMs on kernels whose rows do not depend on the other
+  // rows of a call: gemm_rows (ops.h) in fp32, gemm_rows_bf16 (bf16_ops.h) under amp. expert_row_gemms
+  // gives that to the MoE experts' items (for_each_group), which may then stack several leaves' rows of
+  // an expert into one call with the bits of the leaves' own calls (MoeFfn::run_experts; the tuner sets
+  // it with --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM. Under amp only
+  // at the avx512_bf16 level: with AMX, oneDNN's AMX kernels keep every product (per leaf).
   bool row_gemms = false;
   bool expert_row_gemms = false;
-  bool experts_stack_rows() const { return expert_row_gemms && !amp; }
+  bool experts_stack_rows() const { return expert_row_gemms && has_row_gemms(amp != nullptr); }
+  static bool has_row_gemms(bool amp) {
+    return !amp || (kernel_isa() == Isa::avx512_bf16 && gemm_rows_bf16_supported());
+  }
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
@@ -106,7 +110,7 @@ struct CpuOps {
   CpuOps item_ops(Context& c) const {
     CpuOps sub{c, amp, grad_add, defer};
     sub.keep_fp32 = keep_fp32;
-    sub.row_gemms = expert_row_gemms;
+    sub.row_gemms = experts_stack_rows();
     return sub;
   }
 
@@ -181,6 +185,8 @@ struct CpuOps {
     return float(cpu::act_qdq_bwd(ctx, x, s, dq, dx, acc, rows, dim));
   }
   void linear_fwd(const Operand& x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+    if (amp && row_gemms)
+      return cpu::linear_fwd_bf16_rows(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
     if (amp) return cpu::linear_fwd_bf16(ctx, x.x, x.xb.data<uint16_t>(), W, amp->find(W), b, y, n, in, out);
     if (!row_gemms) return cpu::linear_fwd(ctx, x.x, W, b, y, n, in, out);
     cpu::gemm_rows(ctx, false, true, n, out, in, 1.f, x.x, in, W, in, 0.f, y, out);
@@ -190,6 +196,10 @@ struct CpuOps {
   void linear_bwd(const Operand& dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
                   float* db, int64_t n, int64_t in, int64_t out) {
     const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
+    if (amp && row_gemms && dx) {
+      cpu::linear_dx_bf16_rows(ctx, dy.x, dy.xb.data<uint16_t>(), W, amp->find(W), dx, acc, n, in, out);
+      dx = nullptr;
+    }
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
                                   acc, dW, acc_dW, db, n, in, out, add, x.xp.get());

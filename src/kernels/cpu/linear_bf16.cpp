@@ -38,6 +38,24 @@ void linear_fwd_bf16(Context& ctx, const float* x, const uint16_t* xb, const flo
   if (b) add_bias(ctx, b, y, n, out);
 }
 
+void linear_fwd_bf16_rows(Context& ctx, const float* x, const uint16_t* xb, const float* W, const Bf16Weight* w,
+                          const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+  Tensor xt, wt;
+  xb = bf16_of(ctx, x, xb, n * in, xt);
+  const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
+  gemm_rows_bf16(ctx, true, n, out, in, 1.f, xb, in, Wb, in, 0.f, y, out);
+  if (b) add_bias(ctx, b, y, n, out);
+}
+
+void linear_dx_bf16_rows(Context& ctx, const float* dy, const uint16_t* dyb, const float* W, const Bf16Weight* w,
+                         float* dx, bool accumulate_dx, int64_t n, int64_t in, int64_t out) {
+  AR_CHECK(dyb || dy, "linear_dx_bf16_rows: no output gradient");
+  Tensor dyt, wt;
+  dyb = bf16_of(ctx, dy, dyb, n * out, dyt);
+  const uint16_t* Wb = bf16_of(ctx, W, w ? w->b : nullptr, out * in, wt);
+  gemm_rows_bf16(ctx, false, n, in, out, 1.f, dyb, out, Wb, in, accumulate_dx ? 1.f : 0.f, dx, in);
+}
+
 void linear_bwd_bf16(Context& ctx, const float* dy, const uint16_t* dyb, const float* x, const uint16_t* xb,
                      const float* W, const Bf16Weight* w, float* dx, bool accumulate_dx, float* dW, bool accumulate_dW,
                      float* db, int64_t n, int64_t in, int64_t out, Addends dW_add, PackedB* xp) {
