@@ -33,12 +33,12 @@ struct PanelSrc {
   bool tb;  // op(B) = B^T: column j of op(B) is row j of B (a weight W [N, K]: the forward's W^T)
 };
 
-__attribute__((target("avx512f,avx512bw"))) inline __mmask32 first_lanes(int64_t n) {
+__attribute__((target("avx512f,avx512bw"))) inline __mmask32 first_lanes_avx512(int64_t n) {
   return n >= 32 ? __mmask32(~0u) : __mmask32((1u << n) - 1);
 }
 
 // op(B) = B [K, N]: rows 2p and 2p + 1 interleaved (one two-source permute per 16 words).
-__attribute__((target("avx512f,avx512bw"))) void pack_interleave(const PanelSrc& s, uint32_t* out) {
+__attribute__((target("avx512f,avx512bw"))) void pack_interleave_avx512(const PanelSrc& s, uint32_t* out) {
   static constexpr auto kIdx = [] {
     std::array<uint16_t, 64> v{};
     for (int i = 0; i < 16; ++i) {
@@ -48,7 +48,7 @@ __attribute__((target("avx512f,avx512bw"))) void pack_interleave(const PanelSrc&
     return v;
   }();
   const __m512i lo = _mm512_loadu_si512(kIdx.data()), hi = _mm512_loadu_si512(kIdx.data() + 32);
-  const __mmask32 m = first_lanes(s.nr);
+  const __mmask32 m = first_lanes_avx512(s.nr);
   for (int64_t p = 0, k = 0; k < s.K; ++p, k += 2) {
     const __m512i r0 = _mm512_maskz_loadu_epi16(m, s.B + k * s.ldb + s.j0);
     const __m512i r1 = k + 1 < s.K ? _mm512_maskz_loadu_epi16(m, s.B + (k + 1) * s.ldb + s.j0) : _mm512_setzero_si512();
@@ -58,7 +58,7 @@ __attribute__((target("avx512f,avx512bw"))) void pack_interleave(const PanelSrc&
 }
 
 // r[i] (16 words of row i) -> r[q] (word q of rows 0..15).
-__attribute__((target("avx512f"))) inline void transpose16(__m512i* r) {
+__attribute__((target("avx512f"))) inline void transpose16_avx512(__m512i* r) {
   __m512i t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -83,10 +83,10 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i* r) {
 }
 
 // op(B) = B^T, B [N, K]: each row's pairs are already words; 16 x 16 transposes of them.
-__attribute__((target("avx512f,avx512bw"))) void pack_transpose(const PanelSrc& s, uint32_t* out) {
+__attribute__((target("avx512f,avx512bw"))) void pack_transpose_avx512(const PanelSrc& s, uint32_t* out) {
   const int64_t pairs = (s.K + 1) / 2;
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
-    const __mmask32 m = first_lanes(s.K - 2 * p0);
+    const __mmask32 m = first_lanes_avx512(s.K - 2 * p0);
     const int64_t rows_out = std::min<int64_t>(16, pairs - p0);
     for (int h = 0; h < 2; ++h) {
       __m512i r[16];
@@ -94,7 +94,7 @@ __attribute__((target("avx512f,avx512bw"))) void pack_transpose(const PanelSrc& 
         const int64_t j = 16 * h + i;
         r[i] = j < s.nr ? _mm512_maskz_loadu_epi16(m, s.B + (s.j0 + j) * s.ldb + 2 * p0) : _mm512_setzero_si512();
       }
-      transpose16(r);
+      transpose16_avx512(r);
       for (int64_t q = 0; q < rows_out; ++q) _mm512_storeu_si512(out + (p0 + q) * kNr + 16 * h, r[q]);
     }
   }
@@ -107,7 +107,7 @@ struct Finish {
 };
 
 // c = alpha acc or beta c + alpha acc (one rounding each, as written) on `cols` lanes.
-__attribute__((target("avx512f"))) inline void finish(const Finish& f, float* c, int64_t cols, __m512 acc) {
+__attribute__((target("avx512f"))) inline void finish_avx512(const Finish& f, float* c, int64_t cols, __m512 acc) {
   const __mmask16 m = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(cols, 0)) - 1);
   __m512 v = _mm512_mul_ps(_mm512_set1_ps(f.alpha), acc);
   if (f.beta != 0.f) v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(f.beta), _mm512_maskz_loadu_ps(m, c)), v);
@@ -116,7 +116,7 @@ __attribute__((target("avx512f"))) inline void finish(const Finish& f, float* c,
 
 // Rows i0..i0+MR of C over one panel: the whole chain of each element in registers.
 template <int MR>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile(const uint16_t* A, int64_t lda, int64_t K,
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const uint16_t* A, int64_t lda, int64_t K,
                                                                   const uint32_t* bp, const Finish& f, float* c,
                                                                   int64_t cols) {
   __m512 c0[MR], c1[MR];
@@ -143,18 +143,19 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile(const uint16_t*
     }
   }
   for (int i = 0; i < MR; ++i) {
-    finish(f, c + i * f.ldc, cols, c0[i]);
-    finish(f, c + i * f.ldc + 16, cols - 16, c1[i]);
+    finish_avx512(f, c + i * f.ldc, cols, c0[i]);
+    finish_avx512(f, c + i * f.ldc + 16, cols - 16, c1[i]);
   }
 }
 
 using TileFn = void (*)(const uint16_t*, int64_t, int64_t, const uint32_t*, const Finish&, float*, int64_t);
-constexpr TileFn kTiles[kMr + 1] = {nullptr,  tile<1>, tile<2>, tile<3>,  tile<4>,  tile<5>, tile<6>,
-                                    tile<7>,  tile<8>, tile<9>, tile<10>, tile<11>, tile<12>};
+constexpr TileFn kTiles[kMr + 1] = {nullptr,         tile_avx512<1>, tile_avx512<2>,  tile_avx512<3>,  tile_avx512<4>,
+                                    tile_avx512<5>,  tile_avx512<6>, tile_avx512<7>,  tile_avx512<8>,  tile_avx512<9>,
+                                    tile_avx512<10>, tile_avx512<11>, tile_avx512<12>};
 
 void pack_panel(const PanelSrc& s, uint32_t* out) {
-  if (s.tb) pack_transpose(s, out);
-  else pack_interleave(s, out);
+  if (s.tb) pack_transpose_avx512(s, out);
+  else pack_interleave_avx512(s, out);
 }
 
 }  // namespace
