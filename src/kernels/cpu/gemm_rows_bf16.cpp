@@ -9,7 +9,9 @@
 // the thread count, so a row's bits are those of any call that contains it (tests/test_kernels_bf16.cpp).
 #include <immintrin.h>
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC PR 105593 in the AVX-512 headers
+#endif
 
 #include <algorithm>
 #include <array>
