@@ -115,7 +115,8 @@ class MoeFfn {
   }
 
   // The routed experts of every routed batch in `cs`, grouped on the pool by expert: an expert runs its
-  // GEMMs on each batch's rows in turn, its weights in cache from one batch to the next.
+  // GEMMs on each batch's rows in turn, or, where the policy's GEMM rows are independent of the call's
+  // other rows (stacks_rows), once over all batches' rows stacked (run_stacked): the same bits.
   void run_experts(const BlockPtrs<const T*>& w, std::span<Cache* const> cs) {
     const int64_t C = d_.C, K = m_.K;
     std::vector<int64_t> rows(static_cast<size_t>(m_.E));
