@@ -75,10 +75,9 @@ class MoeFfn {
   MoeFfn(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), m_(d.moe) {}
 
   // Forward in three stages, so that a caller with several batches (the tuner's leaves) can run the
-  // experts of all of them in one pass, each expert's weights read once: route each batch, run_experts
-  // over all, combine each (BlockRunner::forward does the three for one). Every GEMM is still one
-  // batch's, so the bits do not depend on how many batches share the pass. h: an operand holding fp32
-  // values in h.x.
+  // experts of all of them in one pass: route each batch, run_experts over all, combine each
+  // (BlockRunner::forward does the three for one). The bits do not depend on how many batches share the
+  // pass (run_experts). h: an operand holding fp32 values in h.x.
 
   // Router logits, softmax, top-K and the routing weights; fills the experts' slot lists. Keeps h.
   void route(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, Cache& c, const ActQdq<T>* act = nullptr) {
@@ -270,8 +269,9 @@ class MoeFfn {
     if constexpr (requires { ops_.experts_stack_rows(); }) return ops_.experts_stack_rows();
     return false;
   }
-  // run_experts' expert e with its rows of every cache stacked into one set of GEMMs (stacks_rows):
-  // gathered in the caches' order into cs.front()->stacked[e], each cache's Expert then viewing its rows.
+  // run_experts' expert e with its rows of every cache stacked into one set of GEMMs (stacks_rows; no
+  // activation QDQ): gathered in the caches' order into cs.front()->stacked[e], each cache's Expert then
+  // viewing its rows.
   void run_stacked(Ops& o, const BlockPtrs<const T*>& w, std::span<Cache* const> cs, int64_t e) {
     const int64_t C = d_.C, I = m_.I, K = m_.K;
     Expert& s = cs.front()->stacked[size_t(e)];
@@ -285,7 +285,7 @@ class MoeFfn {
     }
     s.xo = o.operand(p(s.x), R * C);
     s.y = o.alloc(R * C);
-    swiglu_fwd(o, cs.front()->act, expert_slot(e), s.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], R, I, s.g,
+    swiglu_fwd(o, nullptr, expert_slot(e), s.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], R, I, s.g,
                s.u, s.ao, s.q, p(s.y));
     for (int64_t off = 0; Cache* c : cs) {
       Expert& x = c->ex[size_t(e)];
