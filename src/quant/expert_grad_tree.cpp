@@ -7,13 +7,40 @@
 namespace ar::quant {
 namespace {
 
-// One weight's tree over leaves [a, b), as BlockTuner::tree: buffer 0 is the root (the target), the
-// others scratch of the weight's size; the left half into a free buffer, added by the right half's last
-// leaf GEMM (innermost pending sum first); a pair of leaves shares a buffer.
+// The tree over leaves [0, n) as BlockTuner::tree sums them, one step per leaf (cpu::GradTreeStep):
+// buffer 0 is the root (the target), the others scratch of the weight's size; the left half into a
+// free buffer, added by the right half's last leaf (innermost pending sum first); a pair of leaves
+// shares a buffer.
+void tree_steps(int64_t a, int64_t b, int dst, std::vector<int> pend, std::vector<cpu::GradTreeStep>& steps) {
+  auto leaf = [&](bool accumulate, const std::vector<int>& p) {
+    steps.push_back({dst, accumulate, std::vector<int>(p.rbegin(), p.rend())});
+  };
+  if (b - a == 1) return leaf(false, pend);
+  if (b - a == 2) {
+    leaf(false, {});
+    return leaf(true, pend);
+  }
+  const int64_t mid = (a + b) / 2;
+  int x = 0;
+  while (x == dst || std::find(pend.begin(), pend.end(), x) != pend.end()) ++x;
+  tree_steps(a, mid, x, {}, steps);
+  pend.push_back(x);
+  tree_steps(mid, b, dst, std::move(pend), steps);
+}
+
+// One weight's tree. Where the item's GEMMs are row-independent under amp (CpuOps::row_gemms: the
+// tuner's deterministic MoE runs at the avx512_bf16 level) in one pass over the weight
+// (cpu::weight_grad_tree_bf16, each leaf's product as CpuOps::linear_bwd computes a leaf's own);
+// elsewhere step by step, each leaf's product one GEMM on scratch buffers of the weight's size.
 class WeightTree {
  public:
-  WeightTree(cpu::CpuOps& o, const cpu::DeferredGrads& d, const ExpertGradTarget& t) : o_(o), d_(d), t_(t) {}
-  void run() { tree(0, d_.leaves(), 0, {}); }
+  WeightTree(cpu::CpuOps& o, const cpu::DeferredGrads& d, const ExpertGradTarget& t,
+             const std::vector<cpu::GradTreeStep>& steps)
+      : o_(o), d_(d), t_(t), steps_(steps) {}
+  void run() {
+    if (o_.amp && o_.row_gemms) return one_pass();
+    for (size_t l = 0; l < steps_.size(); ++l) leaf(int64_t(l), steps_[l]);
+  }
 
  private:
   float* buf(int i) {
@@ -21,34 +48,32 @@ class WeightTree {
     while (int(scratch_.size()) < i) scratch_.push_back(o_.alloc(t_.out * t_.in));
     return scratch_[size_t(i - 1)].f32();
   }
-  void leaf(int64_t i, int dst, bool accumulate, const std::vector<int>& adds) {
+  void leaf(int64_t i, const cpu::GradTreeStep& s) {
     cpu::GradAddends ga;
     std::vector<const float*> m;
-    for (auto x = adds.rbegin(); x != adds.rend(); ++x) m.push_back(buf(*x));
-    float* dw = buf(dst);
+    for (int k : s.adds) m.push_back(buf(k));
+    float* dw = buf(s.dst);
     if (!m.empty()) ga.set(dw, std::move(m));
     cpu::CpuOps lo{o_.ctx, o_.amp, &ga};
     if (const cpu::DeferredGrads::Product* p = d_.find(i, t_.slot))
-      return lo.linear_bwd(p->dy, p->x, nullptr, nullptr, false, dw, accumulate, nullptr, p->rows, p->in, p->out);
-    weight_grad_of_no_rows(lo, dw, accumulate, t_.in, t_.out);  // a leaf that routed no row to this expert
+      return lo.linear_bwd(p->dy, p->x, nullptr, nullptr, false, dw, s.accumulate, nullptr, p->rows, p->in, p->out);
+    weight_grad_of_no_rows(lo, dw, s.accumulate, t_.in, t_.out);  // a leaf that routed no row to this expert
   }
-  void tree(int64_t a, int64_t b, int dst, std::vector<int> pend) {
-    if (b - a == 1) return leaf(a, dst, false, pend);
-    if (b - a == 2) {
-      leaf(a, dst, false, {});
-      return leaf(a + 1, dst, true, pend);
+  void one_pass() {
+    std::vector<cpu::GradLeafBf16> leaves;
+    for (int64_t l = 0; l < d_.leaves(); ++l) {
+      const cpu::DeferredGrads::Product* p = d_.find(l, t_.slot);
+      AR_CHECK(!p || (p->dy.xb.defined() && p->x.xb.defined()), "expert_grad_tree: an amp product without bf16 operands");
+      leaves.push_back(p ? cpu::GradLeafBf16{p->dy.xb.data<uint16_t>(), p->x.xb.data<uint16_t>(), p->rows}
+                         : cpu::GradLeafBf16{});
     }
-    const int64_t mid = (a + b) / 2;
-    int x = 0;
-    while (x == dst || std::find(pend.begin(), pend.end(), x) != pend.end()) ++x;
-    tree(a, mid, x, {});
-    pend.push_back(x);
-    tree(mid, b, dst, std::move(pend));
+    cpu::weight_grad_tree_bf16(o_.ctx, leaves, steps_, {}, t_.out, t_.in, t_.dst);
   }
 
   cpu::CpuOps& o_;
   const cpu::DeferredGrads& d_;
   const ExpertGradTarget& t_;
+  const std::vector<cpu::GradTreeStep>& steps_;
   std::vector<Tensor> scratch_;
 };
 
@@ -69,8 +94,10 @@ void expert_grad_tree(cpu::CpuOps& ops, const cpu::DeferredGrads& d, const std::
         const cpu::DeferredGrads::Product* p = d.find(l, targets[i].slot);
         cost[e] += 4 * (p ? p->rows : 0) + 8;
       }
+  std::vector<cpu::GradTreeStep> steps;
+  tree_steps(0, d.leaves(), 0, {}, steps);
   ops.for_each_group(cost, [&](cpu::CpuOps& o, int64_t e) {
-    for (size_t i = first[size_t(e)]; i < first[size_t(e) + 1]; ++i) WeightTree(o, d, targets[i]).run();
+    for (size_t i = first[size_t(e)]; i < first[size_t(e) + 1]; ++i) WeightTree(o, d, targets[i], steps).run();
   });
 }
 

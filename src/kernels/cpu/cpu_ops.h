@@ -62,8 +62,10 @@ struct CpuOps {
   // rows of a call: gemm_rows (ops.h) in fp32, gemm_rows_bf16 (bf16_ops.h) under amp. expert_row_gemms
   // gives that to the MoE experts' items (for_each_group), which may then stack several leaves' rows of
   // an expert into one call with the bits of the leaves' own calls (MoeFfn::run_experts; the tuner sets
-  // it with --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM. Under amp only
-  // at the avx512_bf16 level: with AMX, oneDNN's AMX kernels keep every product (per leaf).
+  // it with --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM in fp32; under
+  // amp they are one leaf of weight_grad_tree_bf16, the kernel that sums a deferred expert's leaves in
+  // one pass (quant/expert_grad_tree.h). Under amp only at the avx512_bf16 level: with AMX, oneDNN's
+  // AMX kernels keep every product (per leaf).
   bool row_gemms = false;
   bool expert_row_gemms = false;
   bool experts_stack_rows() const { return expert_row_gemms && has_row_gemms(amp != nullptr); }
@@ -200,6 +202,15 @@ struct CpuOps {
       cpu::linear_dx_bf16_rows(ctx, dy.x, dy.xb.data<uint16_t>(), W, amp->find(W), dx, acc, n, in, out);
       dx = nullptr;
     }
+    if (amp && row_gemms && dW) {  // one leaf of weight_grad_tree_bf16: the product a deferred tree takes
+      std::vector<int> adds;
+      for (size_t k = 0; k < add.size(); ++k) adds.push_back(-1 - int(k));
+      Tensor dyt, xt;
+      const GradLeafBf16 leaf{n > 0 ? bf16_of(dy, n * out, dyt) : nullptr, n > 0 ? bf16_of(x, n * in, xt) : nullptr, n};
+      cpu::weight_grad_tree_bf16(ctx, {leaf}, {{0, acc_dW, std::move(adds)}}, add, out, in, dW);
+      dW = nullptr;
+      if (!dx && !db) return;
+    }
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
                                   acc, dW, acc_dW, db, n, in, out, add, x.xp.get());
@@ -235,6 +246,13 @@ struct CpuOps {
   void add(const float* a, const float* b, float* y, int64_t n) { cpu::add(ctx, a, b, y, n); }
 
  private:
+  // An operand's bf16 values: its copy, or x rounded into t.
+  const uint16_t* bf16_of(const Operand& o, int64_t n, Tensor& t) {
+    if (o.xb.defined()) return o.xb.data<uint16_t>();
+    t = Tensor::empty({n}, DType::BF16, ctx);
+    cpu::fp32_to_bf16(ctx, o.x, t.data<uint16_t>(), n);
+    return t.data<uint16_t>();
+  }
   Operand owned(Tensor t) {  // an fp32 result as an operand (amp: with its bf16 copy)
     Operand o = operand(t.f32(), t.numel());
     o.xf = std::move(t);

@@ -1,0 +1,140 @@
+// The weight-gradient tree in one pass (kernels/cpu/grad_tree_bf16.cpp): bit for bit the tree of the
+// leaves' own products, each the gemm_rows_bf16 chain of A = dy^T and B = x (that kernel is checked
+// against double in test_gemm_rows_bf16.cpp), summed in fp32 by the steps as written; on one and two
+// threads; shapes that are not whole tiles; leaves without rows; the old dW and outside addends of a
+// single leaf (the tuner's linear_bwd). Bad step lists are refused. Skipped without AVX512_BF16.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/bf16_ops.h"
+
+using namespace ar;
+
+namespace {
+
+#define AR_REQUIRE_ROWS_BF16()           \
+  if (!cpu::gemm_rows_bf16_supported()) \
+  GTEST_SKIP() << "no AVX512_BF16 at this level (" << cpu::isa_name(cpu::kernel_isa()) << ")"
+
+struct Leaves {
+  int64_t out, in;
+  std::vector<std::vector<uint16_t>> dy, x;
+  std::vector<cpu::GradLeafBf16> view;
+  Leaves(int64_t o, int64_t i, const std::vector<int64_t>& rows, uint32_t seed) : out(o), in(i) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int64_t r : rows) {
+      dy.emplace_back(size_t(std::max<int64_t>(r * out, 1)));
+      x.emplace_back(size_t(std::max<int64_t>(r * in, 1)));
+      for (auto& v : dy.back()) v = f32_to_bf16(nd(rng));
+      for (auto& v : x.back()) v = f32_to_bf16(nd(rng));
+      view.push_back({dy.back().data(), x.back().data(), r});
+    }
+  }
+  // Leaf l's own product: the row-independent GEMM on dy^T [out, rows] and x [rows, in].
+  std::vector<float> product(Context& ctx, size_t l) const {
+    const int64_t r = view[l].rows;
+    std::vector<float> P(size_t(out * in), 0.f);
+    if (r == 0) return P;
+    std::vector<uint16_t> dyt(size_t(out * r));
+    for (int64_t t = 0; t < r; ++t)
+      for (int64_t o = 0; o < out; ++o) dyt[size_t(o * r + t)] = dy[l][size_t(t * out + o)];
+    cpu::gemm_rows_bf16(ctx, false, out, in, r, 1.f, dyt.data(), r, x[l].data(), in, 0.f, P.data(), in);
+    return P;
+  }
+};
+
+// The steps on whole matrices, in fp32 (buffer 0 starts as dW0).
+std::vector<float> reference(Context& ctx, const Leaves& lv, const std::vector<cpu::GradTreeStep>& steps,
+                             const std::vector<const float*>& extra, const std::vector<float>& dW0) {
+  std::vector<std::vector<float>> buf(8, std::vector<float>(dW0.size(), 0.f));
+  buf[0] = dW0;
+  for (size_t l = 0; l < steps.size(); ++l) {
+    std::vector<float> c = lv.product(ctx, l);
+    auto add = [&](int k) {
+      const float* m = k >= 0 ? buf[size_t(k)].data() : extra[size_t(-1 - k)];
+      for (size_t i = 0; i < c.size(); ++i) c[i] = c[i] + m[i];
+    };
+    if (steps[l].accumulate) add(steps[l].dst);
+    for (int k : steps[l].adds) add(k);
+    buf[size_t(steps[l].dst)] = c;
+  }
+  return buf[0];
+}
+
+size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// quant/expert_grad_tree.cpp's tree over five leaves: a pair in buffer 1, leaf 2 in buffer 2, the last
+// pair into dW adding the pending sums, innermost first.
+const std::vector<cpu::GradTreeStep> kFiveLeaves = {
+    {1, false, {}}, {1, true, {}}, {2, false, {}}, {0, false, {}}, {0, true, {2, 1}}};
+
+TEST(GradTreeBf16, EqualsTheTreeOfTheLeavesOwnProducts) {
+  AR_REQUIRE_ROWS_BF16();
+  Context one(Device{}, 1), two(Device{}, 2);
+  struct Case {
+    int64_t out, in;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& c : {Case{64, 96, {32, 31, 1, 40, 17}}, Case{45, 70, {7, 0, 33, 2, 0}}, Case{768, 64, {3, 5, 0, 9, 30}},
+                        Case{8, 33, {1, 1, 1, 1, 1}}}) {
+    const Leaves lv(c.out, c.in, c.rows, uint32_t(c.out * 131 + c.in));
+    const std::vector<float> want =
+        reference(one, lv, kFiveLeaves, {}, std::vector<float>(size_t(c.out * c.in), 0.f));
+    for (Context* ctx : {&one, &two}) {
+      std::vector<float> got(size_t(c.out * c.in), 123.f);
+      cpu::weight_grad_tree_bf16(*ctx, lv.view, kFiveLeaves, {}, c.out, c.in, got.data());
+      EXPECT_EQ(differing(want, got), 0u) << c.out << " x " << c.in << " on " << ctx->threads() << " threads";
+    }
+  }
+}
+
+TEST(GradTreeBf16, OneLeafAccumulatesIntoDwThenAddsTheAddendsInOrder) {
+  AR_REQUIRE_ROWS_BF16();
+  Context ctx(Device{}, 2);
+  const int64_t out = 40, in = 50;
+  const Leaves lv(out, in, {13}, 7);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1e3f);  // large terms: the order of the additions shows
+  std::vector<float> dW0(size_t(out * in)), m1(dW0.size()), m2(dW0.size());
+  for (auto* v : {&dW0, &m1, &m2})
+    for (float& f : *v) f = nd(rng);
+  const std::vector<const float*> extra = {m1.data(), m2.data()};
+  for (bool accumulate : {false, true}) {
+    const std::vector<cpu::GradTreeStep> steps = {{0, accumulate, {-2, -1}}};
+    const std::vector<float> want = reference(ctx, lv, steps, extra, dW0);
+    std::vector<float> got = dW0;
+    cpu::weight_grad_tree_bf16(ctx, lv.view, steps, extra, out, in, got.data());
+    EXPECT_EQ(differing(want, got), 0u) << "accumulate " << accumulate;
+    // m2 first, then m1: the other order gives other bits somewhere.
+    const std::vector<float> swapped = reference(ctx, lv, {{0, accumulate, {-1, -2}}}, extra, dW0);
+    EXPECT_GT(differing(swapped, got), 0u);
+  }
+}
+
+TEST(GradTreeBf16, RefusesStepsThatReadAScratchBufferBeforeWritingIt) {
+  AR_REQUIRE_ROWS_BF16();
+  Context ctx(Device{}, 1);
+  const Leaves lv(16, 32, {4, 4}, 1);
+  std::vector<float> dW(16 * 32);
+  EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, lv.view, {{0, false, {1}}, {1, false, {}}}, {}, 16, 32, dW.data()),
+               Error);
+  EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, lv.view, {{0, false, {-1}}, {0, true, {}}}, {}, 16, 32, dW.data()),
+               Error);
+  const std::vector<cpu::GradLeafBf16> first = {lv.view[0]};
+  EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, first, {{1, false, {}}}, {}, 16, 32, dW.data()), Error);  // no result
+  EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, lv.view, {{0, false, {}}}, {}, 16, 32, dW.data()), Error);  // 1 step, 2 leaves
+}
+
+}  // namespace
