@@ -79,6 +79,9 @@ size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
 // pair into dW adding the pending sums, innermost first.
 const std::vector<cpu::GradTreeStep> kFiveLeaves = {
     {1, false, {}}, {1, true, {}}, {2, false, {}}, {0, false, {}}, {0, true, {2, 1}}};
+// And over eight (a batch of 8): the first pair waits in buffer 0 before the root is written there.
+const std::vector<cpu::GradTreeStep> kEightLeaves = {{0, false, {}}, {0, true, {}}, {1, false, {}}, {1, true, {0}},
+                                                      {2, false, {}}, {2, true, {}}, {0, false, {}}, {0, true, {2, 1}}};
 
 TEST(GradTreeBf16, EqualsTheTreeOfTheLeavesOwnProducts) {
   AR_REQUIRE_ROWS_BF16();
@@ -88,13 +91,13 @@ TEST(GradTreeBf16, EqualsTheTreeOfTheLeavesOwnProducts) {
     std::vector<int64_t> rows;
   };
   for (const Case& c : {Case{64, 96, {32, 31, 1, 40, 17}}, Case{45, 70, {7, 0, 33, 2, 0}}, Case{768, 64, {3, 5, 0, 9, 30}},
-                        Case{8, 33, {1, 1, 1, 1, 1}}}) {
+                        Case{8, 33, {1, 1, 1, 1, 1}}, Case{100, 130, {30, 34, 0, 29, 33, 1, 32, 31}}}) {
     const Leaves lv(c.out, c.in, c.rows, uint32_t(c.out * 131 + c.in));
-    const std::vector<float> want =
-        reference(one, lv, kFiveLeaves, {}, std::vector<float>(size_t(c.out * c.in), 0.f));
+    const auto& steps = c.rows.size() == 8 ? kEightLeaves : kFiveLeaves;
+    const std::vector<float> want = reference(one, lv, steps, {}, std::vector<float>(size_t(c.out * c.in), 0.f));
     for (Context* ctx : {&one, &two}) {
       std::vector<float> got(size_t(c.out * c.in), 123.f);
-      cpu::weight_grad_tree_bf16(*ctx, lv.view, kFiveLeaves, {}, c.out, c.in, got.data());
+      cpu::weight_grad_tree_bf16(*ctx, lv.view, steps, {}, c.out, c.in, got.data());
       EXPECT_EQ(differing(want, got), 0u) << c.out << " x " << c.in << " on " << ctx->threads() << " threads";
     }
   }

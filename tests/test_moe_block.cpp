@@ -603,3 +603,26 @@ TEST(MoeExpertTree, StackedLeavesGiveTheBitsOfEachLeafsOwnRunUnderAmp) {
   expect_deferred_tree_of_immediate_leaves(true, true);
 }
 }  // namespace
+
+namespace {
+// The tree's steps (quant::leaf_tree_steps), written out: what both the per-leaf GEMMs and the one-pass
+// kernel (cpu::weight_grad_tree_bf16) run. Buffer 0 is the root; a left half's sum waits in a free
+// buffer (0 too, before the root is written) and is added by the right half's last leaf.
+TEST(MoeExpertTree, LeafTreeStepsAreTheTunersTree) {
+  using S = cpu::GradTreeStep;
+  auto same = [](const std::vector<S>& a, const std::vector<S>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].dst != b[i].dst || a[i].accumulate != b[i].accumulate || a[i].adds != b[i].adds) return false;
+    return true;
+  };
+  EXPECT_TRUE(quant::leaf_tree_steps(0).empty());
+  EXPECT_TRUE(same(quant::leaf_tree_steps(1), {S{0, false, {}}}));
+  EXPECT_TRUE(same(quant::leaf_tree_steps(2), {S{0, false, {}}, S{0, true, {}}}));
+  EXPECT_TRUE(same(quant::leaf_tree_steps(5),
+                   {S{1, false, {}}, S{1, true, {}}, S{2, false, {}}, S{0, false, {}}, S{0, true, {2, 1}}}));
+  EXPECT_TRUE(same(quant::leaf_tree_steps(8), {S{0, false, {}}, S{0, true, {}}, S{1, false, {}}, S{1, true, {0}},
+                                               S{2, false, {}}, S{2, true, {}}, S{0, false, {}},
+                                               S{0, true, {2, 1}}}));
+}
+}  // namespace

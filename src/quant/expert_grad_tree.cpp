@@ -7,10 +7,6 @@
 namespace ar::quant {
 namespace {
 
-// The tree over leaves [0, n) as BlockTuner::tree sums them, one step per leaf (cpu::GradTreeStep):
-// buffer 0 is the root (the target), the others scratch of the weight's size; the left half into a
-// free buffer, added by the right half's last leaf (innermost pending sum first); a pair of leaves
-// shares a buffer.
 void tree_steps(int64_t a, int64_t b, int dst, std::vector<int> pend, std::vector<cpu::GradTreeStep>& steps) {
   auto leaf = [&](bool accumulate, const std::vector<int>& p) {
     steps.push_back({dst, accumulate, std::vector<int>(p.rbegin(), p.rend())});
@@ -79,6 +75,12 @@ class WeightTree {
 
 }  // namespace
 
+std::vector<cpu::GradTreeStep> leaf_tree_steps(int64_t leaves) {
+  std::vector<cpu::GradTreeStep> steps;
+  if (leaves > 0) tree_steps(0, leaves, 0, {}, steps);
+  return steps;
+}
+
 void expert_grad_tree(cpu::CpuOps& ops, const cpu::DeferredGrads& d, const std::vector<ExpertGradTarget>& targets) {
   if (d.leaves() == 0) return;
   // Items: runs of targets of one expert (their Linears share operands, whose bf16 packing is lazy);
@@ -94,8 +96,7 @@ void expert_grad_tree(cpu::CpuOps& ops, const cpu::DeferredGrads& d, const std::
         const cpu::DeferredGrads::Product* p = d.find(l, targets[i].slot);
         cost[e] += 4 * (p ? p->rows : 0) + 8;
       }
-  std::vector<cpu::GradTreeStep> steps;
-  tree_steps(0, d.leaves(), 0, {}, steps);
+  const std::vector<cpu::GradTreeStep> steps = leaf_tree_steps(d.leaves());
   ops.for_each_group(cost, [&](cpu::CpuOps& o, int64_t e) {
     for (size_t i = first[size_t(e)]; i < first[size_t(e) + 1]; ++i) WeightTree(o, d, targets[i], steps).run();
   });

@@ -19,6 +19,11 @@ struct ExpertGradTarget {
   float* dst = nullptr;
 };
 
+// The tree over `leaves` leaves as signround.cpp's tree sums them, one step per leaf
+// (cpu::GradTreeStep): buffer 0 the root, the others scratch; the left half into a free buffer, added
+// by the right half's last leaf (innermost pending sum first); a pair of leaves shares a buffer.
+std::vector<cpu::GradTreeStep> leaf_tree_steps(int64_t leaves);
+
 // dst of every target = the tree over the leaves of `d` (as signround.cpp's tree over [0, d.leaves())).
 // `ops` gives the context, pool and bf16 operands (amp); targets of one expert must be adjacent.
 void expert_grad_tree(cpu::CpuOps& ops, const cpu::DeferredGrads& d, const std::vector<ExpertGradTarget>& targets);
