@@ -5,7 +5,10 @@
 //  - "tree_one_pass": cpu::weight_grad_tree_bf16, every leaf's chain and the tree's sums per 8 x 32
 //    output tile, the root stored once (what the tuner runs at the avx512_bf16 level);
 //  - "dnnl_per_leaf": one oneDNN bf16 GEMM per leaf on buffers of the weight's size, pairs accumulated
-//    and pending sums added by the GEMM's post-ops (what it ran before, and still runs with AMX).
+//    and pending sums added by the GEMM's post-ops (what it ran before, and still runs with AMX);
+//  - the same two in fp32 ("f32_tree_one_pass": cpu::weight_grad_tree_f32, 6 x 16 AVX2 FMA tiles;
+//    "f32_per_leaf": cpu::gemm per leaf, the project's fp32 GEMM), against the same limit: an fp32
+//    rate reads against the FMA peak, half of it.
 // The tuner runs each expert on one thread (CpuOps::for_each_group), so one thread is the figure that
 // counts; all threads are printed too. Output: one JSON line per (shape, path, threads).
 //   grad_tree_bench [--hidden 2048] [--inter 768] [--leaves 8] [--rows 32] [--reps 5] [--threads T]
@@ -44,6 +47,16 @@ double best_time(int reps, const std::function<void()>& f) {
     best = std::min(best, bench::now_s() - t0);
   }
   return best;
+}
+
+void f32_per_leaf(Context& ctx, const std::vector<cpu::GradLeafF32>& leaves, const std::vector<cpu::GradTreeStep>& steps,
+                  std::vector<std::vector<float>>& bufs, int64_t out, int64_t in) {
+  for (size_t l = 0; l < steps.size(); ++l) {
+    std::vector<const float*> adds;
+    for (int k : steps[l].adds) adds.push_back(bufs[size_t(k)].data());
+    cpu::gemm(ctx, true, false, out, in, leaves[l].rows, 1.f, leaves[l].dy, out, leaves[l].x, in,
+              steps[l].accumulate ? 1.f : 0.f, bufs[size_t(steps[l].dst)].data(), in, adds);
+  }
 }
 
 // The same tree with one oneDNN GEMM per leaf: buffer 0 is dW, the others scratch of its size.
@@ -109,6 +122,19 @@ int main(int argc, char** argv) {
                cpu::weight_grad_tree_bf16(ctx, leaves, steps, {}, out, in, bufs[0].data());
              }));
       report("dnnl_per_leaf", best_time(reps, [&] { dnnl_per_leaf(ctx, leaves, steps, bufs, out, in); }));
+      std::vector<std::vector<float>> dyf, xf;
+      std::vector<cpu::GradLeafF32> lf;
+      for (int64_t l = 0; l < L; ++l) {
+        dyf.emplace_back(dy[size_t(l)].size());
+        xf.emplace_back(x[size_t(l)].size());
+        for (size_t i = 0; i < dyf.back().size(); ++i) dyf.back()[i] = bf16_to_f32(dy[size_t(l)][i]);
+        for (size_t i = 0; i < xf.back().size(); ++i) xf.back()[i] = bf16_to_f32(x[size_t(l)][i]);
+        lf.push_back({dyf.back().data(), xf.back().data(), R});
+      }
+      report("f32_tree_one_pass", best_time(reps, [&] {
+               cpu::weight_grad_tree_f32(ctx, lf, steps, {}, out, in, bufs[0].data());
+             }));
+      report("f32_per_leaf", best_time(reps, [&] { f32_per_leaf(ctx, lf, steps, bufs, out, in); }));
     }
   }
   return 0;

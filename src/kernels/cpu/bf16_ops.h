@@ -83,20 +83,12 @@ void gemm_rows_bf16_pack_ref(bool tb, const uint16_t* B, int64_t ldb, int64_t K,
 // [out, in] (the tuner's MoE experts under --amp: quant/expert_grad_tree.h; a leaf's own product,
 // cpu_ops.h). Leaf l's product P_l = dy_l^T x_l (dy_l [rows, out], x_l [rows, in], bf16, row-major) has
 // every element as gemm_rows_bf16's chain over the leaf's rows (the file says exactly), so it depends on
-// nothing but the leaf's rows. Step l (one per leaf, in order) sets buffer `dst` to P_l, plus buffer
-// dst when `accumulate`, plus each buffer of `adds` in order, one rounding per addition. Buffer 0 is
-// dW (its old values read where a step reads it before any writes it); k > 0 are the kernel's own
-// scratch (written before read); k < 0 is extra[-1 - k], a matrix laid out as dW. Requires
+// nothing but the leaf's rows. The steps (GradTreeStep, ops.h) as weight_grad_tree_f32's. Requires
 // gemm_rows_bf16_supported().
 struct GradLeafBf16 {
   const uint16_t* dy = nullptr;
   const uint16_t* x = nullptr;
   int64_t rows = 0;  // 0: P_l = 0
-};
-struct GradTreeStep {
-  int dst = 0;
-  bool accumulate = false;
-  std::vector<int> adds;
 };
 void weight_grad_tree_bf16(Context& ctx, const std::vector<GradLeafBf16>& leaves,
                            const std::vector<GradTreeStep>& steps, Addends extra, int64_t out, int64_t in, float* dW);

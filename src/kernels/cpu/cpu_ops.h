@@ -62,10 +62,10 @@ struct CpuOps {
   // rows of a call: gemm_rows (ops.h) in fp32, gemm_rows_bf16 (bf16_ops.h) under amp. expert_row_gemms
   // gives that to the MoE experts' items (for_each_group), which may then stack several leaves' rows of
   // an expert into one call with the bits of the leaves' own calls (MoeFfn::run_experts; the tuner sets
-  // it with --deterministic, quant/signround.cpp). Weight gradients keep the usual GEMM in fp32; under
-  // amp they are one leaf of weight_grad_tree_bf16, the kernel that sums a deferred expert's leaves in
-  // one pass (quant/expert_grad_tree.h). Under amp only at the avx512_bf16 level: with AMX, oneDNN's
-  // AMX kernels keep every product (per leaf).
+  // it with --deterministic, quant/signround.cpp). Weight gradients are one leaf of the kernel that sums
+  // a deferred expert's leaves in one pass (quant/expert_grad_tree.h): weight_grad_tree_f32 from AVX2
+  // on (the usual GEMM at the scalar level), weight_grad_tree_bf16 under amp. Under amp only at the
+  // avx512_bf16 level: with AMX, oneDNN's AMX kernels keep every product (per leaf).
   bool row_gemms = false;
   bool expert_row_gemms = false;
   bool experts_stack_rows() const { return expert_row_gemms && has_row_gemms(amp != nullptr); }
@@ -217,6 +217,14 @@ struct CpuOps {
     if (row_gemms && dx) {
       cpu::gemm_rows(ctx, false, false, n, in, out, 1.f, dy.x, out, W, in, acc ? 1.f : 0.f, dx, in);
       dx = nullptr;
+    }
+    if (row_gemms && dW && weight_grad_tree_f32_supported()) {  // one leaf of the fp32 tree kernel
+      std::vector<int> adds;
+      for (size_t k = 0; k < add.size(); ++k) adds.push_back(-1 - int(k));
+      cpu::weight_grad_tree_f32(ctx, {{n > 0 ? dy.x : nullptr, n > 0 ? x.x : nullptr, n}}, {{0, acc_dW, std::move(adds)}},
+                                add, out, in, dW);
+      dW = nullptr;
+      if (!dx && !db) return;
     }
     cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
   }

@@ -113,33 +113,6 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const Tr
   }
 }
 
-// The scratch buffers the steps use (1 + the largest index), and whether buffer 0 (dW) is read before
-// a step writes it: its old values then start the tree. A scratch buffer read before it is written,
-// or an index outside the buffers and addends, is a caller's bug.
-int check_steps(const std::vector<GradTreeStep>& steps, size_t extra, bool& init_from_dw) {
-  int n = 1;
-  for (const GradTreeStep& s : steps) {
-    n = std::max(n, s.dst + 1);
-    for (int k : s.adds) n = std::max(n, k + 1);
-  }
-  std::vector<bool> written(size_t(n), false);
-  init_from_dw = false;
-  auto read = [&](int k) {
-    AR_CHECK(k >= -int(extra) && k < n, "weight_grad_tree_bf16: addend index " + std::to_string(k) + " out of range");
-    if (k < 0) return;
-    if (k == 0 && !written[0]) init_from_dw = true;
-    AR_CHECK(k == 0 || written[size_t(k)], "weight_grad_tree_bf16: scratch buffer " + std::to_string(k) + " read before written");
-  };
-  for (const GradTreeStep& s : steps) {
-    AR_CHECK(s.dst >= 0, "weight_grad_tree_bf16: a step writes buffer " + std::to_string(s.dst));
-    if (s.accumulate) read(s.dst);
-    for (int k : s.adds) read(k);
-    written[size_t(s.dst)] = true;
-  }
-  AR_CHECK(written[0], "weight_grad_tree_bf16: no step writes the result");
-  return n;
-}
-
 }  // namespace
 
 void weight_grad_tree_bf16(Context& ctx, const std::vector<GradLeafBf16>& leaves,
@@ -149,7 +122,7 @@ void weight_grad_tree_bf16(Context& ctx, const std::vector<GradLeafBf16>& leaves
            "weight_grad_tree_bf16: " + std::to_string(steps.size()) + " steps for " + std::to_string(leaves.size()) + " leaves");
   if (out <= 0 || in <= 0) return;
   bool init_from_dw = false;
-  const int buffers = check_steps(steps, extra.size(), init_from_dw);
+  const int buffers = grad_tree_buffers(steps, extra.size(), init_from_dw);
   const size_t L = leaves.size();
   const int64_t opanels = (out + kNr - 1) / kNr, ipanels = (in + kNr - 1) / kNr;
   std::vector<int64_t> pairs(L), aoff(L + 1), boff(L + 1);

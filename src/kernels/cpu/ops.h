@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/context.h"
 #include "kernels/cpu/isa.h"
@@ -29,6 +30,31 @@ void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 // MoE experts, quant/signround.cpp). No addends.
 void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// grad_tree_f32.cpp — a tuning tree's weight gradient over several leaves in one pass over dW [out, in]
+// (the tuner's deterministic MoE experts: quant/expert_grad_tree.h; a leaf's own product, cpu_ops.h).
+// Leaf l's product P_l = dy_l^T x_l (dy_l [rows, out], x_l [rows, in], row-major) has every element
+// as one FMA chain over the leaf's rows in order (sgemm_fma.h's definition), so it depends on nothing
+// but the leaf's rows. Step l (one per leaf, in order) sets buffer `dst` to P_l, plus buffer dst when
+// `accumulate`, plus each buffer of `adds` in order, one rounding per addition. Buffer 0 is dW (its old
+// values read where a step reads it before any writes it); k > 0 are the kernel's own scratch (written
+// before read); k < 0 is extra[-1 - k], a matrix laid out as dW. Needs AVX2 (the level's kernels).
+struct GradTreeStep {
+  int dst = 0;
+  bool accumulate = false;
+  std::vector<int> adds;
+};
+struct GradLeafF32 {
+  const float* dy = nullptr;
+  const float* x = nullptr;
+  int64_t rows = 0;  // 0: P_l = 0
+};
+bool weight_grad_tree_f32_supported();
+void weight_grad_tree_f32(Context& ctx, const std::vector<GradLeafF32>& leaves, const std::vector<GradTreeStep>& steps,
+                          Addends extra, int64_t out, int64_t in, float* dW);
+// The buffers the steps use (1 + the largest index) and whether buffer 0's old values start the tree;
+// throws (Internal) on a step list that reads a scratch buffer before writing it or names a missing one.
+int grad_tree_buffers(const std::vector<GradTreeStep>& steps, size_t extra, bool& init_from_dw);
+
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
 // dW += dy^T x, or dW = dy^T x with accumulate_dW false; then dW_add added in order (gemm's `add`).

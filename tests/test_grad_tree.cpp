@@ -1,8 +1,10 @@
-// The weight-gradient tree in one pass (kernels/cpu/grad_tree_bf16.cpp): bit for bit the tree of the
-// leaves' own products, each the gemm_rows_bf16 chain of A = dy^T and B = x (that kernel is checked
-// against double in test_gemm_rows_bf16.cpp), summed in fp32 by the steps as written; on one and two
+// The weight-gradient tree in one pass (kernels/cpu/grad_tree_bf16.cpp, grad_tree_f32.cpp): bit for bit
+// the tree of the leaves' own products, summed in fp32 by the steps as written; on one and two
 // threads; shapes that are not whole tiles; leaves without rows; the old dW and outside addends of a
-// single leaf (the tuner's linear_bwd). Bad step lists are refused. Skipped without AVX512_BF16.
+// single leaf (the tuner's linear_bwd). A bf16 leaf's product is the gemm_rows_bf16 chain of A = dy^T
+// and B = x (that kernel is checked against double in test_gemm_rows_bf16.cpp), an fp32 one
+// sgemm_fma's definition (sgemm_fma_ref: one FMA chain per element). Bad step lists are refused. The
+// bf16 tests skip without AVX512_BF16, the fp32 ones below AVX2 (the scalar cap).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/sgemm_fma.h"
 
 using namespace ar;
 
@@ -22,6 +25,9 @@ namespace {
 #define AR_REQUIRE_ROWS_BF16()           \
   if (!cpu::gemm_rows_bf16_supported()) \
   GTEST_SKIP() << "no AVX512_BF16 at this level (" << cpu::isa_name(cpu::kernel_isa()) << ")"
+#define AR_REQUIRE_TREE_F32()                    \
+  if (!cpu::weight_grad_tree_f32_supported()) \
+  GTEST_SKIP() << "no AVX2 at this level (" << cpu::isa_name(cpu::kernel_isa()) << ")"
 
 struct Leaves {
   int64_t out, in;
@@ -138,6 +144,98 @@ TEST(GradTreeBf16, RefusesStepsThatReadAScratchBufferBeforeWritingIt) {
   const std::vector<cpu::GradLeafBf16> first = {lv.view[0]};
   EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, first, {{1, false, {}}}, {}, 16, 32, dW.data()), Error);  // no result
   EXPECT_THROW(cpu::weight_grad_tree_bf16(ctx, lv.view, {{0, false, {}}}, {}, 16, 32, dW.data()), Error);  // 1 step, 2 leaves
+}
+
+// The same in fp32.
+struct LeavesF32 {
+  int64_t out, in;
+  std::vector<std::vector<float>> dy, x;
+  std::vector<cpu::GradLeafF32> view;
+  LeavesF32(int64_t o, int64_t i, const std::vector<int64_t>& rows, uint32_t seed) : out(o), in(i) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int64_t r : rows) {
+      dy.emplace_back(size_t(std::max<int64_t>(r * out, 1)));
+      x.emplace_back(size_t(std::max<int64_t>(r * in, 1)));
+      for (auto& v : dy.back()) v = nd(rng);
+      for (auto& v : x.back()) v = nd(rng);
+      view.push_back({dy.back().data(), x.back().data(), r});
+    }
+  }
+  std::vector<float> product(size_t l) const {  // the definition: sgemm_fma_ref with op(A) = dy^T
+    std::vector<float> P(size_t(out * in), 0.f);
+    cpu::SgemmFmaArgs g;
+    g.ta = true, g.M = out, g.N = in, g.K = view[l].rows, g.A = dy[l].data(), g.lda = out, g.B = x[l].data();
+    g.ldb = in, g.C = P.data(), g.ldc = in;
+    cpu::sgemm_fma_ref(g, 0, out, 0, in);
+    return P;
+  }
+};
+
+std::vector<float> reference_f32(const LeavesF32& lv, const std::vector<cpu::GradTreeStep>& steps,
+                                 const std::vector<const float*>& extra, const std::vector<float>& dW0) {
+  std::vector<std::vector<float>> buf(8, std::vector<float>(dW0.size(), 0.f));
+  buf[0] = dW0;
+  for (size_t l = 0; l < steps.size(); ++l) {
+    std::vector<float> c = lv.product(l);
+    auto add = [&](int k) {
+      const float* m = k >= 0 ? buf[size_t(k)].data() : extra[size_t(-1 - k)];
+      for (size_t i = 0; i < c.size(); ++i) c[i] = c[i] + m[i];
+    };
+    if (steps[l].accumulate) add(steps[l].dst);
+    for (int k : steps[l].adds) add(k);
+    buf[size_t(steps[l].dst)] = c;
+  }
+  return buf[0];
+}
+
+TEST(GradTreeF32, EqualsTheTreeOfTheLeavesOwnProducts) {
+  AR_REQUIRE_TREE_F32();
+  Context one(Device{}, 1), two(Device{}, 2);
+  struct Case {
+    int64_t out, in;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& c : {Case{64, 96, {32, 31, 1, 40, 17}}, Case{45, 70, {7, 0, 33, 2, 0}}, Case{7, 9, {1, 1, 1, 1, 1}},
+                        Case{100, 130, {30, 34, 0, 29, 33, 1, 32, 31}}}) {
+    const LeavesF32 lv(c.out, c.in, c.rows, uint32_t(c.out * 131 + c.in));
+    const auto& steps = c.rows.size() == 8 ? kEightLeaves : kFiveLeaves;
+    const std::vector<float> want = reference_f32(lv, steps, {}, std::vector<float>(size_t(c.out * c.in), 0.f));
+    for (Context* ctx : {&one, &two}) {
+      std::vector<float> got(size_t(c.out * c.in), 123.f);
+      cpu::weight_grad_tree_f32(*ctx, lv.view, steps, {}, c.out, c.in, got.data());
+      EXPECT_EQ(differing(want, got), 0u) << c.out << " x " << c.in << " on " << ctx->threads() << " threads";
+    }
+  }
+}
+
+TEST(GradTreeF32, OneLeafAccumulatesIntoDwThenAddsTheAddendsInOrder) {
+  AR_REQUIRE_TREE_F32();
+  Context ctx(Device{}, 2);
+  const int64_t out = 40, in = 50;
+  const LeavesF32 lv(out, in, {13}, 7);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1e3f);
+  std::vector<float> dW0(size_t(out * in)), m1(dW0.size()), m2(dW0.size());
+  for (auto* v : {&dW0, &m1, &m2})
+    for (float& f : *v) f = nd(rng);
+  const std::vector<const float*> extra = {m1.data(), m2.data()};
+  for (bool accumulate : {false, true}) {
+    const std::vector<cpu::GradTreeStep> steps = {{0, accumulate, {-2, -1}}};
+    std::vector<float> got = dW0;
+    cpu::weight_grad_tree_f32(ctx, lv.view, steps, extra, out, in, got.data());
+    EXPECT_EQ(differing(reference_f32(lv, steps, extra, dW0), got), 0u) << "accumulate " << accumulate;
+    EXPECT_GT(differing(reference_f32(lv, {{0, accumulate, {-1, -2}}}, extra, dW0), got), 0u);
+  }
+}
+
+TEST(GradTreeF32, RefusesStepsThatReadAScratchBufferBeforeWritingIt) {
+  AR_REQUIRE_TREE_F32();
+  Context ctx(Device{}, 1);
+  const LeavesF32 lv(16, 32, {4, 4}, 1);
+  std::vector<float> dW(16 * 32);
+  EXPECT_THROW(cpu::weight_grad_tree_f32(ctx, lv.view, {{0, false, {1}}, {1, false, {}}}, {}, 16, 32, dW.data()), Error);
+  EXPECT_THROW(cpu::weight_grad_tree_f32(ctx, lv.view, {{0, false, {}}}, {}, 16, 32, dW.data()), Error);
 }
 
 }  // namespace
