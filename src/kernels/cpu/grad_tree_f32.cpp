@@ -54,6 +54,10 @@ struct Lanes {
   }
 };
 
+__attribute__((target("avx2"))) inline __m256i lanes_avx2(const Lanes& m, int half) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(m.m + 8 * half));
+}
+
 // Leaf l's product on the tile at rows [o0, o0 + kMr), columns [i0, i0 + 16) into p (kMr x kNr): the
 // chain alone, as sgemm_fma's tile runs it (with the tree's sums in the same function GCC kept the
 // twelve accumulators in memory).
@@ -85,8 +89,7 @@ __attribute__((target("avx2,fma"))) void step_avx2(const TreeRun& r, size_t l, i
                                                   const Lanes& cols, float* s, float* p) {
   product_avx2(r, l, o0, p);
   const GradTreeStep& st = (*r.steps)[l];
-  const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cols.m)),
-                m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cols.m + 8)), z = _mm256_setzero_si256();
+  const __m256i m0 = lanes_avx2(cols, 0), m1 = lanes_avx2(cols, 1), z = _mm256_setzero_si256();
   for (int64_t i = 0; i < kMr; ++i) {
     __m256 v0 = _mm256_loadu_ps(p + i * kNr), v1 = _mm256_loadu_ps(p + i * kNr + 8);
     for (int64_t j = st.accumulate ? -1 : 0; j < int64_t(st.adds.size()); ++j) {
@@ -109,20 +112,19 @@ __attribute__((target("avx2,fma"))) void step_avx2(const TreeRun& r, size_t l, i
 __attribute__((target("avx2,fma"))) void tile_avx2(const TreeRun& r, int64_t o0, int64_t i0, int64_t ncols, float* s) {
   const int64_t rows = std::min(kMr, r.out - o0);
   const Lanes cols(ncols), none(0);
-  auto lanes = [](const Lanes& m, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(m.m + 8 * h)); };
   if (r.init_from_dw)
     for (int64_t i = 0; i < kMr; ++i) {
       const float* d = r.dW + (o0 + std::min(i, rows - 1)) * r.in + i0;
       const Lanes& m = i < rows ? cols : none;
-      _mm256_storeu_ps(s + i * kNr, _mm256_maskload_ps(d, lanes(m, 0)));
-      _mm256_storeu_ps(s + i * kNr + 8, _mm256_maskload_ps(d + 8, lanes(m, 1)));
+      _mm256_storeu_ps(s + i * kNr, _mm256_maskload_ps(d, lanes_avx2(m, 0)));
+      _mm256_storeu_ps(s + i * kNr + 8, _mm256_maskload_ps(d + 8, lanes_avx2(m, 1)));
     }
   alignas(32) float p[kTile];
   for (size_t l = 0; l < r.steps->size(); ++l) step_avx2(r, l, o0, i0, rows, cols, s, p);
   for (int64_t i = 0; i < rows; ++i) {
     float* d = r.dW + (o0 + i) * r.in + i0;
-    _mm256_maskstore_ps(d, lanes(cols, 0), _mm256_loadu_ps(s + i * kNr));
-    _mm256_maskstore_ps(d + 8, lanes(cols, 1), _mm256_loadu_ps(s + i * kNr + 8));
+    _mm256_maskstore_ps(d, lanes_avx2(cols, 0), _mm256_loadu_ps(s + i * kNr));
+    _mm256_maskstore_ps(d + 8, lanes_avx2(cols, 1), _mm256_loadu_ps(s + i * kNr + 8));
   }
 }
 
