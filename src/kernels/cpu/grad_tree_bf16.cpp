@@ -63,8 +63,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const Tr
   if (r.init_from_dw)
     for (int64_t i = 0; i < kMr; ++i) {
       const bool live = i < rows;
-      _mm512_storeu_ps(s + i * kNr, _mm512_maskz_loadu_ps(live ? m0 : 0, r.dW + (o0 + i) * r.in + i0));
-      _mm512_storeu_ps(s + i * kNr + 16, _mm512_maskz_loadu_ps(live ? m1 : 0, r.dW + (o0 + i) * r.in + i0 + 16));
+      const float* d = r.dW + (o0 + (live ? i : 0)) * r.in + i0;  // no address past dW's rows
+      _mm512_storeu_ps(s + i * kNr, _mm512_maskz_loadu_ps(live ? m0 : 0, d));
+      _mm512_storeu_ps(s + i * kNr + 16, _mm512_maskz_loadu_ps(live ? m1 : 0, d + 16));
     }
   const std::vector<GradTreeStep>& steps = *r.steps;
   for (size_t l = 0; l < steps.size(); ++l) {
