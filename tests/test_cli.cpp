@@ -156,6 +156,31 @@ TEST(Cli, QuantizeSchemeRecipeAndExplicitFlags) {
   fs::remove(q + ".json");
 }
 
+// --layer_config as AutoRound's CLI takes it (a shell-friendly dict): the summary names each own
+// format, the output's extra_config holds it; a bad entry is a usage error naming it, before any work.
+TEST(Cli, LayerConfigGivesLinearsTheirOwnFormat) {
+  std::string d = tmpdir("lcfg"), q = d + "_q";
+  ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);
+  CliResult r = run("--model " + d + " --group_size 32 --iters 0 --nsamples 2 --seqlen 32 --output_dir " + q +
+                    " --layer_config '{mlp.down_proj:{bits:8},self_attn.q_proj:BF16}'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("own formats: mlp.down_proj W8G32 sym in every block (--layer_config mlp.down_proj)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("self_attn.q_proj in every block (--layer_config self_attn.q_proj)"), std::string::npos) << r.out;
+  const auto qc = nlohmann::json::parse(ar::read_text_file(q + "/config.json"))["quantization_config"];
+  EXPECT_EQ(qc["extra_config"]["model.layers.0.mlp.down_proj"], nlohmann::json({{"bits", 8}})) << qc.dump();
+  r = run("--model " + d + " --output_dir " + q + "_bad --layer_config '{mlp.down_proj:{bits:5}}'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--layer_config: 'mlp.down_proj': bits 5 is not supported"), std::string::npos) << r.out;
+  r = run("--model " + d + " --output_dir " + q + "_bad --format auto_awq --layer_config '{down_proj:{bits:8}}'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("AWQ layout"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(q + "_bad"));
+  fs::remove_all(d);
+  fs::remove_all(q);
+}
+
 TEST(Cli, AmpChoiceIsLoggedAndChecked) {
   std::string d = tmpdir("amp"), q = d + "_q";
   ar::write_synthetic_model(d, ar::tiny_llama_config(1), 4);

@@ -379,7 +379,7 @@ void register_quantize(CLI::App& app) {
     QuantizeOptions q;
     bool asym = false, not_use_best = false, disable_quanted_input = false, disable_minmax = false;
     bool disable_opt_rtn = false, quant_lm_head = false, disable_amp = false;
-    std::string fp_layers, device = "cpu", recipe = "default", scheme, parallel = "off", amp;
+    std::string fp_layers, layer_config, device = "cpu", recipe = "default", scheme, parallel = "off", amp;
     CompatFlags compat;
     JobFlags job;
   };
@@ -413,6 +413,11 @@ void register_quantize(CLI::App& app) {
                   "file (with fake alone: the file's weights dequantized; with int formats: each block tuned once "
                   "for each)");
   sub->add_option("--fp_layers,--ignore_layers", o->fp_layers, "comma-separated substrings of layers kept in 16 bit");
+  sub->add_option("--layer_config", o->layer_config,
+                  "per-layer schemes, AutoRound's syntax: '{\"mlp.down_proj\": {\"bits\": 8}, "
+                  "\"layers.0.self_attn\": \"BF16\"}' or {mlp.down_proj:{bits:8}}; keys are Linear names "
+                  "or patterns (substrings, or regexes with .* ^ $ | ( [ ? +); keys bits (2 3 4 8, 16 keeps "
+                  "the layer), group_size, sym, data_type, scheme (W2A16 W3A16 W4A16 W8A16 BF16)");
   sub->add_flag("--not_use_best_mse", o->not_use_best, "keep the last iterate instead of the best");
   sub->add_flag("--disable_quanted_input", o->disable_quanted_input, "tune on FP-chain inputs");
   sub->add_flag("--disable_minmax_tuning", o->disable_minmax, "tune V only");
@@ -488,6 +493,7 @@ void register_quantize(CLI::App& app) {
     std::stringstream ss(o->fp_layers);
     for (std::string item; std::getline(ss, item, ',');)
       if (!item.empty()) qo.fp_layers.push_back(item);
+    qo.layer_config = as_usage([&] { return LayerConfig::parse(o->layer_config); });
     check_quantize_usage(qo);
   });
   registry().runners[sub] = [o] {

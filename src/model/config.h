@@ -3,7 +3,9 @@
 // types, ...) are refused with the file and field named.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,29 @@ struct QuantConfig {
   // activation schemes (dynamic ones, which need a runtime quantizer) are not applied: eval scores
   // their weights.
   bool act_static = false;
+  // Packed Linears of their own bits and group size (an auto_round extra_config entry, a gptq
+  // `dynamic` "+:" override; --layer_config writes them): exact module names, then patterns in order
+  // (extra_config's searched, dynamic's matched from the start, as gptqmodel does; the first wins).
+  struct Packing {
+    int bits = 4;
+    int64_t group_size = 128;
+  };
+  std::map<std::string, Packing> layers;
+  struct PackingPattern {
+    std::regex re;
+    bool from_start = false;
+    Packing p;
+  };
+  std::vector<PackingPattern> patterns;
+  // The packing of the Linear `module` (model.layers.3.mlp.down_proj).
+  Packing packing(const std::string& module) const {
+    if (auto it = layers.find(module); it != layers.end()) return it->second;
+    for (const auto& pt : patterns)
+      if (std::regex_search(module, pt.re, pt.from_start ? std::regex_constants::match_continuous
+                                                         : std::regex_constants::match_default))
+        return pt.p;
+    return {bits, group_size};
+  }
 };
 
 // Mixture-of-experts feed-forward (Qwen3-MoE, Qwen2-MoE, Mixtral): num_experts = 0 for a dense model.

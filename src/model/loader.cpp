@@ -120,8 +120,9 @@ static Tensor dequantize_awq(const HfModel& m, const std::string& prefix, const 
 // Packed GPTQ-layout Linear (qweight/qzeros/scales) -> fp32 [out, in].
 static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
   const QuantConfig& q = m.config().quant;
-  const int64_t out = expect[0], in = expect[1], bits = q.bits;
-  const int64_t g = q.group_size <= 0 ? in : q.group_size, groups = (in + g - 1) / g;
+  const QuantConfig::Packing pk = q.packing(prefix);
+  const int64_t out = expect[0], in = expect[1], bits = pk.bits;
+  const int64_t g = pk.group_size <= 0 || pk.group_size > in ? in : pk.group_size, groups = (in + g - 1) / g;
   // AutoRound's model-free route pads the input dimension with zeros to a multiple of the group size
   // before packing (qweight rows for round_up(in, g) inputs; qzeros/scales keep ceil(in/g) groups):
   // both row counts are read, the padding rows are never used.

@@ -1,6 +1,7 @@
 #include "model/quant_config.h"
 
 #include "core/error.h"
+#include "core/name_pattern.h"
 #include "core/printable.h"
 
 namespace ar {
@@ -113,6 +114,56 @@ FloatQuant autoround_float(const JsonIn& qi, const std::string& path, int bits) 
                                    " bits is not a float scheme this loader reads (mx_fp 4/8, nv_fp 4, fp 8)");
 }
 
+// One per-layer override: its bits and group size over the global ones; false for a 16-bit Linear
+// (kept: read from its .weight) or one without packing keys.
+bool layer_packing(const JsonIn& e, const QuantConfig& q, QuantConfig::Packing* p) {
+  if (!e.is_object()) e.bad("must be an object of scheme keys");
+  const std::string dt = e.has("data_type") && !e.at("data_type").is_null() ? e.str("data_type", "int") : "int";
+  const int64_t bits = e.has("bits") && !e.at("bits").is_null() ? q_int(e, "bits", q.bits) : q.bits;
+  if (bits >= 16 || dt != "int") return false;
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8) e.at("bits").bad(std::to_string(bits) + "-bit packed weights are not supported");
+  const int64_t g = e.has("group_size") && !e.at("group_size").is_null() ? q_int(e, "group_size", q.group_size) : q.group_size;
+  if (g == 0) e.at("group_size").bad("0 is not a group size");
+  *p = {int(bits), g};
+  return true;
+}
+
+void add_pattern(const JsonIn& at, const std::string& regex, bool from_start, QuantConfig::Packing p, QuantConfig& q) {
+  std::string why;
+  std::optional<std::regex> re = compile_name_pattern(regex, &why);
+  if (!re) at.bad("key '" + printable(regex) + "' is " + why);
+  q.patterns.push_back({std::move(*re), from_start, p});
+}
+
+// auto_round's extra_config: module names (letters, digits, '_' and '.') and AutoRound's regex keys.
+void parse_extra_config(const JsonIn& qi, QuantConfig& q) {
+  if (!qi.has("extra_config") || qi.at("extra_config").is_null()) return;
+  const JsonIn x = qi.at("extra_config");
+  if (!x.is_object()) x.bad("must be an object");
+  for (auto it = x.json().begin(); it != x.json().end(); ++it) {
+    QuantConfig::Packing p;
+    if (!layer_packing(x.at(it.key()), q, &p)) continue;
+    const std::string& k = it.key();
+    const bool name = std::all_of(k.begin(), k.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
+    if (name) q.layers[k] = p;
+    else add_pattern(x, k, false, p, q);
+  }
+}
+
+// gptq's `dynamic`: "+:regex" (or a bare regex) gives the modules it matches from the start their own
+// scheme; "-:regex" leaves them unquantized (their .weight is read as stored).
+void parse_dynamic(const JsonIn& qi, QuantConfig& q) {
+  if (!qi.has("dynamic") || qi.at("dynamic").is_null()) return;
+  const JsonIn d = qi.at("dynamic");
+  if (!d.is_object()) d.bad("must be an object");
+  for (auto it = d.json().begin(); it != d.json().end(); ++it) {
+    const std::string& k = it.key();
+    if (k.rfind("-:", 0) == 0) continue;
+    QuantConfig::Packing p;
+    if (layer_packing(d.at(k), q, &p)) add_pattern(d, k.rfind("+:", 0) == 0 ? k.substr(2) : k, true, p, q);
+  }
+}
+
 }  // namespace
 
 QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
@@ -146,6 +197,10 @@ QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
   if (q.awq) q.sym = qi.has("zero_point") ? !qi.boolean("zero_point", true) : q.sym;
   if (q.present && (q.awq ? q.bits != 4 : (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 8)))
     bad_field(path, "bits", std::to_string(q.bits) + "-bit packed weights are not supported");
+  if (q.present && !q.awq) {  // AWQ's layout has one scheme per file
+    parse_extra_config(qi, q);
+    parse_dynamic(qi, q);
+  }
   return q;
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "quant/linear_family.h"
+#include "quant/opt_rtn_fp.h"
 
 namespace ar {
 
@@ -231,21 +232,28 @@ const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& line
   return im.at(linear_input_key(linear));
 }
 
+bool has_opt_rtn(const quant::QuantFormat& f) {
+  return f.is_float() ? quant::fp_has_opt_rtn(*f.fp) : f.sym && f.bits < 8;
+}
+
 quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
-                                 const quant::QuantFormat& fmt, const Imatrix* im,
-                                 const std::function<bool(const std::string&)>& quantize_layer) {
+                                 const quant::LayerFormats& selected, const Imatrix* im) {
   quant::BlockTuneResult r;
   std::vector<Tensor*> targets;
+  std::vector<bool> weighted;  // searched with the imatrix
   for (auto& [name, t] : quant::block_linears(w)) {
-    if (!quantize_layer(name)) continue;
+    const auto it = selected.find(name);
+    if (it == selected.end()) continue;
+    const quant::QuantFormat& fmt = it->second;
     targets.push_back(t);
+    weighted.push_back(im && has_opt_rtn(fmt));
     if (fmt.is_float()) {  // plain RTN: the QDQ at V = 0, coefficient 1
       r.layers.push_back(quant::make_tuned_linear(home, name, t, fmt));
       continue;
     }
     quant::TunedLinear L;
     L.name = name;
-    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, im ? true : fmt.sym);
+    L.shape = quant::make_qdq_shape(t->dim(0), t->dim(1), fmt.bits, fmt.group_size, fmt.sym);
     const int64_t ng = L.shape.out * L.shape.groups();
     L.scale = Tensor::empty({ng}, DType::F32, home);
     L.zero = Tensor::zeros({ng}, DType::F32, home);
@@ -263,7 +271,8 @@ quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, Blo
     for (int64_t m = M * (p * world + rank) / (P * world); m < M * (p * world + rank + 1) / (P * world); ++m) {
       auto& L = r.layers[size_t(m)];
       q[size_t(m)] = Tensor::empty(targets[size_t(m)]->shape(), DType::F32, ctx);
-      quant::family(L).search(ctx, L, im ? imatrix_for(*im, L.name).data() : nullptr, q[size_t(m)].f32());
+      quant::family(L).search(ctx, L, weighted[size_t(m)] ? imatrix_for(*im, L.name).data() : nullptr,
+                              q[size_t(m)].f32());
     }
   });
   for (int64_t m = 0; lane.procs && m < M; ++m) {  // every process gets every module's result

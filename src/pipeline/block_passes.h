@@ -61,12 +61,15 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
 // The activation scales of a tuned block's Linears (TunedLinear::input_scale) by linear_slot of w.
 ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr, const BlockWeights& w);
 
-// --iters 0 of the selected Linears: optimized RTN (imatrix-weighted symmetric scale search) when `im`
-// is given, else plain RTN (min/max scale, rounding to nearest). In a multi-process job process p
+// --iters 0 of the selected Linears, each in its format: optimized RTN (imatrix-weighted symmetric
+// scale search) when `im` is given and the Linear's format has one, else plain RTN (min/max scale,
+// rounding to nearest). In a multi-process job process p
 // searches modules [p M / P, (p + 1) M / P) (serially, on `home`) and each module's result is broadcast
 // from the process that searched it.
+// Whether the optimized-RTN search exists for `f` (symmetric int below 8 bits, the float families that
+// have one).
+bool has_opt_rtn(const quant::QuantFormat& f);
 quant::BlockTuneResult rtn_block(Context& home, const quant::TuneLane& lane, BlockWeights& w,
-                                 const quant::QuantFormat& fmt, const Imatrix* im,
-                                 const std::function<bool(const std::string&)>& quantize_layer);
+                                 const quant::LayerFormats& selected, const Imatrix* im);
 
 }  // namespace ar

@@ -56,6 +56,10 @@ void pack_linear(Context& ctx, ShardWriter& w, const std::string& prefix, const 
   }
 }
 
+namespace {
+bool kept_16bit(const nlohmann::ordered_json& entry) { return entry.value("bits", 0) >= 16; }
+}  // namespace
+
 nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq, bool lm_head_q,
                                            const nlohmann::ordered_json& extra, const std::set<std::string>& in_block) {
   nlohmann::ordered_json q;
@@ -78,17 +82,21 @@ nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq,
     q["damp_percent"] = 0.01;
     q["provider"] = "auto-round";
     q["lm_head"] = lm_head_q;
+    // gptqmodel's per-module overrides: "-:" skips a module kept in 16 bit, "+:" gives one its own
+    // bits, group_size and sym (--layer_config), as AutoRound's convert_to_autogptq_dynamic writes them.
     if (!extra.empty()) {
       nlohmann::ordered_json dyn = nlohmann::ordered_json::object();
       for (auto it = extra.begin(); it != extra.end(); ++it) {
         std::string re;
         for (char ch : it.key()) re += (ch == '.') ? std::string("\\.") : std::string(1, ch);
-        dyn["-:" + re] = nlohmann::ordered_json::object();
+        if (kept_16bit(it.value())) dyn["-:" + re] = nlohmann::ordered_json::object();
+        else dyn["+:" + re] = it.value();
       }
       q["dynamic"] = dyn;
     }
     bool some_block_kept = false;
-    for (auto it = extra.begin(); it != extra.end(); ++it) some_block_kept |= it.key().rfind("model.layers.", 0) == 0;
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      some_block_kept |= it.key().rfind("model.layers.", 0) == 0 && kept_16bit(it.value());
     if (some_block_kept)
       q["modules_in_block_to_quantize"] = nlohmann::ordered_json::array({nlohmann::ordered_json(in_block)});
   } else {

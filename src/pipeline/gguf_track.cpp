@@ -59,15 +59,15 @@ void GgufTrack::embeddings(const Tensor& emb, const std::function<void(const Ten
 }
 
 // The block's Linears whose preset type has scales (the others are written as f16/bf16/f32).
-std::set<std::string> GgufTrack::select(BlockWeights& w, const std::string& prefix, BlockReport&, int64_t* elems) {
-  std::set<std::string> selected;
+quant::LayerFormats GgufTrack::select(BlockWeights& w, const std::string& prefix, BlockReport&, int64_t* elems) {
+  quant::LayerFormats selected;
   *elems = 0;
   prefix_ = prefix;
   params_.clear();
   for (auto& [nm, t] : quant::block_linears(w)) {
     const quant::GgmlType type = file_->type_of(prefix + nm + ".weight");
     if (!quant::ggml_is_kquant(type) && !quant::ggml_is_legacy(type)) continue;
-    selected.insert(nm);
+    selected.emplace(nm, format());
     *elems += t->numel();
   }
   return selected;
@@ -103,7 +103,7 @@ std::function<void(Context&, quant::TunedLinear&)> GgufTrack::tuning_hook(const 
 }
 
 // --iters 0: the search's result replaces each selected Linear (packed later by write_block).
-quant::BlockTuneResult GgufTrack::search(const quant::TuneLane&, BlockWeights& w, const std::set<std::string>& selected,
+quant::BlockTuneResult GgufTrack::search(const quant::TuneLane&, BlockWeights& w, const quant::LayerFormats& selected,
                                          const BlockStats& st) {
   quant::BlockTuneResult r;
   params_.clear();

@@ -30,8 +30,8 @@ class GgufTrack : public SchemeTrack {
   std::string summary_line() const override;
   void open(const std::string& dir) override;
   void embeddings(const Tensor& emb, const std::function<void(const Tensor&, Tensor&)>& embed) override;
-  std::set<std::string> select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) override;
-  quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const std::set<std::string>& selected,
+  quant::LayerFormats select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) override;
+  quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const quant::LayerFormats& selected,
                                 const BlockStats& st) override;
   std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats& st) override;
   void write_block(BlockWeights& w, int64_t layer, quant::BlockTuneResult& tr, BlockReport& br,

@@ -43,9 +43,9 @@ class CudaTuner : public GpuTuner {
   quant::BlockTuneResult tune(Context& host, const BlockDims& dims, BlockWeights& w, const quant::QuantFormat& fmt,
                               const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                               const std::vector<uint8_t>& loss_mask, const quant::SignRoundOptions& opt,
-                              const std::function<bool(const std::string&)>& quantize_layer) override {
+                              const quant::LayerFormats* layers) override {
     quant::BlockTuneResult r =
-        quant::signround_tune_block_cuda(dev_, host, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, quantize_layer);
+        quant::signround_tune_block_cuda(dev_, host, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, layers);
     dev_.allocator().trim();  // the next block's sizes may differ (the first and last blocks, a lm_head)
     return r;
   }

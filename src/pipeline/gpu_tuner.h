@@ -28,7 +28,7 @@ class GpuTuner {
                                       const quant::QuantFormat& fmt, const BlockAux<float>& aux, const Tensor& x_in,
                                       const Tensor& y_fp, const std::vector<uint8_t>& loss_mask,
                                       const quant::SignRoundOptions& opt,
-                                      const std::function<bool(const std::string&)>& quantize_layer) = 0;
+                                      const quant::LayerFormats* layers) = 0;
   // y[s] = block(x[s]) for samples [0, n), micro-batches of bs samples; amp: bf16 GEMM operands.
   virtual void forward_all(Context& host, const BlockDims& dims, const BlockWeights& w, const BlockAux<float>& aux,
                            const Tensor& x, Tensor& y, int64_t n, int64_t bs, bool amp) = 0;

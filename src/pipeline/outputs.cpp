@@ -30,6 +30,32 @@ void check_fp16_range(const Tensor& t, const std::string& what, const std::strin
 bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
   return format == "auto_awq" || (format == "auto_round" && !f.sym && f.bits == 4);
 }
+
+// What --layer_config may ask of these formats: per-Linear int formats where the outputs can say so
+// (auto_round's extra_config, auto_gptq's dynamic, fake), 16-bit Linears everywhere.
+void check_layer_config(const QuantizeOptions& opt, const std::vector<std::string>& formats) {
+  for (const LayerConfigEntry& e : opt.layer_config.entries()) {
+    if (e.keeps_fp()) continue;
+    const std::string what = "--layer_config '" + e.key + "' (" + e.describe() + ")";
+    if (opt.fmt.is_float())
+      fail(ErrorKind::InvalidInput, what + ": per-layer formats are for the int schemes; under " +
+                                        float_scheme_name(opt.fmt) + " an entry can only keep Linears in 16 bit");
+    const quant::QuantFormat f = e.format(opt.fmt);
+    if (f.bits == 8 && !f.sym)
+      fail(ErrorKind::InvalidInput, what + ": 8-bit asymmetric weights load nowhere (vLLM's W8 GPTQ kernels are "
+                                        "symmetric-only, Marlin has zero points at 4 bits only); use sym, or 7 or "
+                                        "fewer bits");
+    for (const auto& fm : formats) {
+      if (quant::is_gguf_format(fm))
+        fail(ErrorKind::InvalidInput, what + ": --format " + fm + " takes each tensor's type from the preset");
+      const bool same = f.bits == opt.fmt.bits && f.group_size == opt.fmt.group_size && f.sym == opt.fmt.sym;
+      if (awq_layout(fm, opt.fmt) && !same)
+        fail(ErrorKind::InvalidInput, what + ": the AWQ layout of --format " + fm + " (" +
+                                          (fm == "auto_awq" ? "" : "asymmetric 4-bit auto_round, ") +
+                                          "one bits, group_size and zero point per file) holds no per-layer format");
+    }
+  }
+}
 }  // namespace
 
 std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
@@ -55,6 +81,7 @@ std::vector<std::string> parse_formats(const QuantizeOptions& opt) {
     out.push_back(f);
   }
   if (out.empty()) fail(ErrorKind::InvalidInput, "--format '" + opt.format + "' names no format");
+  check_layer_config(opt, out);
   const auto gguf = std::find_if(out.begin(), out.end(), [](const std::string& f) { return quant::is_gguf_format(f); });
   if (gguf != out.end())
     for (auto f = gguf + 1; f != out.end(); ++f)
@@ -86,7 +113,8 @@ std::string format_subdir(const std::string& format) {
 }
 
 OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes)
-    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size), opt_fmt_(opt.fmt) {
+    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size), opt_fmt_(opt.fmt),
+      rules_(LayerRules::of(opt)) {
   const FormatPlan plan = plan_formats(opt);
   for (const auto& f : plan.int_formats) {
     Sink s;
@@ -157,9 +185,21 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
         s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"data_type", float_data_type(opt_fmt_)}};
       continue;
     }
-    pack_linear(ctx, *s.writer, name, L, sym_, !s.awq && (s.gptq || sym_), s.gptq, s.awq);
-    if (lm_head && !s.gptq)
-      s.extra[name] = {{"bits", bits_}, {"group_size", group_}, {"sym", sym_}, {"data_type", "int"}};
+    // The packing format is the file's (auto_round:auto_gptq stores zp - 1 for every Linear); the
+    // codes are each Linear's own (its --layer_config sym).
+    pack_linear(ctx, *s.writer, name, L, L.shape.sym, !s.awq && (s.gptq || sym_), s.gptq, s.awq);
+    const quant::QuantFormat f = layer_choice(name, L.shape.out, L.shape.in, rules_).fmt;
+    if (lm_head && !s.gptq) {
+      s.extra[name] = {{"bits", f.bits}, {"group_size", f.group_size}, {"sym", f.sym}, {"data_type", "int"}};
+      continue;
+    }
+    // A Linear of its own --layer_config format: the keys that differ from the global config, as
+    // AutoRound writes them (auto_gptq: bits, group_size and sym, its `dynamic` override's keys).
+    nlohmann::ordered_json e = nlohmann::ordered_json::object();
+    if (f.bits != bits_ || s.gptq) e["bits"] = f.bits;
+    if (f.group_size != group_ || s.gptq) e["group_size"] = f.group_size;
+    if (f.sym != sym_ || s.gptq) e["sym"] = f.sym;
+    if (f.bits != bits_ || f.group_size != group_ || f.sym != sym_) s.extra[name] = e;
   }
 }
 

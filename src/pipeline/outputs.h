@@ -18,6 +18,7 @@
 #include "model/loader.h"
 #include "pipeline/quantize.h"
 #include "pipeline/resume_state.h"
+#include "pipeline/run_summary.h"
 #include "quant/signround.h"
 
 namespace ar {
@@ -55,7 +56,8 @@ class OutputSet {
   // dequantized tensors), a kept expert of a fused checkpoint.
   void add_tensor(Context& ctx, const std::string& name, const Tensor& t, DType dtype = DType::F16);
   // A tuned Linear (name: full module name, e.g. model.layers.0.mlp.up_proj); `lm_head` adds its
-  // extra_config entry where the format lists it.
+  // extra_config entry where the format lists it, as does a Linear whose --layer_config format differs
+  // from the run's (auto_gptq: a `dynamic` override).
   void add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head = false);
   // A Linear kept in 16 bit (extra_config {"bits": 16, "data_type": "fp"}, as AutoRound writes it).
   void keep_fp(const std::string& name);
@@ -82,6 +84,7 @@ class OutputSet {
   int bits_;
   int64_t group_;
   quant::QuantFormat opt_fmt_;
+  LayerRules rules_;  // each Linear's format (--layer_config)
 };
 
 }  // namespace ar

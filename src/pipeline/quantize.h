@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parallel/plan.h"
+#include "pipeline/layer_config.h"
 #include "quant/calib.h"
 #include "quant/signround.h"
 
@@ -35,6 +36,9 @@ struct QuantizeOptions {
   bool disable_opt_rtn = false;
   bool quant_lm_head = false;  // tune and pack lm_head too (never when tied to the embeddings)  // --iters 0: plain RTN instead of the imatrix-weighted scale search
   std::vector<std::string> fp_layers;
+  // --layer_config: per-Linear bits, group size and sym (pipeline/layer_config.h); bound to the
+  // model's Linear names by QuantizeRun::plan.
+  LayerConfig layer_config;
   bool overwrite = false;
   bool resume = false;  // keep state in <output_dir>.partial after every block and continue from it
   int threads = 0;

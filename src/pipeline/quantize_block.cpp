@@ -102,7 +102,7 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
     st.act_max = &chain_max;
   }
   int64_t tuned_elems = 0;
-  const std::set<std::string> selected = t.select(w, prefix, br, &tuned_elems);
+  const quant::LayerFormats selected = t.select(w, prefix, br, &tuned_elems);
   const auto t_tune = Clock::now();
   quant::BlockTuneResult tr = tune_or_search(t, w, selected, tuned_elems, st, br);
   const auto t_q = Clock::now();
@@ -138,7 +138,7 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
   return tr;
 }
 
-quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights& w, const std::set<std::string>& selected,
+quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights& w, const quant::LayerFormats& selected,
                                                    int64_t tuned_elems, const BlockStats& st, BlockReport& br) {
   const int64_t block_elems = int64_t(w.bytes() / 4);
   quant::TuneLane lane;
@@ -164,13 +164,11 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights&
     };
   const Tensor& x_in = (opt_.quanted_input && t.x_q().defined()) ? t.x_q() : x_fp_;
   BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
-  const auto quantize_layer = [&](const std::string& short_name) { return selected.count(short_name) > 0; };
   if (gpu_) {
     tune.amp = gpu_amp_;
-    return gpu_->tune(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, quantize_layer);
+    return gpu_->tune(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, &selected);
   }
-  return quant::signround_tune_block(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, lane,
-                                     quantize_layer);
+  return quant::signround_tune_block(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, lane, &selected);
 }
 
 // Every process's phase seconds, exchange bytes and peak RSS of this block, for the report.

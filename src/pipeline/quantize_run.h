@@ -61,7 +61,7 @@ class QuantizeRun {
   void block(int64_t b);
   bool act_max_on_chain(SchemeTrack& t) const;
   quant::BlockTuneResult track(SchemeTrack& t, BlockWeights& w, int64_t b, const BlockStats& fp_stats, BlockReport& br);
-  quant::BlockTuneResult tune_or_search(SchemeTrack& t, BlockWeights& w, const std::set<std::string>& selected,
+  quant::BlockTuneResult tune_or_search(SchemeTrack& t, BlockWeights& w, const quant::LayerFormats& selected,
                                         int64_t tuned_elems, const BlockStats& st, BlockReport& br);
   void save_resume(int64_t next_block);
   void gather_rank_metrics(BlockReport& br);

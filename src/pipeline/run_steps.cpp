@@ -103,6 +103,7 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
   if (opt.fmt.is_float())  // int runs keep the fingerprint they always had
     f["weights"] = float_scheme_name(opt.fmt);
   if (opt.fmt.act_static()) f["activations"] = "fp8 static";
+  if (!opt.layer_config.empty()) f["layer_config"] = opt.layer_config.canonical();
   return f;
 }
 
@@ -129,6 +130,33 @@ void note(QuantizeReport& rep, const std::string& s) {
   rep.notes.push_back(s);
 }
 
+void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
+  LayerConfig& lc = opt.layer_config;
+  if (lc.empty()) return;
+  std::vector<std::string> names{"lm_head"}, routers;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const std::string prefix = HfModel::layer_prefix(l);
+    for (const auto& s : block_linear_specs(cfg, l)) names.push_back(prefix + s.name);
+    if (cfg.block_dims(l).is_moe())
+      for (const char* r : {"mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate"}) routers.push_back(prefix + r);
+  }
+  lc.bind(names);
+  for (size_t i = 0; i < lc.entries().size(); ++i) {
+    const LayerConfigEntry& e = lc.entries()[i];
+    if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lc.matches(i, n); })) continue;
+    const bool router =
+        std::any_of(routers.begin(), routers.end(), [&](const std::string& n) { return lc.matches(i, n); });
+    note(rep, "--layer_config '" + e.key + "' matches no quantizable Linear of this model" +
+                  (router ? ": a MoE router and shared_expert_gate stay in 16 bit, as AutoRound and vLLM keep them"
+                          : "; ignored"));
+  }
+  // AutoRound: an entry named lm_head quantizes it (as --quant_lm_head).
+  if (const LayerConfigEntry* e = lc.exact_match("lm_head"); e && !e->keeps_fp() && !opt.quant_lm_head) {
+    opt.quant_lm_head = true;
+    note(rep, "--layer_config names lm_head: quantizing it (as --quant_lm_head)");
+  }
+}
+
 // The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
 void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
   const int64_t g = loadable_group_size(cfg, opt), was = opt.fmt.group_size;
@@ -148,17 +176,9 @@ bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeRe
   const std::vector<std::string> formats = parse_formats(opt);
   if (std::find(formats.begin(), formats.end(), "auto_awq") != formats.end())
     fail(ErrorKind::InvalidInput, "--quant_lm_head cannot be exported as auto_awq (AWQ keeps lm_head in 16 bit)");
-  std::string why;
-  if (cfg.tie_word_embeddings || !model.has("lm_head.weight"))
-    why = "tied to the embeddings; AutoRound never quantizes a tied lm_head";
-  else if (!opt.fmt.is_float() && (cfg.vocab_size % 32 || cfg.hidden_size % 32))
-    why = "shape [" + std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.hidden_size) + "] not a multiple of 32";
-  else if (opt.fmt.is_float())  // the float schemes' own rule (run_summary.h)
-    why = kept_fp_reason("lm_head", cfg.vocab_size, cfg.hidden_size, LayerRules::of(opt));
-  for (const auto& f : opt.fp_layers)
-    if (why.empty() && !f.empty() && std::string("lm_head").find(f) != std::string::npos) why = "--fp_layers " + f;
-  for (const auto& f : formats)
-    if (why.empty()) why = loader_shape_rule(f, cfg.vocab_size, cfg.hidden_size, opt.fmt.group_size);
+  const std::string why = cfg.tie_word_embeddings || !model.has("lm_head.weight")
+                              ? "tied to the embeddings; AutoRound never quantizes a tied lm_head"
+                              : kept_fp_reason("lm_head", cfg.vocab_size, cfg.hidden_size, LayerRules::of(opt));
   if (why.empty()) return true;
   note(rep, "--quant_lm_head: lm_head kept in 16 bit (" + why + ")");
   return false;
@@ -180,8 +200,9 @@ void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt
   float amax = 0;  // FP8_STATIC: its input's maximum on the chain it is tuned on (AutoRound's q or FP inputs)
   if (opt.fmt.act_static())
     for (int64_t i = 0; i < h_in.numel(); ++i) amax = std::max(amax, std::fabs(h_in.f32()[i]));
+  const quant::QuantFormat fmt = layer_choice("lm_head", cfg.vocab_size, cfg.hidden_size, LayerRules::of(opt)).fmt;
   quant::BlockTuneResult tr =
-      quant::signround_tune_linear(ctx, "lm_head", head, opt.fmt, h_in, h_fp, T, loss_mask, opt.tune, amax);
+      quant::signround_tune_linear(ctx, "lm_head", head, fmt, h_in, h_fp, T, loss_mask, opt.tune, amax);
   outputs.add_linear(ctx, "lm_head", tr.layers[0], /*lm_head=*/true);
   rep.lm_head_quantized = true;
   rep.lm_head_loss_first = tr.loss_first;
@@ -195,19 +216,19 @@ void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt
 
 // AutoRound's layer rules and the loaders', decided once per block: the Linears to quantize (their
 // short names, e.g. mlp.down_proj) and their element count; br lists both kinds with the reasons.
-std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
-                                        BlockReport& br, int64_t* tuned_elems) {
-  std::set<std::string> selected;
+quant::LayerFormats plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
+                                      BlockReport& br, int64_t* tuned_elems) {
+  quant::LayerFormats selected;
   *tuned_elems = 0;
   for (auto& [nm, t] : quant::block_linears(w)) {
     const std::string full = prefix + nm;
-    const std::string why = kept_fp_reason(full, t->dim(0), t->dim(1), rules);
-    if (!why.empty()) {
-      br.kept_fp.push_back(full + " (" + why + ")");
+    const LayerChoice c = layer_choice(full, t->dim(0), t->dim(1), rules);
+    if (!c.kept.empty()) {
+      br.kept_fp.push_back(full + " (" + c.kept + ")");
       continue;
     }
     br.quantized.push_back(full);
-    selected.insert(nm);
+    selected.emplace(nm, c.fmt);
     *tuned_elems += t->numel();
   }
   // A MoE router and shared_expert_gate stay in 16 bit, as AutoRound keeps them (and lists them so).

@@ -32,6 +32,10 @@ nlohmann::ordered_json run_fingerprint(const QuantizeOptions& opt, const quant::
 std::function<std::string(const std::string&, const std::vector<int64_t>&)> resume_tensor_check(const HfModel& m);
 // A note for the log and the report.
 void note(QuantizeReport& rep, const std::string& s);
+// --layer_config against the model: its keys that are Linear names told from its patterns, a note
+// for each entry that matches no quantizable Linear (a router's: why it stays in 16 bit), and an
+// lm_head entry turning --quant_lm_head on, as AutoRound does.
+void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
 void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // Whether lm_head is tuned and packed (--quant_lm_head under AutoRound's and the loaders' rules).
@@ -40,8 +44,8 @@ bool decide_lm_head(const QuantizeOptions& opt, const HfModel& model, QuantizeRe
 void tune_lm_head(Context& ctx, const HfModel& model, const QuantizeOptions& opt, const Tensor& x_fp, const Tensor& x_q,
                   int64_t T, const std::vector<uint8_t>& loss_mask, OutputSet& outputs, QuantizeReport& rep);
 // The Linears of a block to quantize (short names) and their element count; br lists both kinds.
-std::set<std::string> plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
-                                        BlockReport& br, int64_t* tuned_elems);
+quant::LayerFormats plan_block_layers(BlockWeights& w, const std::string& prefix, const LayerRules& rules,
+                                      BlockReport& br, int64_t* tuned_elems);
 void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br);
 // A finished block into every output: tuned Linears packed, kept ones recorded, the rest copied.
 void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockWeights& w,

@@ -18,6 +18,8 @@ namespace ar {
 LayerRules LayerRules::of(const QuantizeOptions& opt) {
   LayerRules r;
   r.fp_layers = opt.fp_layers;
+  r.layer_config = opt.layer_config;
+  r.fmt = opt.fmt;
   r.group_size = opt.fmt.group_size;
   r.formats = parse_formats(opt);
   r.float_weights = opt.fmt.is_float();
@@ -35,20 +37,49 @@ std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in
   return "";
 }
 
-std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
-  if (rules.float_weights) {
+namespace {
+// The --layer_config entry or --fp_layers substring deciding `full_name`, in AutoRound's precedence
+// (layer_config.h): the last matching pattern, then --fp_layers, then the exact-name entry.
+LayerChoice configured(const std::string& full_name, const LayerRules& rules) {
+  LayerChoice c;
+  c.fmt = rules.fmt;
+  c.entry = rules.layer_config.pattern_match(full_name);
+  if (!c.entry) {
     for (const auto& f : rules.fp_layers)
-      if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
-    if (rules.float_groups && in % rules.group_size)
-      return "in_features " + std::to_string(in) + " not a multiple of group_size " + std::to_string(rules.group_size);
-    return "";
+      if (!f.empty() && full_name.find(f) != std::string::npos) {
+        c.kept = "--fp_layers " + f;
+        return c;
+      }
+    c.entry = rules.layer_config.exact_match(full_name);
   }
-  if (out % 32 || in % 32) return "shape " + shape_str({out, in}) + " not a multiple of 32";
-  for (const auto& f : rules.fp_layers)
-    if (!f.empty() && full_name.find(f) != std::string::npos) return "--fp_layers " + f;
+  if (!c.entry) return c;
+  if (c.entry->keeps_fp()) c.kept = "--layer_config " + c.entry->key;
+  else c.fmt = c.entry->format(rules.fmt);
+  return c;
+}
+}  // namespace
+
+LayerChoice layer_choice(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
+  if (!rules.float_weights && (out % 32 || in % 32))
+    return {"shape " + shape_str({out, in}) + " not a multiple of 32", rules.fmt, nullptr};
+  LayerChoice c = configured(full_name, rules);
+  if (!c.kept.empty()) return c;
+  const int64_t g = c.fmt.group_size;
+  if (rules.float_weights) {
+    if (rules.float_groups && in % g)
+      c.kept = "in_features " + std::to_string(in) + " not a multiple of group_size " + std::to_string(g);
+    return c;
+  }
   for (const auto& f : rules.formats)
-    if (std::string why = loader_shape_rule(f, out, in, rules.group_size); !why.empty()) return why;
-  return "";
+    if (std::string why = loader_shape_rule(f, out, in, g); !why.empty()) {
+      c.kept = why;
+      return c;
+    }
+  return c;
+}
+
+std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
+  return layer_choice(full_name, out, in, rules).kept;
 }
 
 namespace {
@@ -88,12 +119,25 @@ int64_t block_cache_floats(const BlockDims& d) {
 }
 
 namespace {
-// "quantized Linears" and "kept in 16 bit" over every block, each Linear group (experts counted
-// together) with the number of blocks and Linears that each reason keeps.
+std::string format_name(const quant::QuantFormat& f) {
+  char b[64];
+  std::snprintf(b, sizeof b, "W%dG%lld %s", f.bits, static_cast<long long>(f.group_size), f.sym ? "sym" : "asym");
+  return b;
+}
+
+// "where": every block, or "n of total blocks" ("(experts x blocks)" for experts).
+std::string where(int64_t count, int64_t total, bool experts) {
+  if (count == total) return "every block";
+  return std::to_string(count) + " of " + std::to_string(total) + (experts ? " (experts x blocks)" : " blocks");
+}
+
+// "quantized Linears", "kept in 16 bit" and "own formats" (--layer_config) over every block, each
+// Linear group (experts counted together) with the number of blocks and Linears of each reason or format.
 void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vector<std::string>& lines) {
   struct Group {
     int64_t total = 0, blocks = 0;
     std::map<std::string, int64_t> reasons;  // Linears kept per reason
+    std::map<std::string, int64_t> formats;  // Linears per own format ("W8G128 sym (--layer_config k)")
   };
   std::vector<std::string> order;
   std::map<std::string, Group> groups;
@@ -104,24 +148,27 @@ void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vect
       Group& g = groups[s.group];
       ++g.total;
       if (seen.insert(s.group).second) ++g.blocks;
-      const std::string why = kept_fp_reason(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
-      if (!why.empty()) ++g.reasons[why];
+      const LayerChoice c = layer_choice(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
+      if (!c.kept.empty()) ++g.reasons[c.kept];
+      else if (c.entry) ++g.formats[format_name(c.fmt) + " (--layer_config " + c.entry->key + ")"];
     }
   }
-  std::string quantized, kept;
+  std::string quantized, kept, own;
   for (const auto& name : order) {
     const Group& g = groups[name];
     const bool experts = name.find(".*.") != std::string::npos;
     int64_t kept_n = 0;
     for (const auto& [why, count] : g.reasons) {
-      std::string where = count == g.total ? "every block" : std::to_string(count) + " of " + std::to_string(g.total);
-      if (count != g.total) where += experts ? " (experts x blocks)" : " blocks";
-      kept += (kept.empty() ? "" : "; ") + name + " in " + where + " (" + why + ")";
+      kept += (kept.empty() ? "" : "; ") + name + " in " + where(count, g.total, experts) + " (" + why + ")";
       kept_n += count;
     }
+    for (const auto& [fmt, count] : g.formats)
+      own += (own.empty() ? "" : "; ") + name + " " + fmt.substr(0, fmt.find(" (")) + " in " +
+             where(count, g.total, experts) + fmt.substr(fmt.find(" ("));
     if (kept_n < g.total) quantized += (quantized.empty() ? "" : ", ") + name;
   }
   lines.push_back("quantized Linears: " + (quantized.empty() ? std::string("none") : quantized));
+  if (!own.empty()) lines.push_back("own formats: " + own);
   if (!kept.empty()) lines.push_back("kept in 16 bit: " + kept);
 }
 }  // namespace

@@ -19,9 +19,13 @@ namespace ar {
 //     kernels all require it; a partial last group (e.g. hidden 576 at group 128) loads nowhere;
 //   auto_awq: out_features a multiple of 8 (eight 4-bit codes per int32 along the output);
 //   fake: none beyond AutoRound's (the weight is stored dequantized).
-// A layer that breaks a rule of any requested format stays in 16 bit, with the reason.
+// --layer_config decides a Linear's own format (or keeps it) ahead of the loader rules, which then
+// check the Linear in its own group size. A layer that breaks a rule of any requested format stays in
+// 16 bit, with the reason.
 struct LayerRules {
   std::vector<std::string> fp_layers;
+  LayerConfig layer_config;
+  quant::QuantFormat fmt;  // the run's scheme
   int64_t group_size = 128;
   std::vector<std::string> formats = {"auto_round"};
   // Float schemes: AutoRound's rule for them instead of the int one (MX and NVFP4 keep Linears whose
@@ -33,6 +37,14 @@ struct LayerRules {
 // The loader rule that `format` breaks for a Linear of shape [out, in], or "".
 std::string loader_shape_rule(const std::string& format, int64_t out, int64_t in, int64_t group_size);
 
+// What happens to the Linear `full_name` of shape [out, in]: kept in 16 bit (`kept`: the reason), or
+// quantized in `fmt` (`entry`: the --layer_config entry that gave it, null for the run's scheme).
+struct LayerChoice {
+  std::string kept;
+  quant::QuantFormat fmt;
+  const LayerConfigEntry* entry = nullptr;
+};
+LayerChoice layer_choice(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 // Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized.
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 

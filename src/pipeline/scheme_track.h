@@ -70,12 +70,12 @@ class SchemeTrack {
   // The embeddings written; `embed(table, x)` fills a chain's start from an embedding table, for a
   // track whose chain starts from its own quantized table.
   virtual void embeddings(const Tensor& emb, const std::function<void(const Tensor&, Tensor&)>& embed) = 0;
-  // The block's Linears it quantizes (short names), their element count, the kept ones' reasons in br.
-  virtual std::set<std::string> select(BlockWeights& w, const std::string& prefix, BlockReport& br,
-                                       int64_t* elems) = 0;
+  // The block's Linears it quantizes (short names) and their formats, their element count, the kept
+  // ones' reasons in br.
+  virtual quant::LayerFormats select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) = 0;
   // --iters 0: its search (or RTN) of the selected Linears; their QDQ values are left in w.
   virtual quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w,
-                                        const std::set<std::string>& selected, const BlockStats& st) = 0;
+                                        const quant::LayerFormats& selected, const BlockStats& st) = 0;
   // SignRound: called for each tuned Linear once its tunables are made (empty: nothing to fix).
   virtual std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats&) { return {}; }
   // Whether the run needs its chain after the last block (lm_head's tuning, the resume state).

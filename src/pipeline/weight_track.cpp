@@ -21,7 +21,10 @@ std::string WeightTrack::label() const {
 bool WeightTrack::wants_imatrix() const {
   const QuantizeOptions& o = env_.opt;
   if (o.tune.iters > 0 || o.disable_opt_rtn) return false;
-  return o.fmt.is_float() ? quant::fp_has_opt_rtn(*o.fmt.fp) : o.fmt.sym && o.fmt.bits < 8;
+  if (has_opt_rtn(o.fmt)) return true;
+  for (const auto& e : o.layer_config.entries())  // a Linear of its own format may have the search
+    if (!e.keeps_fp() && has_opt_rtn(e.format(o.fmt))) return true;
+  return false;
 }
 
 void WeightTrack::open(const std::string& dir) {
@@ -33,14 +36,13 @@ void WeightTrack::embeddings(const Tensor&, const std::function<void(const Tenso
   if (env_.root) outputs_->copy_tensor(env_.model, "model.embed_tokens.weight", env_.ctx);
 }
 
-std::set<std::string> WeightTrack::select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) {
+quant::LayerFormats WeightTrack::select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) {
   return steps::plan_block_layers(w, prefix, rules_, br, elems);
 }
 
 quant::BlockTuneResult WeightTrack::search(const quant::TuneLane& lane, BlockWeights& w,
-                                           const std::set<std::string>& selected, const BlockStats& st) {
-  return rtn_block(env_.ctx, lane, w, env_.opt.fmt, st.imatrix,
-                   [&](const std::string& short_name) { return selected.count(short_name) > 0; });
+                                           const quant::LayerFormats& selected, const BlockStats& st) {
+  return rtn_block(env_.ctx, lane, w, selected, st.imatrix);
 }
 
 // FP8_STATIC: each tuned Linear starts from its input's maximum (coefficient 1).

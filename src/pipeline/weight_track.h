@@ -26,8 +26,8 @@ class WeightTrack : public SchemeTrack {
   bool follows_layer_rules() const override { return true; }
   void open(const std::string& dir) override;
   void embeddings(const Tensor& emb, const std::function<void(const Tensor&, Tensor&)>& embed) override;
-  std::set<std::string> select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) override;
-  quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const std::set<std::string>& selected,
+  quant::LayerFormats select(BlockWeights& w, const std::string& prefix, BlockReport& br, int64_t* elems) override;
+  quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w, const quant::LayerFormats& selected,
                                 const BlockStats& st) override;
   std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats& st) override;
   bool reads_chain_after_last_block() const override { return lm_head_q_ || env_.opt.resume; }

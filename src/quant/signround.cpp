@@ -261,8 +261,7 @@ class BlockTuner {
  public:
   BlockTuner(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt, const BlockAux<float>& aux,
              const Tensor& x_in, const Tensor& y_fp, const std::vector<uint8_t>& loss_mask,
-             const SignRoundOptions& opt, const TuneLane& lane,
-             const std::function<bool(const std::string&)>& quantize_layer)
+             const SignRoundOptions& opt, const TuneLane& lane, const LayerFormats* layers)
       : ctx_(ctx), dims_(dims), w_(w), aux_(aux), x_in_(x_in), y_fp_(y_fp), mask_(loss_mask), opt_(opt), lane_(lane),
         fmt_(fmt) {
     n_ = lane.procs ? lane.pool : x_in.dim(0);
@@ -279,7 +278,7 @@ class BlockTuner {
     int64_t max_leaves = 1;
     for (int r = 0; r < W_; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
     depth_ = signround_tree_levels(max_leaves);
-    select_layers(fmt, quantize_layer);
+    select_layers(fmt, layers);
     auto t = Clock::now();
     reps_.resize(size_t(W_));
     lane.run([&](int r) { build_replica(r); });
@@ -301,7 +300,7 @@ class BlockTuner {
   int64_t pos(int r) const { return B_ * (int64_t(p_) * W_ + r) / (int64_t(P_) * W_); }
   int64_t leaves_of(int r) const { return (pos(r + 1) - pos(r) + leaf_ - 1) / leaf_; }
 
-  void select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer);
+  void select_layers(const QuantFormat& fmt, const LayerFormats* layers);
   void build_replica(int r);
   void qdq_all(Replica& R);
   double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
@@ -346,13 +345,14 @@ class BlockTuner {
   BlockTuneResult res_;
 };
 
-void BlockTuner::select_layers(const QuantFormat& fmt, const std::function<bool(const std::string&)>& quantize_layer) {
+void BlockTuner::select_layers(const QuantFormat& fmt, const LayerFormats* layers) {
   size_t li = 0;
   for (auto& [name, t] : block_linears(w_)) {
     const size_t slot = li++;
-    if (quantize_layer && !quantize_layer(name)) continue;
+    const auto it = layers ? layers->find(name) : LayerFormats::const_iterator{};
+    if (layers && it == layers->end()) continue;
     lin_.push_back(slot);
-    res_.layers.push_back(make_tuned_linear(ctx_, name, t, fmt));
+    res_.layers.push_back(make_tuned_linear(ctx_, name, t, layers ? it->second : fmt));
     if (opt_.fix_params) opt_.fix_params(ctx_, res_.layers.back());
   }
   share_fused_global_scales(res_.layers);
@@ -778,8 +778,8 @@ BlockTuneResult BlockTuner::run() {
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                     const TuneLane& lane, const std::function<bool(const std::string&)>& quantize_layer) {
-  return BlockTuner(ctx, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, lane, quantize_layer).run();
+                                     const TuneLane& lane, const LayerFormats* layers) {
+  return BlockTuner(ctx, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, lane, layers).run();
 }
 
 }  // namespace ar::quant

@@ -24,6 +24,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -146,15 +147,19 @@ struct BlockTuneResult {
   }
 };
 
+// The Linears a tuning quantizes, by short name (self_attn.q_proj, mlp.experts.3.down_proj), each with
+// its format (--layer_config gives single Linears their own bits, group size or sym); a Linear not
+// listed keeps its FP weight and takes part in the block forward unchanged.
+using LayerFormats = std::map<std::string, QuantFormat>;
+
 // x_in, y_fp: [n, T, C] fp32 or bf16; loss_mask: [n * T] (1 = token counts in the loss).
-// quantize_layer(short name) selects the Linears to quantize (default: all of block_linears); the others keep
-// their FP weights and take part in the block forward unchanged.
+// `layers` selects the Linears to quantize and their formats (null: all of block_linears, in `fmt`);
+// `fmt` is the run's scheme (the learning rate's, FP8_STATIC's activations).
 // aux.B/aux.T describe one sample (B is overwritten per micro-batch); positions/rope cover T.
 BlockTuneResult signround_tune_block(Context& ctx, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
                                      const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp,
                                      const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                     const TuneLane& lane = {},
-                                     const std::function<bool(const std::string&)>& quantize_layer = {});
+                                     const TuneLane& lane = {}, const LayerFormats* layers = nullptr);
 
 // The Linears of a block that AutoRound quantizes, with their HF short names, in linear_slot order
 // (model/block_dims.h): q, k, v, o, then the dense MLP's gate, up, down, or a MoE block's experts

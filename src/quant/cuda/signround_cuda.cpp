@@ -29,10 +29,10 @@ class DeviceTuner {
  public:
   DeviceTuner(cuda::DeviceContext& dev, Context& host, const BlockDims& dims, BlockWeights& w, const QuantFormat& fmt,
               const BlockAux<float>& aux, const Tensor& x_in, const Tensor& y_fp, const std::vector<uint8_t>& mask,
-              const SignRoundOptions& opt, const std::function<bool(const std::string&)>& quantize_layer)
+              const SignRoundOptions& opt, const LayerFormats* layers)
       : dev_(dev), host_(host), dims_(dims), fmt_(fmt), aux_(aux), mask_(mask), opt_(opt), n_(x_in.dim(0)) {
     refuse_unsupported(x_in, y_fp);
-    upload_block(w, quantize_layer);
+    upload_block(w, layers);
     upload_calibration(x_in, y_fp);
   }
 
@@ -81,15 +81,16 @@ class DeviceTuner {
   }
 
   // Every block tensor on the device; each tuned Linear's slot reads its What.
-  void upload_block(BlockWeights& w, const std::function<bool(const std::string&)>& quantize_layer) {
+  void upload_block(BlockWeights& w, const LayerFormats* layers) {
     DeviceBlock blk = upload_dense_block(dev_, w);
     wp_ = blk.ptrs;
     held_ = std::move(blk.held);
     size_t slot = 0;
     for (auto& [name, t] : block_linears(w)) {
       const size_t s = slot++;
-      if (quantize_layer && !quantize_layer(name)) continue;
-      res_.layers.push_back(make_tuned_linear(host_, name, t, fmt_));
+      const auto it = layers ? layers->find(name) : LayerFormats::const_iterator{};
+      if (layers && it == layers->end()) continue;
+      res_.layers.push_back(make_tuned_linear(host_, name, t, layers ? it->second : fmt_));
       const TunedLinear& H = res_.layers.back();
       DeviceLinear L;
       L.slot = s;
@@ -278,9 +279,9 @@ BlockTuneResult signround_tune_block_cuda(cuda::DeviceContext& dev, Context& hos
                                           BlockWeights& w, const QuantFormat& fmt, const BlockAux<float>& aux,
                                           const Tensor& x_in, const Tensor& y_fp,
                                           const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                          const std::function<bool(const std::string&)>& quantize_layer) {
+                                          const LayerFormats* layers) {
   dev.make_current();
-  return DeviceTuner(dev, host, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, quantize_layer).run();
+  return DeviceTuner(dev, host, dims, w, fmt, aux, x_in, y_fp, loss_mask, opt, layers).run();
 }
 
 }  // namespace ar::quant

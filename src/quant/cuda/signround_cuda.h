@@ -25,6 +25,6 @@ BlockTuneResult signround_tune_block_cuda(cuda::DeviceContext& dev, Context& hos
                                           BlockWeights& w, const QuantFormat& fmt, const BlockAux<float>& aux,
                                           const Tensor& x_in, const Tensor& y_fp,
                                           const std::vector<uint8_t>& loss_mask, const SignRoundOptions& opt,
-                                          const std::function<bool(const std::string&)>& quantize_layer = {});
+                                          const LayerFormats* layers = nullptr);
 
 }  // namespace ar::quant
