@@ -202,7 +202,11 @@ TEST(PipelineLayerConfig, EachLinearIsPackedInItsOwnFormatAndReadsBackExactly) {
   o.layer_config = LayerConfig::parse(
       "{mlp.down_proj: {bits: 8}, layers.1.self_attn.q_proj: {group_size: 64, sym: false},"
       " model.layers.0.mlp.up_proj: BF16, k_proj: {bits: 2, group_size: -1}}");
-  quantize_model(o);
+  const QuantizeReport rep = quantize_model(o);
+  std::string notes;  // what the loaders measured do with these outputs (docs/quantization.md)
+  for (const auto& n : rep.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("transformers' GPTQ loader (optimum) builds every Linear at --bits"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("asymmetric Linears in a symmetric file"), std::string::npos) << notes;
   struct Want {
     int bits;
     int64_t group;
@@ -320,6 +324,35 @@ TEST(PipelineLayerConfig, TunedExpertsKeepTheirOwnFormats) {
   for (int64_t i = 0; i < ha.numel(); ++i) ASSERT_EQ(ha.f32()[i], hg.f32()[i]) << "lm_head i " << i;
   fs::remove_all(m);
   fs::remove_all(q);
+}
+
+// The data-parallel lane tunes each Linear in its own format as the serial run does: byte-identical
+// outputs (deterministic tuning), and the report lists the own formats per block.
+TEST(PipelineLayerConfig, WorldsWriteTheSerialBytes) {
+  const std::string m = test::temp_path("lc_w_m");
+  write_synthetic_model(m, tiny_llama_config(2), 6);
+  std::string bytes[2];
+  for (int w = 0; w < 2; ++w) {
+    const std::string q = test::temp_path("lc_w_q" + std::to_string(w));
+    auto o = test::small_quantize_options(m, q, 3);
+    o.overwrite = true;
+    o.report_path = q + ".json";
+    o.layer_config = LayerConfig::parse("{mlp.down_proj: {bits: 2, group_size: 64}, q_proj: {sym: false, bits: 3}}");
+    if (w == 1) {
+      o.parallel = parallel::ParallelSetting::parse("2");
+      o.devices = "cpu:0,cpu:1";
+    }
+    const QuantizeReport rep = quantize_model(o);
+    EXPECT_EQ(rep.blocks[0].world_tune, w + 1);
+    bytes[w] = read_text_file(q + "/model.safetensors");
+    const json r = json::parse(read_text_file(q + ".json"));
+    EXPECT_EQ(r["blocks"][1]["own_formats"]["model.layers.1.mlp.down_proj"], "W2G64 sym") << r["blocks"][1].dump();
+    EXPECT_EQ(r["blocks"][1]["own_formats"]["model.layers.1.self_attn.q_proj"], "W3G32 asym");
+    fs::remove_all(q);
+    fs::remove(q + ".json");
+  }
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "world 2 wrote other bytes than serial";
+  fs::remove_all(m);
 }
 
 TEST(PipelineLayerConfig, AnEntryMatchingNothingIsNoted) {

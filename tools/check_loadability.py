@@ -57,6 +57,12 @@ What it does:
   6. A table: output | quantized / kept | dense | native load | backend | max|diff| / max|logit|
      | argmax agreement | verdict.
 
+With --layer_config TEXT (e.g. '{"mlp.down_proj": {"bits": 8}, "layers.1.self_attn.q_proj":
+{"group_size": 64, "sym": false}, "layers.0.mlp.up_proj": "BF16"}'): only our auto_round, auto_gptq and
+fake outputs made with it, and AutoRound's auto_round and auto_gptq with the same layer_config
+(parse_layer_config_arg of the text), are checked; the dense check reads each Linear's own bits and
+group size from extra_config (exact names) or gptq's dynamic (+: patterns, matched from the start).
+
 Exit status 0 when every row of our own (unpatched) outputs passes, 1 otherwise.
 """
 from __future__ import annotations
@@ -123,14 +129,16 @@ def make_model(d):
 # 2. our CLI
 # ------------------------------------------------------------------------------------------------
 
-def quantize_ours(autoround, model, out, fmt, asym, default_group=False):
+def quantize_ours(autoround, model, out, fmt, asym, default_group=False, layer_config=None):
     cmd = [autoround, "--model", model, "--output_dir", out, "--format", fmt]
     cmd += QUANT_ARGS_DEFAULT_GROUP if default_group else QUANT_ARGS
     cmd += ["--asym"] if asym else []
+    cmd += ["--layer_config", layer_config] if layer_config else []
     cmd += ["--threads", "1", "--overwrite"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     text = r.stdout + r.stderr
-    lines = [ln for ln in text.splitlines() if "quantized Linears:" in ln or "kept in 16 bit:" in ln]
+    lines = [ln for ln in text.splitlines()
+             if "quantized Linears:" in ln or "kept in 16 bit:" in ln or "own formats:" in ln]
     shown = " ".join(c if " " not in c else repr(c) for c in cmd)
     return {"cmd": shown, "rc": r.returncode, "lines": lines, "log_tail": text[-2000:]}
 
@@ -186,13 +194,22 @@ def dense_logits(model_dir, ids):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     q = cfg.get("quantization_config", {}) or {}
     state = load_state(model_dir)
-    bits, group = q.get("bits", 16), q.get("group_size", -1)
     zm1 = q.get("packing_format", "auto_gptq") in ("auto_round:auto_gptq", "auto_gptq") or q.get("quant_method") == "gptq"
     awq = q.get("packing_format") == "auto_round:auto_awq" or q.get("quant_method") == "awq"
+
+    def packing(module):  # a Linear's own bits and group size (extra_config / gptq dynamic) or the file's
+        own = (q.get("extra_config") or {}).get(module)
+        for pat, v in (q.get("dynamic") or {}).items():
+            if own is None and pat.startswith("+:") and re.match(pat[2:], module):
+                own = v
+        own = own or {}
+        return own.get("bits", q.get("bits", 16)), own.get("group_size", q.get("group_size", -1))
+
     dense = {}
     for k, v in state.items():
         if k.endswith(".qweight"):
             p = k[: -len(".qweight")]
+            bits, group = packing(p)
             if awq:
                 dense[p + ".weight"] = unpack_awq(v, state[p + ".qzeros"], state[p + ".scales"],
                                                   group if group > 0 else v.shape[0])
@@ -308,8 +325,11 @@ def autoround_worker(model_dir, out_dir, fmt, result_path):
         tok = AutoTokenizer.from_pretrained(model_dir)
         ids = tok(open(os.path.join(REPO, "README.md")).read())["input_ids"]
         calib = [torch.tensor([[tok.bos_token_id] + ids[k * 128 + 1:(k + 1) * 128]]) for k in range(8)]
+        from auto_round.utils import parse_layer_config_arg
+
+        lc = os.environ.get("AR_CHECK_LAYER_CONFIG")
         ar = AutoRound(model_dir, scheme="W4A16", group_size=128, iters=0, nsamples=8, seqlen=128,
-                       dataset=calib, device_map="cpu")
+                       dataset=calib, device_map="cpu", layer_config=parse_layer_config_arg(lc) if lc else None)
         res["class"] = type(ar).__name__
         ar.quantize_and_save(out_dir, format=fmt)
         # auto-round 0.16.1 saves into <out_dir>/<model name>-w4g128/
@@ -470,6 +490,7 @@ def main():
                     help="native tolerance, relative to max |logit| (default 2e-2; 5e-2 with --dtype bfloat16)")
     ap.add_argument("--no-autoround", action="store_true", help="skip AutoRound's own outputs")
     ap.add_argument("--no-patched", action="store_true", help="skip the patched diagnostic copies")
+    ap.add_argument("--layer_config", default=None, help="check outputs made with this --layer_config only")
     ap.add_argument("--native-worker", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--autoround-worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -497,7 +518,16 @@ def main():
 
     log("\n== quantize (ours)")
     outputs = []  # (label, dir)
-    for asym in (False, True):
+    if args.layer_config:
+        os.environ["AR_CHECK_LAYER_CONFIG"] = args.layer_config  # AutoRound's worker reads it
+        args.no_patched = True
+        for fmt in ("auto_round", "auto_gptq", "fake"):
+            d = os.path.join(work, "ours_lc_" + fmt)
+            r = quantize_ours(args.autoround, model, d, fmt, False, default_group=True, layer_config=args.layer_config)
+            log(f"$ {r['cmd']}\n  rc {r['rc']}" + "".join(f"\n  {ln}" for ln in r["lines"]))
+            outputs.append((fmt + " --layer_config", d, None) if r["rc"] == 0
+                           else (fmt, None, r["log_tail"].strip().splitlines()[-1]))
+    for asym in (False, True) if not args.layer_config else ():
         for fmt in ("auto_round", "auto_gptq", "auto_awq", "fake"):
             label = fmt + (" --asym" if asym else "")
             d = os.path.join(work, "ours_" + fmt + ("_asym" if asym else ""))
@@ -508,16 +538,19 @@ def main():
                 outputs.append((label, None, r["log_tail"].strip().splitlines()[-1]))
             else:
                 outputs.append((label, d, None))
-    for fmt in ("auto_round", "auto_gptq", "auto_awq"):  # the scheme's default group, adapted to 64
+    for fmt in ("auto_round", "auto_gptq", "auto_awq") if not args.layer_config else ():  # default group -> 64
         label = fmt + " (default group -> 64)"
         d = os.path.join(work, "ours_" + fmt + "_g64")
         r = quantize_ours(args.autoround, model, d, fmt, False, default_group=True)
         log(f"$ {r['cmd']}\n  rc {r['rc']}" + "".join(f"\n  {ln}" for ln in r["lines"]))
         outputs.append((label, d, None) if r["rc"] == 0 else (label, None, r["log_tail"].strip().splitlines()[-1]))
     combo = os.path.join(work, "ours_combined")
-    r = quantize_ours(args.autoround, model, combo, "auto_round,auto_gptq,auto_awq", False)
-    log(f"$ {r['cmd']}\n  rc {r['rc']}" + "".join(f"\n  {ln}" for ln in r["lines"]))
-    if r["rc"] == 0:
+    r = quantize_ours(args.autoround, model, combo, "auto_round,auto_gptq,auto_awq", False) if not args.layer_config else None
+    if r:
+        log(f"$ {r['cmd']}\n  rc {r['rc']}" + "".join(f"\n  {ln}" for ln in r["lines"]))
+    if r is None:
+        pass
+    elif r["rc"] == 0:
         for sub, fmt in (("auto-round", "auto_round"), ("auto-gptq", "auto_gptq"), ("auto-awq", "auto_awq")):
             d = os.path.join(combo, sub)
             single = os.path.join(work, "ours_" + fmt, "model.safetensors")
@@ -551,7 +584,7 @@ def main():
 
     if not args.no_autoround:
         log("\n== AutoRound's own outputs (same model)")
-        for fmt in ("auto_round", "auto_gptq", "auto_awq"):
+        for fmt in ("auto_round", "auto_gptq", "auto_awq") if not args.layer_config else ("auto_round", "auto_gptq"):
             d = os.path.join(work, "autoround_" + fmt)
             res = run_autoround(model, d, fmt)
             log(f"  AutoRound(model_fp, scheme='W4A16', group_size=128, iters=0, nsamples=8, seqlen=128, "

@@ -67,6 +67,7 @@ struct BlockReport {
   double loss_first = 0, loss_best = 0, seconds = 0, peak_rss_mb = 0;
   int best_iter = -1;
   std::vector<std::string> quantized, kept_fp;
+  std::map<std::string, std::string> own_formats;  // quantized Linears of a --layer_config format ("W8G128 sym")
   std::map<std::string, double> phase_seconds;  // fp_forward, tune, tune_<lane phase>, q_forward, pack_write
   int world_collect = 1, world_search = 1, world_tune = 1;
   int64_t exchange_bytes = 0;  // read by one rank from the others over the whole tuning

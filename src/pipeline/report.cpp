@@ -35,6 +35,7 @@ void write_report(const QuantizeOptions& opt, const QuantizeReport& rep, const s
                            {"world", {{"collect", b.world_collect}, {"search", b.world_search}, {"tune", b.world_tune}}},
                            {"exchange_bytes", b.exchange_bytes},
                            {"quantized", b.quantized}, {"kept_fp", b.kept_fp}});
+    if (!b.own_formats.empty()) r["blocks"].back()["own_formats"] = b.own_formats;  // --layer_config
     if (!b.expert_tokens.empty()) r["blocks"].back()["expert_tokens"] = b.expert_tokens;
     if (!b.ranks.empty()) r["blocks"].back()["ranks"] = b.ranks;  // per process: phases, bytes, memory
     if (b.gguf)

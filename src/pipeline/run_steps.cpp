@@ -141,15 +141,30 @@ void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeRep
       for (const char* r : {"mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate"}) routers.push_back(prefix + r);
   }
   lc.bind(names);
+  const std::vector<std::string> formats = parse_formats(opt);
+  auto listed = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
+  bool own = false, asym_in_sym = false;
   for (size_t i = 0; i < lc.entries().size(); ++i) {
     const LayerConfigEntry& e = lc.entries()[i];
-    if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lc.matches(i, n); })) continue;
+    if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lc.matches(i, n); })) {
+      own = own || !e.keeps_fp();
+      asym_in_sym = asym_in_sym || (!e.keeps_fp() && opt.fmt.sym && !e.format(opt.fmt).sym);
+      continue;
+    }
     const bool router =
         std::any_of(routers.begin(), routers.end(), [&](const std::string& n) { return lc.matches(i, n); });
     note(rep, "--layer_config '" + e.key + "' matches no quantizable Linear of this model" +
                   (router ? ": a MoE router and shared_expert_gate stay in 16 bit, as AutoRound and vLLM keep them"
                           : "; ignored"));
   }
+  // What the loaders measured here do with it (docs/quantization.md, Layer rules).
+  if (own && listed("auto_gptq"))
+    note(rep, "--format auto_gptq with per-layer formats: gptqmodel and vLLM read its `dynamic` overrides; "
+              "transformers' GPTQ loader (optimum) builds every Linear at --bits and cannot load it (auto_round can)");
+  if (asym_in_sym && listed("auto_round"))
+    note(rep, "--format auto_round with asymmetric Linears in a symmetric file (packing auto_round:auto_gptq, "
+              "as AutoRound writes it): auto-round's CPU backends run only symmetric Linears in this packing (its "
+              "CUDA exllamav2 backends list asymmetric ones)");
   // AutoRound: an entry named lm_head quantizes it (as --quant_lm_head).
   if (const LayerConfigEntry* e = lc.exact_match("lm_head"); e && !e->keeps_fp() && !opt.quant_lm_head) {
     opt.quant_lm_head = true;
@@ -228,6 +243,7 @@ quant::LayerFormats plan_block_layers(BlockWeights& w, const std::string& prefix
       continue;
     }
     br.quantized.push_back(full);
+    if (c.entry) br.own_formats[full] = format_name(c.fmt);
     selected.emplace(nm, c.fmt);
     *tuned_elems += t->numel();
   }

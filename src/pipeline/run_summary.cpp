@@ -15,6 +15,12 @@
 
 namespace ar {
 
+std::string format_name(const quant::QuantFormat& f) {
+  char b[64];
+  std::snprintf(b, sizeof b, "W%dG%lld %s", f.bits, static_cast<long long>(f.group_size), f.sym ? "sym" : "asym");
+  return b;
+}
+
 LayerRules LayerRules::of(const QuantizeOptions& opt) {
   LayerRules r;
   r.fp_layers = opt.fp_layers;
@@ -119,12 +125,6 @@ int64_t block_cache_floats(const BlockDims& d) {
 }
 
 namespace {
-std::string format_name(const quant::QuantFormat& f) {
-  char b[64];
-  std::snprintf(b, sizeof b, "W%dG%lld %s", f.bits, static_cast<long long>(f.group_size), f.sym ? "sym" : "asym");
-  return b;
-}
-
 // "where": every block, or "n of total blocks" ("(experts x blocks)" for experts).
 std::string where(int64_t count, int64_t total, bool experts) {
   if (count == total) return "every block";

@@ -45,6 +45,8 @@ struct LayerChoice {
   const LayerConfigEntry* entry = nullptr;
 };
 LayerChoice layer_choice(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
+// "W8G128 sym": an int format as the summary and the report name it.
+std::string format_name(const quant::QuantFormat& f);
 // Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized.
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 
