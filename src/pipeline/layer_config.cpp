@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/name_pattern.h"
+#include "core/printable.h"
 
 namespace ar {
 
@@ -16,6 +17,17 @@ using json = nlohmann::ordered_json;
 constexpr size_t kMaxText = 1 << 20, kMaxKey = 256, kMaxEntries = 100000;
 
 [[noreturn]] void refuse(const std::string& what) { fail(ErrorKind::InvalidInput, "--layer_config: " + what); }
+
+// A value or key of the text as messages show it (bytes that are not printable UTF-8 escaped).
+std::string show(const json& v) {
+  return printable(v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+std::string named(const std::string& key) {
+  std::string s = "'";  // appended, not "'" + ...: GCC 12 warns (-Wrestrict) on that form
+  s += printable(key);
+  s += '\'';
+  return s;
+}
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
@@ -105,7 +117,7 @@ class LooseParser {
   }
   json parse() {
     json d = dict(0);
-    if (pos_ != toks_.size()) refuse("unexpected '" + toks_[pos_] + "' after the closing brace");
+    if (pos_ != toks_.size()) refuse("unexpected " + named(toks_[pos_]) + " after the closing brace");
     return d;
   }
 
@@ -114,7 +126,7 @@ class LooseParser {
   const std::string& take(const char* expected = nullptr) {
     const std::string* t = peek();
     if (!t) refuse("unexpected end of the text" + (expected ? std::string(" (expected '") + expected + "')" : ""));
-    if (expected && *t != expected) refuse("expected '" + std::string(expected) + "', got '" + *t + "'");
+    if (expected && *t != expected) refuse("expected '" + std::string(expected) + "', got " + named(*t));
     ++pos_;
     return *t;
   }
@@ -132,7 +144,7 @@ class LooseParser {
       take(":");
       const std::string* v = peek();
       json value = v && *v == "{" ? dict(depth + 1) : scalar(take());
-      d[key.is_string() ? key.get<std::string>() : key.dump()] = std::move(value);
+      d[key.is_string() ? key.get<std::string>() : key.dump(-1, ' ', false, json::error_handler_t::replace)] = std::move(value);
       if (peek() && *peek() == ",") take();
     }
   }
@@ -160,7 +172,7 @@ struct Preset {
 constexpr Preset kPresets[] = {{"W2A16", 2}, {"W3A16", 3}, {"W4A16", 4}, {"W8A16", 8}, {"BF16", 16}, {"FP16", 16}};
 
 void apply_preset(LayerConfigEntry& e, const json& v) {
-  std::string name = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string name = v.is_string() ? v.get<std::string>() : show(v);
   for (char& c : name) c = char(std::toupper(static_cast<unsigned char>(c)));
   for (const Preset& p : kPresets)
     if (name == p.name) {
@@ -168,27 +180,27 @@ void apply_preset(LayerConfigEntry& e, const json& v) {
       if (p.bits < 16) e.group_size = 128, e.sym = true;
       return;
     }
-  refuse("'" + e.key + "': scheme '" + name +
-         "' is not a per-layer scheme here (W2A16, W3A16, W4A16, W8A16, BF16, FP16; per-layer float and GGUF "
+  refuse(named(e.key) + ": scheme " + named(name) +
+         " is not a per-layer scheme here (W2A16, W3A16, W4A16, W8A16, BF16, FP16; per-layer float and GGUF "
          "schemes are not supported)");
 }
 
 int64_t integer(const LayerConfigEntry& e, const std::string& k, const json& v) {
-  if (!v.is_number_integer()) refuse("'" + e.key + "': " + k + " must be an integer (got " + v.dump() + ")");
+  if (!v.is_number_integer()) refuse(named(e.key) + ": " + k + " must be an integer (got " + show(v) + ")");
   return v.get<int64_t>();
 }
 
 // A data type as a layer's key: "int", or a 16-bit float (the Linear kept).
 void apply_data_type(LayerConfigEntry& e, const json& v) {
-  const std::string d = v.is_string() ? v.get<std::string>() : v.dump();
+  const std::string d = v.is_string() ? v.get<std::string>() : show(v);
   if (d == "int") return;
   if (d == "fp" || d == "float" || d == "bf16" || d == "fp16" || d == "float16" || d == "bfloat16") {
     if (!e.bits) e.bits = 16;  // AutoRound infers 16 bits for a 16-bit float type
-    if (*e.bits < 16) refuse("'" + e.key + "': data_type " + d + " with " + std::to_string(*e.bits) +
+    if (*e.bits < 16) refuse(named(e.key) + ": data_type " + printable(d) + " with " + std::to_string(*e.bits) +
                              " bits is a float scheme (per-layer float schemes are not supported)");
     return;
   }
-  refuse("'" + e.key + "': data_type '" + d + "' is not supported per layer (int, or fp for 16 bit)");
+  refuse(named(e.key) + ": data_type " + named(d) + " is not supported per layer (int, or fp for 16 bit)");
 }
 
 LayerConfigEntry make_entry(const std::string& key, const json& value) {
@@ -197,7 +209,7 @@ LayerConfigEntry make_entry(const std::string& key, const json& value) {
   if (key.empty()) refuse("an empty layer name");
   if (key.size() > kMaxKey) refuse("a layer name or pattern longer than " + std::to_string(kMaxKey) + " characters");
   if (!value.is_object()) {
-    if (value.is_null()) refuse("'" + key + "': no scheme (null)");
+    if (value.is_null()) refuse(named(key) + ": no scheme (null)");
     apply_preset(e, value);
     return e;
   }
@@ -209,30 +221,30 @@ LayerConfigEntry make_entry(const std::string& key, const json& value) {
     if (k == "bits") {
       const int64_t b = integer(e, k, v);
       if (b != 2 && b != 3 && b != 4 && b != 8 && b != 16)
-        refuse("'" + key + "': bits " + std::to_string(b) + " is not supported (2, 3, 4, 8; 16 keeps the layer)");
+        refuse(named(key) + ": bits " + std::to_string(b) + " is not supported (2, 3, 4, 8; 16 keeps the layer)");
       e.bits = int(b);
     } else if (k == "group_size") {
       const int64_t g = integer(e, k, v);
       if (g != -1 && (g < 1 || g > (int64_t(1) << 20)))
-        refuse("'" + key + "': group_size " + std::to_string(g) + " is not supported (-1 or 1..2^20)");
+        refuse(named(key) + ": group_size " + std::to_string(g) + " is not supported (-1 or 1..2^20)");
       e.group_size = g;
     } else if (k == "sym") {
       if (!v.is_boolean() && !(v.is_number_integer() && (v == 0 || v == 1)))
-        refuse("'" + key + "': sym must be true or false (got " + v.dump() + ")");
+        refuse(named(key) + ": sym must be true or false (got " + show(v) + ")");
       e.sym = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() == 1;
     } else if (k == "act_bits") {
       if (integer(e, k, v) < 16)
-        refuse("'" + key + "': act_bits " + v.dump() + " (per-layer activation quantization is not supported)");
+        refuse(named(key) + ": act_bits " + show(v) + " (per-layer activation quantization is not supported)");
     } else if (k == "act_data_type") {
-      const std::string d = v.is_string() ? v.get<std::string>() : v.dump();
+      const std::string d = v.is_string() ? v.get<std::string>() : show(v);
       if (d != "fp" && d != "float" && d != "bf16" && d != "fp16")
-        refuse("'" + key + "': act_data_type '" + d + "' (per-layer activation quantization is not supported)");
+        refuse(named(key) + ": act_data_type " + named(d) + " (per-layer activation quantization is not supported)");
     } else if (k != "act_group_size" && k != "act_sym" && k != "act_dynamic") {  // 16-bit activations: moot
-      refuse("'" + key + "': unknown key '" + k + "' (bits, group_size, sym, data_type, scheme, act_bits, act_data_type)");
+      refuse(named(key) + ": unknown key " + named(k) + " (bits, group_size, sym, data_type, scheme, act_bits, act_data_type)");
     }
   }
   if (value.contains("data_type") && !value["data_type"].is_null()) apply_data_type(e, value["data_type"]);
-  if (!e.bits && !e.group_size && !e.sym) refuse("'" + key + "': the entry sets nothing (bits, group_size or sym)");
+  if (!e.bits && !e.group_size && !e.sym) refuse(named(key) + ": the entry sets nothing (bits, group_size or sym)");
   return e;
 }
 
@@ -299,7 +311,7 @@ LayerConfig LayerConfig::parse(const std::string& text) {
     e.regex = standard_regex(e.key);
     std::string why;
     std::optional<std::regex> re = compile_name_pattern(e.regex, &why);
-    if (!re) refuse("'" + e.key + "' is not a pattern this tool reads (" + e.regex + ": " + why + ")");
+    if (!re) refuse(named(e.key) + " is not a pattern this tool reads (" + printable(e.regex) + ": " + why + ")");
     c.compiled_.push_back(std::move(*re));
     e.pattern = true;  // until bind() finds it among the model's Linears
     c.entries_.push_back(std::move(e));
@@ -341,7 +353,7 @@ std::string LayerConfig::canonical() const {
     if (e.sym) v["sym"] = *e.sym;
     j[e.key] = v;
   }
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace ar

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "quant/gguf_scheme.h"
@@ -36,7 +37,7 @@ bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
 void check_layer_config(const QuantizeOptions& opt, const std::vector<std::string>& formats) {
   for (const LayerConfigEntry& e : opt.layer_config.entries()) {
     if (e.keeps_fp()) continue;
-    const std::string what = "--layer_config '" + e.key + "' (" + e.describe() + ")";
+    const std::string what = "--layer_config '" + printable(e.key) + "' (" + e.describe() + ")";
     if (opt.fmt.is_float())
       fail(ErrorKind::InvalidInput, what + ": per-layer formats are for the int schemes; under " +
                                         float_scheme_name(opt.fmt) + " an entry can only keep Linears in 16 bit");

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "export/shard_writer.h"
@@ -153,7 +154,7 @@ void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeRep
     }
     const bool router =
         std::any_of(routers.begin(), routers.end(), [&](const std::string& n) { return lc.matches(i, n); });
-    note(rep, "--layer_config '" + e.key + "' matches no quantizable Linear of this model" +
+    note(rep, "--layer_config '" + printable(e.key) + "' matches no quantizable Linear of this model" +
                   (router ? ": a MoE router and shared_expert_gate stay in 16 bit, as AutoRound and vLLM keep them"
                           : "; ignored"));
   }

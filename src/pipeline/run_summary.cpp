@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/printable.h"
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/linear_specs.h"
@@ -59,7 +60,7 @@ LayerChoice configured(const std::string& full_name, const LayerRules& rules) {
     c.entry = rules.layer_config.exact_match(full_name);
   }
   if (!c.entry) return c;
-  if (c.entry->keeps_fp()) c.kept = "--layer_config " + c.entry->key;
+  if (c.entry->keeps_fp()) c.kept = "--layer_config " + printable(c.entry->key);
   else c.fmt = c.entry->format(rules.fmt);
   return c;
 }
@@ -150,7 +151,7 @@ void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vect
       if (seen.insert(s.group).second) ++g.blocks;
       const LayerChoice c = layer_choice(HfModel::layer_prefix(l) + s.name, s.out, s.in, rules);
       if (!c.kept.empty()) ++g.reasons[c.kept];
-      else if (c.entry) ++g.formats[format_name(c.fmt) + " (--layer_config " + c.entry->key + ")"];
+      else if (c.entry) ++g.formats[format_name(c.fmt) + " (--layer_config " + printable(c.entry->key) + ")"];
     }
   }
   std::string quantized, kept, own;
