@@ -24,19 +24,22 @@ void tree_steps(int64_t a, int64_t b, int dst, std::vector<int> pend, std::vecto
   tree_steps(mid, b, dst, std::move(pend), steps);
 }
 
-// One weight's tree. Where the item's GEMMs are row-independent (CpuOps::row_gemms: the tuner's
-// deterministic MoE runs) in one pass over the weight: cpu::weight_grad_tree_f32 from AVX2 on,
-// cpu::weight_grad_tree_bf16 under amp (the avx512_bf16 level), each leaf's product as
-// CpuOps::linear_bwd computes a leaf's own. Elsewhere step by step, each leaf's product one GEMM on
-// scratch buffers of the weight's size.
+// One weight's tree: in one pass over the weight where the item's kernels allow it (CpuOps::grad_tree:
+// row-independent GEMMs, the tuner's deterministic MoE runs), each leaf's product as CpuOps::linear_bwd
+// computes a leaf's own. Elsewhere step by step, each leaf's product one GEMM on scratch buffers of the
+// weight's size.
 class WeightTree {
  public:
   WeightTree(cpu::CpuOps& o, const cpu::DeferredGrads& d, const ExpertGradTarget& t,
              const std::vector<cpu::GradTreeStep>& steps)
       : o_(o), d_(d), t_(t), steps_(steps) {}
   void run() {
-    if (o_.amp && o_.row_gemms) return one_pass();
-    if (!o_.amp && o_.row_gemms && cpu::weight_grad_tree_f32_supported()) return one_pass_f32();
+    std::vector<cpu::CpuOps::GradLeaf> leaves;
+    for (int64_t l = 0; l < d_.leaves(); ++l) {
+      const cpu::DeferredGrads::Product* p = d_.find(l, t_.slot);
+      leaves.push_back(p ? cpu::CpuOps::GradLeaf{&p->dy, &p->x, p->rows} : cpu::CpuOps::GradLeaf{});
+    }
+    if (o_.grad_tree(leaves, steps_, {}, t_.out, t_.in, t_.dst)) return;
     for (size_t l = 0; l < steps_.size(); ++l) leaf(int64_t(l), steps_[l]);
   }
 
@@ -57,27 +60,6 @@ class WeightTree {
       return lo.linear_bwd(p->dy, p->x, nullptr, nullptr, false, dw, s.accumulate, nullptr, p->rows, p->in, p->out);
     weight_grad_of_no_rows(lo, dw, s.accumulate, t_.in, t_.out);  // a leaf that routed no row to this expert
   }
-  void one_pass() {
-    std::vector<cpu::GradLeafBf16> leaves;
-    for (int64_t l = 0; l < d_.leaves(); ++l) {
-      const cpu::DeferredGrads::Product* p = d_.find(l, t_.slot);
-      AR_CHECK(!p || (p->dy.xb.defined() && p->x.xb.defined()), "expert_grad_tree: an amp product without bf16 operands");
-      leaves.push_back(p ? cpu::GradLeafBf16{p->dy.xb.data<uint16_t>(), p->x.xb.data<uint16_t>(), p->rows}
-                         : cpu::GradLeafBf16{});
-    }
-    cpu::weight_grad_tree_bf16(o_.ctx, leaves, steps_, {}, t_.out, t_.in, t_.dst);
-  }
-
-  void one_pass_f32() {
-    std::vector<cpu::GradLeafF32> leaves;
-    for (int64_t l = 0; l < d_.leaves(); ++l) {
-      const cpu::DeferredGrads::Product* p = d_.find(l, t_.slot);
-      AR_CHECK(!p || (p->dy.x && p->x.x), "expert_grad_tree: an fp32 product without fp32 operands");
-      leaves.push_back(p ? cpu::GradLeafF32{p->dy.x, p->x.x, p->rows} : cpu::GradLeafF32{});
-    }
-    cpu::weight_grad_tree_f32(o_.ctx, leaves, steps_, {}, t_.out, t_.in, t_.dst);
-  }
-
   cpu::CpuOps& o_;
   const cpu::DeferredGrads& d_;
   const ExpertGradTarget& t_;

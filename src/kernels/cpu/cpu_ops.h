@@ -198,35 +198,53 @@ struct CpuOps {
   void linear_bwd(const Operand& dy, const Operand& x, const float* W, float* dx, bool acc, float* dW, bool acc_dW,
                   float* db, int64_t n, int64_t in, int64_t out) {
     const Addends add = grad_add && dW ? grad_add->find(dW) : Addends();
-    if (amp && row_gemms && dx) {
-      cpu::linear_dx_bf16_rows(ctx, dy.x, dy.xb.data<uint16_t>(), W, amp->find(W), dx, acc, n, in, out);
+    if (row_gemms && dx) {
+      if (amp) cpu::linear_dx_bf16_rows(ctx, dy.x, dy.xb.data<uint16_t>(), W, amp->find(W), dx, acc, n, in, out);
+      else cpu::gemm_rows(ctx, false, false, n, in, out, 1.f, dy.x, out, W, in, acc ? 1.f : 0.f, dx, in);
       dx = nullptr;
     }
-    if (amp && row_gemms && dW) {  // one leaf of weight_grad_tree_bf16: the product a deferred tree takes
+    if (dW) {  // a leaf's product as the one-pass tree of a deferred expert weight takes it (when it can)
       std::vector<int> adds;
       for (size_t k = 0; k < add.size(); ++k) adds.push_back(-1 - int(k));
-      Tensor dyt, xt;
-      const GradLeafBf16 leaf{n > 0 ? bf16_of(dy, n * out, dyt) : nullptr, n > 0 ? bf16_of(x, n * in, xt) : nullptr, n};
-      cpu::weight_grad_tree_bf16(ctx, {leaf}, {{0, acc_dW, std::move(adds)}}, add, out, in, dW);
-      dW = nullptr;
-      if (!dx && !db) return;
+      if (grad_tree({{&dy, &x, n}}, {{0, acc_dW, std::move(adds)}}, add, out, in, dW)) dW = nullptr;
     }
+    if (!dx && !dW && !db) return;
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
                                   acc, dW, acc_dW, db, n, in, out, add, x.xp.get());
-    if (row_gemms && dx) {
-      cpu::gemm_rows(ctx, false, false, n, in, out, 1.f, dy.x, out, W, in, acc ? 1.f : 0.f, dx, in);
-      dx = nullptr;
-    }
-    if (row_gemms && dW && weight_grad_tree_f32_supported()) {  // one leaf of the fp32 tree kernel
-      std::vector<int> adds;
-      for (size_t k = 0; k < add.size(); ++k) adds.push_back(-1 - int(k));
-      cpu::weight_grad_tree_f32(ctx, {{n > 0 ? dy.x : nullptr, n > 0 ? x.x : nullptr, n}}, {{0, acc_dW, std::move(adds)}},
-                                add, out, in, dW);
-      dW = nullptr;
-      if (!dx && !db) return;
-    }
     cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
+  }
+
+  // A weight gradient's tree over leaves (products dy_l^T x_l of `rows` rows; rows 0: no product),
+  // summed by `steps` into dW with `extra` addends, in one pass over the weight where the kernels
+  // allow it: with row_gemms, weight_grad_tree_bf16 under amp, weight_grad_tree_f32 from AVX2 on.
+  // False (nothing done) elsewhere: the caller sums leaf by leaf with linear_bwd. A lone leaf
+  // (linear_bwd's own call) and a deferred expert's tree (quant/expert_grad_tree.h) take the same path,
+  // so a rank of one leaf and a rank of eight sum the same products.
+  struct GradLeaf {
+    const Operand* dy = nullptr;
+    const Operand* x = nullptr;
+    int64_t rows = 0;
+  };
+  bool grad_tree(const std::vector<GradLeaf>& leaves, const std::vector<GradTreeStep>& steps, Addends extra,
+                 int64_t out, int64_t in, float* dW) {
+    if (!row_gemms || (!amp && !weight_grad_tree_f32_supported())) return false;
+    if (!amp) {
+      std::vector<GradLeafF32> f;
+      for (const GradLeaf& l : leaves) f.push_back(l.rows > 0 ? GradLeafF32{l.dy->x, l.x->x, l.rows} : GradLeafF32{});
+      cpu::weight_grad_tree_f32(ctx, f, steps, extra, out, in, dW);
+      return true;
+    }
+    std::vector<Tensor> held(2 * leaves.size());  // bf16 copies of operands that have none
+    std::vector<GradLeafBf16> b;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const GradLeaf& l = leaves[i];
+      b.push_back(l.rows > 0 ? GradLeafBf16{bf16_of(*l.dy, l.rows * out, held[2 * i]),
+                                            bf16_of(*l.x, l.rows * in, held[2 * i + 1]), l.rows}
+                             : GradLeafBf16{});
+    }
+    cpu::weight_grad_tree_bf16(ctx, b, steps, extra, out, in, dW);
+    return true;
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, double eps) {
     cpu::rmsnorm_fwd(ctx, x, w, y, rstd, rows, dim, eps);
