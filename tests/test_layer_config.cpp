@@ -60,6 +60,22 @@ std::vector<float> rtn(Context& ctx, const Tensor& w, int bits, int64_t group, b
   return ref;
 }
 
+// A run's options: the small calibration, the formats and the --layer_config text.
+QuantizeOptions run_opts(const std::string& m, const std::string& q, int iters, const std::string& formats,
+                         const std::string& layer_config) {
+  QuantizeOptions o = test::small_quantize_options(m, q, iters);
+  o.format = formats;
+  o.overwrite = true;
+  o.layer_config = LayerConfig::parse(layer_config);
+  return o;
+}
+
+std::string notes_of(const QuantizeReport& rep) {
+  std::string notes;
+  for (const auto& n : rep.notes) notes += n + "\n";
+  return notes;
+}
+
 json config_of(const std::string& dir) { return json::parse(read_text_file(dir + "/config.json"))["quantization_config"]; }
 }  // namespace
 
@@ -195,16 +211,12 @@ TEST(LayerConfig, FormatsThatCannotHoldItAreRefused) {
 TEST(PipelineLayerConfig, EachLinearIsPackedInItsOwnFormatAndReadsBackExactly) {
   const std::string m = test::temp_path("lc_m"), q = test::temp_path("lc_q");
   write_synthetic_model(m, tiny_llama_config(2), 5);
-  auto o = test::small_quantize_options(m, q, 0);
+  auto o = run_opts(m, q, 0, "auto_round,auto_gptq,fake",
+                    "{mlp.down_proj: {bits: 8}, layers.1.self_attn.q_proj: {group_size: 64, sym: false},"
+                    " model.layers.0.mlp.up_proj: BF16, k_proj: {bits: 2, group_size: -1}}");
   o.disable_opt_rtn = true;
-  o.format = "auto_round,auto_gptq,fake";
-  o.overwrite = true;
-  o.layer_config = LayerConfig::parse(
-      "{mlp.down_proj: {bits: 8}, layers.1.self_attn.q_proj: {group_size: 64, sym: false},"
-      " model.layers.0.mlp.up_proj: BF16, k_proj: {bits: 2, group_size: -1}}");
-  const QuantizeReport rep = quantize_model(o);
-  std::string notes;  // what the loaders measured do with these outputs (docs/quantization.md)
-  for (const auto& n : rep.notes) notes += n + "\n";
+  // What the loaders measured do with these outputs (docs/quantization.md).
+  const std::string notes = notes_of(quantize_model(o));
   EXPECT_NE(notes.find("transformers' GPTQ loader (optimum) builds every Linear at --bits"), std::string::npos) << notes;
   EXPECT_NE(notes.find("asymmetric Linears in a symmetric file"), std::string::npos) << notes;
   struct Want {
@@ -279,13 +291,10 @@ TEST(PipelineLayerConfig, TunedExpertsKeepTheirOwnFormats) {
   json mc = tiny_moe_config("qwen3_moe");
   mc["vocab_size"] = 320;  // lm_head [320, 64]: whole 32-multiples
   write_synthetic_model(m, mc, 9, DType::BF16);
-  auto o = test::small_quantize_options(m, q, 2);
+  auto o = run_opts(m, q, 2, "auto_round,auto_gptq",
+                    "{\"experts.[0-3].down_proj\": {\"bits\": 8}, \"layers.1.mlp.experts.5.\": \"BF16\", "
+                    "\"lm_head\": {\"bits\": 8, \"group_size\": 64}, \"mlp.gate\": {\"bits\": 8}}");
   o.calib.seqlen = 32;
-  o.format = "auto_round,auto_gptq";
-  o.overwrite = true;
-  o.layer_config = LayerConfig::parse(
-      "{\"experts.[0-3].down_proj\": {\"bits\": 8}, \"layers.1.mlp.experts.5.\": \"BF16\", "
-      "\"lm_head\": {\"bits\": 8, \"group_size\": 64}, \"mlp.gate\": {\"bits\": 8}}");
   const QuantizeReport rep = quantize_model(o);
   EXPECT_TRUE(rep.lm_head_quantized);
   auto a = HfModel::open(q + "/auto-round"), g = HfModel::open(q + "/auto-gptq");
@@ -334,10 +343,8 @@ TEST(PipelineLayerConfig, WorldsWriteTheSerialBytes) {
   std::string bytes[2];
   for (int w = 0; w < 2; ++w) {
     const std::string q = test::temp_path("lc_w_q" + std::to_string(w));
-    auto o = test::small_quantize_options(m, q, 3);
-    o.overwrite = true;
+    auto o = run_opts(m, q, 3, "auto_round", "{mlp.down_proj: {bits: 2, group_size: 64}, q_proj: {sym: false, bits: 3}}");
     o.report_path = q + ".json";
-    o.layer_config = LayerConfig::parse("{mlp.down_proj: {bits: 2, group_size: 64}, q_proj: {sym: false, bits: 3}}");
     if (w == 1) {
       o.parallel = parallel::ParallelSetting::parse("2");
       o.devices = "cpu:0,cpu:1";
@@ -358,13 +365,9 @@ TEST(PipelineLayerConfig, WorldsWriteTheSerialBytes) {
 TEST(PipelineLayerConfig, AnEntryMatchingNothingIsNoted) {
   const std::string m = test::temp_path("lc_none_m"), q = test::temp_path("lc_none_q");
   write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 9, DType::BF16);
-  auto o = test::small_quantize_options(m, q, 0);
+  auto o = run_opts(m, q, 0, "auto_round", "{\"mlp.gate$\": {\"bits\": 8}, \"no_such_layer\": {\"bits\": 8}}");
   o.calib.seqlen = 32;
-  o.overwrite = true;
-  o.layer_config = LayerConfig::parse("{\"mlp.gate$\": {\"bits\": 8}, \"no_such_layer\": {\"bits\": 8}}");
-  const QuantizeReport rep = quantize_model(o);
-  std::string notes;
-  for (const auto& n : rep.notes) notes += n + "\n";
+  const std::string notes = notes_of(quantize_model(o));
   EXPECT_NE(notes.find("'mlp.gate$' matches no quantizable Linear of this model: a MoE router and "
                        "shared_expert_gate stay in 16 bit"),
             std::string::npos)
