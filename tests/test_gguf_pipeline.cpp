@@ -125,6 +125,36 @@ TEST(GgufPipeline, RoundToNearestWritesThePresetTypesAndTheRtnBytes) {
   fs::remove_all(out);
 }
 
+// --fp_layers and 16-bit --layer_config entries keep their tensors in the stored type (bf16 here), byte
+// for byte, as AutoRound writes a 16-bit layer of a GGUF run; the other tensors keep the preset's types.
+TEST(GgufPipeline, KeptLinearsAreWrittenInTheirStoredType) {
+  const std::string m = test::temp_path("ggp_keep_m"), out = test::temp_path("ggp_keep_o");
+  write_synthetic_model(m, wide_config(), 5, DType::BF16);
+  auto o = gguf_opts(m, out, "q4_k_m", 0);
+  o.disable_opt_rtn = true;
+  o.fp_layers = {"layers.0.mlp.down_proj", "lm_head"};
+  o.layer_config = LayerConfig::parse("{\"layers.1.self_attn.q_proj\": \"BF16\"}");
+  const QuantizeReport rep = quantize_model(o);
+  EXPECT_EQ(rep.blocks.size(), 4u);
+  const GgufBytes g(only_gguf(out));
+  using quant::GgmlType;
+  EXPECT_EQ(g.type("blk.0.ffn_down.weight"), uint32_t(GgmlType::BF16));
+  EXPECT_EQ(g.type("blk.1.attn_q.weight"), uint32_t(GgmlType::BF16));
+  EXPECT_EQ(g.type("output.weight"), uint32_t(GgmlType::BF16));
+  EXPECT_EQ(g.type("blk.1.ffn_down.weight"), uint32_t(GgmlType::Q4_K));  // the preset's
+  EXPECT_EQ(g.type("blk.2.ffn_down.weight"), uint32_t(GgmlType::Q6_K));  // (use_more_bits)
+  EXPECT_EQ(g.type("blk.0.attn_q.weight"), uint32_t(GgmlType::Q4_K));
+  auto model = HfModel::open(m);
+  for (const auto& [hf, gg] : {std::pair{"model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"},
+                               std::pair{"lm_head.weight", "output.weight"}}) {
+    const uint8_t* bytes = nullptr;
+    const StTensorInfo& info = model->raw_info(hf, &bytes);
+    EXPECT_TRUE(g.tensors.at(gg) == std::string(reinterpret_cast<const char*>(bytes), info.end - info.begin)) << gg;
+  }
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
 // q2_k_mixed: AutoRound's --iters 0 recipe (Q4_K blocks, Q8_0 ends, a Q2_K_S file); tuned, it falls back
 // to q2_k_s with a note, as AutoRound does for dense models.
 TEST(GgufPipeline, Q2KMixedWritesItsRecipeAndFallsBackWhenTuned) {

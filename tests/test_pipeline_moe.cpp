@@ -353,6 +353,45 @@ TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
 // stacked per projection in ffn_*_exps [E, rows, cols], f32 routers and shared expert gate, the MoE keys,
 // llama-quantize's 8-expert rules) and read back by our GGUF reader to the fake companion's weights
 // (fp16 of the same dequantized values), expert by expert.
+// llama.cpp stacks a layer's experts in one tensor of one type: a GGUF run keeps all of a layer's
+// experts in their stored type, or refuses (before writing anything) to keep only some of them.
+TEST(PipelineMoe, GgufKeepsEveryExpertOfALayerOrRefuses) {
+  const std::string m = test::temp_path("pmoe_gk_m"), q = test::temp_path("pmoe_gk_q");
+  json cfg = tiny_moe_config("qwen3_moe");
+  cfg["hidden_size"] = 256;
+  cfg["moe_intermediate_size"] = 256;
+  cfg["head_dim"] = 64;
+  cfg["mlp_only_layers"] = json::array();
+  write_synthetic_model(m, cfg, 49, DType::BF16);
+  auto o = moe_opts(m, q, 0);
+  o.format = "gguf:q4_k_m";
+  o.fp_layers = {"layers.1.mlp.experts.3."};
+  try {
+    quantize_model(o);
+    ADD_FAILURE() << "one expert of a stack kept";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.experts.3.gate_proj is kept in 16 bit but "
+                                         "model.layers.1.mlp.experts.7.gate_proj is not"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(q));
+  o.fp_layers = {"layers.1.mlp.experts."};
+  quantize_model(o);
+  std::string file;
+  for (const auto& e : fs::directory_iterator(q))
+    if (e.path().extension() == ".gguf") file = e.path().string();
+  const GgufFile g = GgufFile::open(file);
+  std::map<std::string, uint32_t> type;
+  for (const auto& x : g.tensors) type[x.name] = x.type;
+  for (const char* t : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"})
+    EXPECT_EQ(type[t], uint32_t(quant::GgmlType::BF16)) << t;
+  EXPECT_EQ(type["blk.0.ffn_gate_exps.weight"], uint32_t(quant::GgmlType::Q4_K));
+  fs::remove_all(m);
+  fs::remove_all(q);
+}
+
 TEST(PipelineMoe, GgufOfEachFamilyReadsBackAsItsFakeCompanion) {
   for (const char* arch : kArchs) {
     const std::string m = test::temp_path(std::string("pmoe_gm_") + arch), q = test::temp_path(std::string("pmoe_gq_") + arch);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "export/gguf_model.h"
+#include "model/linear_specs.h"
 #include "model/moe_names.h"
 
 namespace ar {
@@ -31,8 +32,48 @@ int64_t layer_of(const std::string& n) {
 
 }  // namespace
 
-GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme)
+namespace {
+quant::GgmlType stored_type(const HfModel& m, const std::string& name) {
+  const StTensorInfo* info = m.info(name);
+  if (!info) info = m.info("model.embed_tokens.weight");  // a fused expert stack: the model's dtype
+  const DType d = info ? info->dtype : DType::F32;
+  return d == DType::BF16 ? quant::GgmlType::BF16 : d == DType::F16 ? quant::GgmlType::F16 : quant::GgmlType::F32;
+}
+}  // namespace
+
+// The 2-D tensors the user keeps, in their stored type; a layer's experts all or none.
+void GgufOutput::plan_kept(const HfModel& model, const std::function<bool(const std::string&)>& kept) {
+  if (!kept) return;
+  auto keep = [&](const std::string& weight) {
+    kept_[weight] = stored_type(model, weight);
+    kept_names_.push_back(weight);
+  };
+  for (const char* n : {"model.embed_tokens", "lm_head"})
+    if (kept(n)) keep(std::string(n) + ".weight");
+  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const std::string p = HfModel::layer_prefix(l);
+    for (const auto& s : block_linear_specs(cfg_, l))
+      if (s.group.find(".*.") == std::string::npos && kept(p + s.name)) keep(p + s.name + ".weight");
+    if (!cfg_.is_moe_layer(l)) continue;
+    for (ExpertProj j : projs) {
+      std::string some, not_all;
+      for (int64_t e = 0; e < cfg_.moe.num_experts; ++e)
+        (kept(p + expert_linear_name(cfg_.moe.mixtral_names, e, j)) ? some : not_all) =
+            p + expert_linear_name(cfg_.moe.mixtral_names, e, j);
+      if (!some.empty() && !not_all.empty())
+        fail(ErrorKind::InvalidInput, "--format gguf: " + some + " is kept in 16 bit but " + not_all +
+                                          " is not: llama.cpp stacks a layer's experts in one tensor of one type "
+                                          "(keep every expert of the layer, e.g. --fp_layers " + p + "mlp.experts., or none)");
+      if (!some.empty()) keep(p + expert_linear_name(cfg_.moe.mixtral_names, 0, j) + ".weight");
+    }
+  }
+}
+
+GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme,
+                       const std::function<bool(const std::string&)>& kept)
     : cfg_(model.config()), scheme_(scheme) {
+  plan_kept(model, kept);
   const std::string name = std::filesystem::path(model.dir()).filename().string();
   path_ = dir + "/" + (name.empty() ? std::string("model") : name) + "-" + scheme.file_tag + ".gguf";
   writer_ = std::make_unique<GgufWriter>(path_);
@@ -99,6 +140,7 @@ void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t
     if (k == quant::GgufTensorKind::TokenEmbd && cfg_.tie_word_embeddings) k = quant::GgufTensorKind::Output;
     d.type = scheme_.type_of(k, layer_of(hf_name), cfg_.num_layers, d.cols,
                              cfg_.num_heads / std::max<int64_t>(1, cfg_.num_kv_heads), cfg_.moe.num_experts);
+    if (auto it = kept_.find(hf_name); it != kept_.end()) d.type = it->second;
   }
   d.row_order = gguf_tensor_row_order(hf_name, cfg_);
   std::vector<uint64_t> dims = {uint64_t(d.cols)};

@@ -10,6 +10,7 @@
 // architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -24,7 +25,14 @@ namespace ar {
 
 class GgufOutput {
  public:
-  GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme);
+  // `kept(module)`: the tensors of the Linear `module` (model.layers.3.mlp.down_proj, lm_head,
+  // model.embed_tokens) are written in their stored type (BF16, F16; F32 otherwise), not the preset's:
+  // --fp_layers and 16-bit --layer_config entries. A layer's experts share one stacked tensor of one
+  // type: keeping some of them and not the others is refused (InvalidInput, naming them).
+  GgufOutput(const std::string& dir, const HfModel& model, const quant::GgufScheme& scheme,
+             const std::function<bool(const std::string&)>& kept = {});
+  // The HF tensors written in their stored type because they were kept.
+  const std::vector<std::string>& kept() const { return kept_names_; }
   // The ggml type an HF tensor is written in (F32 for 1-D tensors).
   quant::GgmlType type_of(const std::string& hf_name) const;
   // The tensor's rows in its type, HF row order.
@@ -47,6 +55,7 @@ class GgufOutput {
   };
   void declare(const std::string& hf_name, const Shape& shape, int64_t parts = 1, bool f32 = false);
   void declare_moe(int64_t layer);
+  void plan_kept(const HfModel& model, const std::function<bool(const std::string&)>& kept);
   std::pair<const std::string, Decl>* find(const std::string& hf_name, int64_t* part);
   void flush();
   const ModelConfig& cfg_;
@@ -58,6 +67,8 @@ class GgufOutput {
   size_t next_ = 0;                                     // the next to write
   std::map<std::string, std::vector<uint8_t>> staged_;  // added, not yet written
   std::vector<std::vector<uint8_t>> extras_;            // rope_freqs: written at the start
+  std::map<std::string, quant::GgmlType> kept_;         // HF weight name (an expert stack: expert 0's) -> type
+  std::vector<std::string> kept_names_;
 };
 
 }  // namespace ar

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "pipeline/run_steps.h"
+#include "pipeline/run_summary.h"
 #include "quant/gguf_search.h"
 
 namespace ar {
@@ -29,7 +30,13 @@ void GgufTrack::open(const std::string& dir) {
     fo.format = "fake";
     fake_ = std::make_unique<OutputSet>(fo, dir + "/" + format_subdir("fake"), kOutputShardBytes);
   }
-  file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_);
+  const LayerRules rules = LayerRules::of(env_.opt);
+  file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_, [&rules](const std::string& module) {
+    return !kept_by_user(module, rules).empty();
+  });
+  if (!file_->kept().empty())
+    log_info(label() + ": " + std::to_string(file_->kept().size()) +
+             " tensors kept in their stored type (--fp_layers / --layer_config), e.g. " + file_->kept().front());
 }
 
 // The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h); 1-D tensors

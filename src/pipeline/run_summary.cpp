@@ -66,6 +66,10 @@ LayerChoice configured(const std::string& full_name, const LayerRules& rules) {
 }
 }  // namespace
 
+std::string kept_by_user(const std::string& full_name, const LayerRules& rules) {
+  return configured(full_name, rules).kept;
+}
+
 LayerChoice layer_choice(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules) {
   if (!rules.float_weights && (out % 32 || in % 32))
     return {"shape " + shape_str({out, in}) + " not a multiple of 32", rules.fmt, nullptr};

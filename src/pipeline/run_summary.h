@@ -47,6 +47,10 @@ struct LayerChoice {
 LayerChoice layer_choice(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 // "W8G128 sym": an int format as the summary and the report name it.
 std::string format_name(const quant::QuantFormat& f);
+// Why the user keeps `full_name` (a Linear, lm_head or model.embed_tokens) in 16 bit: "--fp_layers x"
+// or "--layer_config k" in layer_choice's precedence, "" when neither does. A GGUF file honours this
+// and nothing else of the rules (its types are the preset's).
+std::string kept_by_user(const std::string& full_name, const LayerRules& rules);
 // Why the Linear `full_name` of shape [out, in] stays in 16 bit, or "" when it is quantized.
 std::string kept_fp_reason(const std::string& full_name, int64_t out, int64_t in, const LayerRules& rules);
 
