@@ -128,6 +128,9 @@ TEST(LayerConfig, RefusesWhatItCannotHonour) {
            {"{mlp: {bits: 8}", "unexpected end"},
            {"[1, 2]", "must be a dict"},
            {"{a: {b: {c: 1}}}", "nest at most two deep"},
+           // libstdc++ reads a back-reference's digits into a long: 20 digits overflowed it (UBSan, the fuzzer)
+           {R"({"mlp.*\\64666666666666666666": {"bits": 8}})", "escaped digit"},
+           {R"({"(x)\\1": {"bits": 8}})", "escaped digit"},
        })
     EXPECT_NE(expect_refused(text).find(says), std::string::npos) << text << " -> " << expect_refused(text);
   std::string deep = "{" + std::string(40, '(') + "x" + std::string(40, ')') + ": {bits: 8}}";

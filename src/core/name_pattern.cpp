@@ -18,6 +18,12 @@ std::optional<std::regex> compile_name_pattern(const std::string& regex, std::st
   for (size_t i = 0; i < regex.size(); ++i) {
     const char c = regex[i];
     if (c == '\\') {
+      // A back-reference \N: meaningless in a layer name, unsupported by the breadth-first matcher, and
+      // libstdc++ reads its digits into a long that overflows (undefined behaviour) before refusing it.
+      if (i + 1 < regex.size() && regex[i + 1] >= '0' && regex[i + 1] <= '9') {
+        *why = "an escaped digit \\N (a back-reference; not read in layer patterns)";
+        return std::nullopt;
+      }
       ++i;  // an escaped character is literal
       continue;
     }
