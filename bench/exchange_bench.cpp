@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/job.h"
+#include "distributed/job.h"
 
 using namespace ar;
 using Clock = std::chrono::steady_clock;

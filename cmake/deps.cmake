@@ -13,6 +13,6 @@ find_package(dnnl 2.6 CONFIG REQUIRED)
 # libgomp, oneDNN's threading runtime: kernels set its per-thread thread count (omp_set_num_threads).
 find_library(AR_GOMP_LIBRARY NAMES gomp libgomp.so.1 REQUIRED)
 find_package(benchmark QUIET)
-# Gloo (libgloo-dev): the multi-process lane's collectives over TCP (src/dist/). Its CMake package
+# Gloo (libgloo-dev): the multi-process lane's collectives over TCP (src/distributed/). Its CMake package
 # exports the imported target `gloo`.
 find_package(Gloo CONFIG REQUIRED)

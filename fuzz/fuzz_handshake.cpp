@@ -1,4 +1,4 @@
-// Fuzz target: a peer's handshake identity (src/dist/handshake.h), bytes from another rank over the
+// Fuzz target: a peer's handshake identity (src/distributed/handshake.h), bytes from another rank over the
 // rendezvous store. The input is rank 1's identity; rank 0's is fixed. Accepted or refused with an
 // ar::Error, never a crash; an accepted one then goes through the comparison every rank runs, whose
 // message must name rank 1 whenever it reports a difference.
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "dist/handshake.h"
+#include "distributed/handshake.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,11 +1,11 @@
-// Fuzz target: the rendezvous store's frame decoder (src/dist/store_frame.h), the one reader of bytes
+// Fuzz target: the rendezvous store's frame decoder (src/distributed/store_frame.h), the one reader of bytes
 // from the network in the multi-process lane. The input is a frame's payload. Beyond "no crash", an
 // accepted payload must be the canonical encoding of what was decoded (encode(decode(p)) == p): the
 // decoder reads every byte exactly once and the encoder writes the same layout.
 #include <cstdio>
 #include <cstdlib>
 
-#include "dist/store_frame.h"
+#include "distributed/store_frame.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

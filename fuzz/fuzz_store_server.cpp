@@ -1,4 +1,4 @@
-// Fuzz target: rank 0's rendezvous server (src/dist/store_server.cpp) as a peer on the network sees it,
+// Fuzz target: rank 0's rendezvous server (src/distributed/store_server.cpp) as a peer on the network sees it,
 // frame by frame over a real loopback connection. Input byte 0 chooses the peer: bit 0 set, a member
 // that authenticates with the job token first (bit 1: claiming rank 1, else a plain store client);
 // clear, a stranger. The rest is sent as raw bytes, then the peer closes its side and reads whatever
@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "dist/auth.h"
-#include "dist/store.h"
-#include "dist/store_frame.h"
+#include "distributed/auth.h"
+#include "distributed/store.h"
+#include "distributed/store_frame.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// Where a process sits in a multi-process job (dist/launch_env.h) and the `autoround launch` supervisor
-// (dist/launcher.h), run with /bin/sh scripts as the ranks.
+// Where a process sits in a multi-process job (distributed/launch_env.h) and the `autoround launch` supervisor
+// (distributed/launcher.h), run with /bin/sh scripts as the ranks.
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/launch_env.h"
-#include "dist/launcher.h"
+#include "distributed/launch_env.h"
+#include "distributed/launcher.h"
 #include "test_util.h"
 
 using namespace ar;

@@ -1,4 +1,4 @@
-// The rendezvous store and liveness service (src/dist/store*.cpp, liveness.cpp): the frame decoder's
+// The rendezvous store and liveness service (src/distributed/store*.cpp, liveness.cpp): the frame decoder's
 // refusals, key-value semantics across clients, connect/bind errors, a real Gloo rendezvous through the
 // store, and the liveness verdicts (a SIGKILLed rank in a child process, FAIL, silence, rank 0 gone).
 // Every server listens on port 0 (the kernel's choice), so tests never collide.
@@ -23,9 +23,9 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "core/error.h"
-#include "dist/auth.h"
-#include "dist/store.h"
-#include "dist/store_frame.h"
+#include "distributed/auth.h"
+#include "distributed/store.h"
+#include "distributed/store_frame.h"
 
 extern char** environ;
 

@@ -11,8 +11,8 @@
 #include "cli/option_checks.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/auth.h"
-#include "dist/launcher.h"
+#include "distributed/auth.h"
+#include "distributed/launcher.h"
 
 namespace ar::cli {
 

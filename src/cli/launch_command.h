@@ -1,4 +1,4 @@
-// `autoround launch`: the supervisor that starts this node's ranks (dist/launcher.h). Its runner
+// `autoround launch`: the supervisor that starts this node's ranks (distributed/launcher.h). Its runner
 // returns the launcher's exit code (a failing rank's code, or 128 + a forwarded signal), so the
 // subcommand registry keeps it apart from the runners that report failure by throwing.
 #pragma once

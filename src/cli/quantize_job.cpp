@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/auth.h"
-#include "dist/job.h"
+#include "distributed/auth.h"
+#include "distributed/job.h"
 
 namespace ar::cli {
 

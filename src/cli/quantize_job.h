@@ -1,5 +1,5 @@
 // `autoround quantize` as one rank of a multi-process job or as a single process: the launcher's
-// environment decides (dist/launch_env.h). A rank that fails tells every other rank at once (they stop
+// environment decides (distributed/launch_env.h). A rank that fails tells every other rank at once (they stop
 // with its message); a rank that finishes says goodbye; rank 0 logs, the others only warn and err.
 #pragma once
 #include <string>

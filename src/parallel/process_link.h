@@ -1,4 +1,4 @@
-// The other processes of a multi-process job, as the tuning and the pipeline see them (dist/ implements
+// The other processes of a multi-process job, as the tuning and the pipeline see them (distributed/ implements
 // it on Gloo; parallel/ and quant/ never include a transport). Process p of P holds the calibration
 // samples of its batch positions (parallel/plan.h); the calls below are collectives: every process makes
 // the same calls in the same order.

@@ -1,4 +1,4 @@
-// What a multi-process job's ranks must share, as the handshake's identity (dist/handshake.h):
+// What a multi-process job's ranks must share, as the handshake's identity (distributed/handshake.h):
 //   build        version and a checksum of this executable (the same binary everywhere)
 //   options      everything that determines the output except paths (run_fingerprint without "calibration")
 //   model        per file of the model directory (sorted names): size and a content checksum; files up

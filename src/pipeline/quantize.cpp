@@ -28,7 +28,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/job.h"
+#include "distributed/job.h"
 #include "export/gguf_model.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/bf16_ops.h"

@@ -93,7 +93,7 @@ struct QuantizeReport {
   double lm_head_loss_first = 0, lm_head_loss_best = 0, lm_head_seconds = 0;
 };
 
-// job: this process's multi-process job (dist/job.h), nullptr for a single process.
+// job: this process's multi-process job (distributed/job.h), nullptr for a single process.
 QuantizeReport quantize_model(const QuantizeOptions& opt, dist::Job* job = nullptr);
 
 }  // namespace ar

@@ -12,7 +12,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "dist/job.h"
+#include "distributed/job.h"
 #include "io/atomic_file.h"
 #include "model/loader.h"
 #include "model/rope_table.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "dist/store_frame.h"
+#include "distributed/store_frame.h"
 
 namespace ar::dist {
 

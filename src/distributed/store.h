@@ -1,7 +1,7 @@
 // The job's rendezvous and liveness service, served by global rank 0 at MASTER_ADDR:MASTER_PORT over
 // plain TCP (Gloo ships no TCP key-value store; PyTorch's TCPStore is not a library we can use).
 //
-// Every connection first proves that it holds the job token (dist/auth.h); until then its bytes reach
+// Every connection first proves that it holds the job token (distributed/auth.h); until then its bytes reach
 // nothing but the authentication, and a connection that fails it is dropped with a log line.
 //
 // Protocol (little-endian, one request -> one reply per frame): u32 length + payload; payload = u8 op

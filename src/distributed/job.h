@@ -3,7 +3,7 @@
 //              error at once; every interface with a job token, MASTER_ADDR's only without one); every
 //              rank connects to it (retrying until --timeout), authenticates, links its liveness
 //              (heartbeats) and builds the Gloo mesh through it.
-//   handshake  identities compared before any work (dist/handshake.h); then every rank has read what
+//   handshake  identities compared before any work (distributed/handshake.h); then every rank has read what
 //              it needs from the store, and rank 0 frees its keys.
 //   liveness   a rank lost (killed, out of memory, cut off) or failed becomes every rank's verdict
 //              within --timeout; each rank then ends at once with the verdict as its error, removing
@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "dist/launch_env.h"
+#include "distributed/launch_env.h"
 #include "parallel/process_link.h"
 
 namespace ar::dist {
@@ -26,7 +26,7 @@ struct JobOptions {
   std::chrono::milliseconds collective_timeout{30 * 60000};  // a live peer that stops answering
   std::chrono::milliseconds heartbeat{1000};
   std::string advertise_addr;  // this rank's address for the mesh ("" = GLOO_SOCKET_IFNAME or the route)
-  // The job's secret (dist/auth.h): every rendezvous connection proves it holds it. "": an
+  // The job's secret (distributed/auth.h): every rendezvous connection proves it holds it. "": an
   // unauthenticated job, whose store listens on MASTER_ADDR's interface only.
   std::string token;
 };

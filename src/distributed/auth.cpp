@@ -1,4 +1,4 @@
-#include "dist/auth.h"
+#include "distributed/auth.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>

@@ -1,4 +1,4 @@
-#include "dist/store_frame.h"
+#include "distributed/store_frame.h"
 
 #include <fcntl.h>
 #include <netdb.h>

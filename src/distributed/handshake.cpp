@@ -1,4 +1,4 @@
-#include "dist/handshake.h"
+#include "distributed/handshake.h"
 
 #include <map>
 

@@ -1,4 +1,4 @@
-#include "dist/job.h"
+#include "distributed/job.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/log.h"
-#include "dist/handshake.h"
-#include "dist/process_group.h"
-#include "dist/store.h"
+#include "distributed/handshake.h"
+#include "distributed/process_group.h"
+#include "distributed/store.h"
 
 namespace ar::dist {
 

@@ -7,9 +7,9 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "dist/auth.h"
-#include "dist/store.h"
-#include "dist/store_frame.h"
+#include "distributed/auth.h"
+#include "distributed/store.h"
+#include "distributed/store_frame.h"
 
 namespace ar::dist {
 

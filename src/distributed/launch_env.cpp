@@ -1,4 +1,4 @@
-#include "dist/launch_env.h"
+#include "distributed/launch_env.h"
 
 #include <algorithm>
 #include <charconv>

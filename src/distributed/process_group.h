@@ -1,4 +1,4 @@
-// parallel::ProcessLink on Gloo's TCP transport: the processes of a job as one group. Only dist/ sees Gloo.
+// parallel::ProcessLink on Gloo's TCP transport: the processes of a job as one group. Only distributed/ sees Gloo.
 //   sum_tree: in pieces of 16 Mi floats, an alltoall hands process c the c-th chunk of every process's
 //     piece, process c sums its chunk over the processes by the fixed tree (process-order leaves, so
 //     every process and every run gets the same bits), and an allgather returns the summed chunks:

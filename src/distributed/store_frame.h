@@ -15,7 +15,7 @@
 //   BYE                               OK
 //   (keys = u32 count + count strings)
 //
-// Before any of these, every connection authenticates (dist/auth.h): the server sends CHALLENGE
+// Before any of these, every connection authenticates (distributed/auth.h): the server sends CHALLENGE
 // nonce, the client AUTH u32 rank, nonce, mac, the server PROOF mac (or REFUSED). Nonces and macs
 // are exactly 32 bytes.
 //

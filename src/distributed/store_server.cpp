@@ -1,7 +1,7 @@
 // StoreServer: one accept thread (which also checks heartbeats on every poll tick) and one thread per
 // connection. A job has about two connections per rank (its store client and its liveness link), so
 // a thread each is simpler than a multiplexed loop and lets GET/WAIT block on a condition variable.
-// A connection's thread first runs the authentication (dist/auth.h) within StoreLimits::auth_deadline;
+// A connection's thread first runs the authentication (distributed/auth.h) within StoreLimits::auth_deadline;
 // only then does it read requests. The accept thread bounds how many connections may be waiting for
 // that (in all and per peer address), so strangers cannot exhaust threads or descriptors.
 // Shutdown: `stopping` wakes the condition waits, the StopLatch wakes every poll(); fds are closed only
@@ -25,9 +25,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/auth.h"
-#include "dist/store.h"
-#include "dist/store_frame.h"
+#include "distributed/auth.h"
+#include "distributed/store.h"
+#include "distributed/store_frame.h"
 
 namespace ar::dist {
 

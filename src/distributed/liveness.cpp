@@ -16,9 +16,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/auth.h"
-#include "dist/store.h"
-#include "dist/store_frame.h"
+#include "distributed/auth.h"
+#include "distributed/store.h"
+#include "distributed/store_frame.h"
 
 namespace ar::dist {
 
