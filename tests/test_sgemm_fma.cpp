@@ -147,64 +147,87 @@ TEST_P(SgemmFma, DefinitionIsTheGemmWithItsFinishingSteps) {
       ASSERT_EQ(test::bits(got[size_t(i * o.ldc + j)]), test::bits(o.C0[size_t(i * o.ldc + j)]));
 }
 
+// op(B) packed whole beforehand (two uneven runs of panels, as threads pack it), then read by blocks
+// of C whose columns start on panels: the bits of the call that packs its own.
+TEST_P(SgemmFma, PackedOpBGivesTheBitsOfTheCallThatPacksItsOwn) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2 at this level (" << cpu::isa_name(cpu::kernel_isa()) << ")";
+  const Case c = GetParam();
+  const Operands o(c, 23);
+  const std::vector<float> want = run_ref(c, o);
+  std::vector<float> packed(size_t(std::max<int64_t>(1, cpu::sgemm_fma_packed_floats(c.K, c.N))), std::nanf(""));
+  std::vector<float> got = o.C0;
+  SgemmFmaArgs g = o.args(c, got.data());
+  const int64_t panels = (c.N + 15) / 16, cut = panels / 3;
+  cpu::sgemm_fma_pack_b_avx2(g, cut, panels, packed.data());
+  cpu::sgemm_fma_pack_b_avx2(g, 0, cut, packed.data());
+  g.packed_b = packed.data();
+  g.B = nullptr;  // nothing reads B now
+  std::vector<float> scratch(size_t(cpu::sgemm_fma_scratch(c.K)));
+  const int64_t mc = c.M / 3 + 1, nc = 16 * (panels / 2 + 1);
+  for (int64_t m0 = 0; m0 < c.M; m0 += mc)
+    for (int64_t n0 = 0; n0 < c.N; n0 += nc)
+      cpu::sgemm_fma_avx2(g, m0, std::min(c.M, m0 + mc), n0, std::min(c.N, n0 + nc), scratch.data());
+  expect_same_bits(want, got, "packed op(B)");
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, SgemmFma, ::testing::ValuesIn(cases()));
 
-// cpu::gemm at the AVX2 level (the CI suite's avx2 cap) is this kernel: the definition's bits on one
-// thread, on two, and serial inside a caller's chunk, for a tuning leaf's shapes.
-TEST(CpuGemmAvx2, IsTheFmaChainOnEveryThreadCount) {
-  if (cpu::kernel_isa() != cpu::Isa::avx2)
-    GTEST_SKIP() << "cpu::gemm runs this kernel at the avx2 level only (this process: "
-                 << cpu::isa_name(cpu::kernel_isa()) << "; the suite's avx2 cap runs it)";
-  const Case shapes[] = {{256, 192, 576, false, true, 1.f, 0.f, 0},  // K/V projection of a 256-token leaf
-                         {256, 576, 1536, false, false, 1.f, 1.f, 0},  // dx, accumulated
-                         {576, 576, 256, true, false, 1.f, 1.f, 2},    // dW with the tree's addends
-                         {40, 24, 64, false, true, 0.125f, 0.f, 0}};   // an attention product
+// cpu::PackedF32 through cpu::gemm and the Linear ops: the plain GEMM's bits on one and two threads,
+// one pack read by several products; packs nothing on levels whose kernels do not read it.
+TEST(CpuGemmPacked, PacksGiveThePlainBits) {
+  const Case shapes[] = {{256, 200, 576, false, true, 1.f, 0.f, 0},    // a leaf's forward: B = W^T
+                         {256, 576, 1536, false, false, 1.f, 1.f, 0},  // input gradient, accumulated: B = W
+                         {200, 576, 256, true, false, 1.f, 1.f, 2}};   // dW = dy^T x with addends: B = x
   for (const Case& c : shapes) {
-    const Operands o(c, 17);
-    const std::vector<float> want = run_ref(c, o);
+    const Operands o(c, 29);
     for (int threads : {1, 2}) {
       Context ctx(Device{}, threads);
-      std::vector<float> got = o.C0;
-      cpu::gemm(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, got.data(),
+      std::vector<float> want = o.C0, got = o.C0;
+      cpu::gemm(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, want.data(),
                 o.ldc, o.add_ptrs);
-      expect_same_bits(want, got, std::to_string(threads) + " threads");
-      got = o.C0;
-      if (c.addends == 0) {
-        cpu::gemm_serial(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta,
-                         got.data(), o.ldc);
-        expect_same_bits(want, got, "serial");
+      cpu::PackedF32 p;
+      // op(B) from B's rows: B^T [N, K] for tb, else [K, N] (B's padded rows: ldb is the row length here)
+      std::vector<float> dense(size_t(c.N * c.K));
+      for (int64_t r = 0; r < (c.tb ? c.N : c.K); ++r)
+        for (int64_t q = 0; q < (c.tb ? c.K : c.N); ++q)
+          dense[size_t(r * (c.tb ? c.K : c.N) + q)] = o.B[size_t(r * o.ldb + q)];
+      p.pack(ctx, dense.data(), c.tb ? c.N : c.K, c.tb ? c.K : c.N, c.tb);
+      EXPECT_EQ(p.packed(), cpu::PackedF32::useful());
+      EXPECT_EQ(p.K(), c.K);
+      EXPECT_EQ(p.N(), c.N);
+      for (int reads = 0; reads < 2; ++reads) {
+        got = o.C0;
+        cpu::gemm(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, dense.data(), c.tb ? c.K : c.N, c.beta,
+                  got.data(), o.ldc, o.add_ptrs, &p);
+        expect_same_bits(want, got, std::to_string(threads) + " threads, read " + std::to_string(reads));
       }
     }
   }
 }
 
-// cpu::gemm_rows on every level (the AVX2 kernel, or the definition's loop under the scalar cap): the
-// definition's bits on one and two threads, and a call over stacked rows gives each row the bits of a
-// call over its own rows (what lets the tuner stack several leaves' rows of a MoE expert, cpu_ops.h).
-TEST(CpuGemmRows, RowsOfAStackedCallHaveTheBitsOfTheirOwnCalls) {
-  const Case shapes[] = {{96, 192, 576, false, true, 1.f, 0.f, 0},    // an expert's gate: x W^T
-                         {96, 576, 192, false, false, 1.f, 1.f, 0},   // its input gradient, accumulated
-                         {40, 24, 300, true, false, 1.f, 0.f, 0},     // op(A) = A^T
-                         {33, 17, 0, false, false, 1.f, 0.f, 0}};     // no products
-  for (const Case& c : shapes) {
-    const Operands o(c, 19);
-    const std::vector<float> want = run_ref(c, o);
-    for (int threads : {1, 2}) {
-      Context ctx(Device{}, threads);
-      std::vector<float> got = o.C0;
-      cpu::gemm_rows(ctx, c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta,
-                     got.data(), o.ldc);
-      expect_same_bits(want, got, "stacked, " + std::to_string(threads) + " threads");
-      got = o.C0;  // the rows in uneven calls of their own (3, 1, 29, ... rows: leaves' routed rows)
-      for (int64_t m0 = 0, i = 0; m0 < c.M; ++i) {
-        const int64_t m = std::min(c.M - m0, int64_t(1 + (i * 13 + 3) % 29));
-        const float* a = c.ta ? o.A.data() + m0 : o.A.data() + m0 * o.lda;
-        cpu::gemm_rows(ctx, c.ta, c.tb, m, c.N, c.K, c.alpha, a, o.lda, o.B.data(), o.ldb, c.beta,
-                       got.data() + m0 * o.ldc, o.ldc);
-        m0 += m;
-      }
-      expect_same_bits(want, got, "row by row, " + std::to_string(threads) + " threads");
-    }
+// Two Linears reading one x (q and k): the first weight gradient packs x, the second reads that pack;
+// both give the bits of the plain backward.
+TEST(CpuGemmPacked, LinearsSharingAnInputShareItsPack) {
+  const int64_t n = 96, in = 200;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto rnd = [&](int64_t k) {
+    std::vector<float> v(static_cast<size_t>(k));
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  const std::vector<float> x = rnd(n * in);
+  Context ctx(Device{}, 2);
+  cpu::PackedF32 xp;
+  for (int64_t out : {72, 40}) {
+    const std::vector<float> W = rnd(out * in), dy = rnd(n * out), dx0 = rnd(n * in), dW0 = rnd(out * in);
+    std::vector<float> dx = dx0, dxp = dx0, dW = dW0, dWp = dW0;
+    cpu::linear_bwd(ctx, dy.data(), x.data(), W.data(), dx.data(), true, dW.data(), nullptr, n, in, out);
+    cpu::linear_bwd(ctx, dy.data(), x.data(), W.data(), dxp.data(), true, dWp.data(), nullptr, n, in, out, true, {}, &xp);
+    EXPECT_TRUE(xp.tried());
+    EXPECT_EQ(xp.packed(), cpu::PackedF32::useful());
+    expect_same_bits(dx, dxp, "input gradient, out " + std::to_string(out));
+    expect_same_bits(dW, dWp, "weight gradient, out " + std::to_string(out));
   }
 }
 

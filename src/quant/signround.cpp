@@ -442,6 +442,7 @@ void BlockTuner::build_replica(int r) {
   R.ops = std::make_unique<cpu::CpuOps>(
       cpu::CpuOps{c, opt_.amp ? &R.operands : nullptr, &R.grad_add, defer ? &R.deferred : nullptr});
   R.ops->keep_fp32 = fmt_.act_static();  // the activation QDQ reads the Linears' fp32 inputs
+  R.ops->pack_operands = !opt_.amp;      // q, k, v's weight gradients read one pack of their x
   // World-invariant bits in fp32: the experts' GEMMs on row-independent kernels, so that experts_outer
   // stacks a rank's leaves into one GEMM per expert (--amp: each leaf's own GEMMs, cpu_ops.h).
   R.ops->expert_row_gemms = opt_.deterministic;

@@ -68,6 +68,9 @@ struct CpuOps {
   // avx512_bf16 level: with AMX, oneDNN's AMX kernels keep every product (per leaf).
   bool row_gemms = false;
   bool expert_row_gemms = false;
+  // fp32: each operand packed by the first weight gradient that reads it (Operand::xf32; the AVX2
+  // level's GEMMs read such packs): q, k and v share one pack of x, gate and up one of theirs.
+  bool pack_operands = false;
   bool experts_stack_rows() const { return expert_row_gemms && has_row_gemms(amp != nullptr); }
   static bool has_row_gemms(bool amp) {
     return !amp || (kernel_isa() == Isa::avx512_bf16 && gemm_rows_bf16_supported());
@@ -124,6 +127,7 @@ struct CpuOps {
     Tensor xf;  // x's storage when a producer below made it
     Tensor xb;  // amp: bf16 [n]
     std::shared_ptr<PackedB> xp = std::make_shared<PackedB>();  // amp: xb packed by the first weight gradient
+    std::shared_ptr<PackedF32> xf32 = std::make_shared<PackedF32>();  // pack_operands: x, likewise
   };
   bool keep_fp32 = false;
   // Elements [first, first + n) of an operand, sharing its storage.
@@ -212,7 +216,8 @@ struct CpuOps {
     if (amp)
       return cpu::linear_bwd_bf16(ctx, dy.x, dy.xb.data<uint16_t>(), x.x, x.xb.data<uint16_t>(), W, amp->find(W), dx,
                                   acc, dW, acc_dW, db, n, in, out, add, x.xp.get());
-    cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add);
+    cpu::linear_bwd(ctx, dy.x, x.x, W, dx, acc, dW, db, n, in, out, acc_dW, add,
+                    pack_operands ? x.xf32.get() : nullptr);
   }
 
   // A weight gradient's tree over leaves (products dy_l^T x_l of `rows` rows; rows 0: no product),

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
@@ -52,8 +53,15 @@ void gemm_fma_units(Context& ctx, bool serial, const SgemmFmaArgs& g) {
 
 // The units of one GEMM on ctx's pool, or all on the calling thread (serial): the same bits either way.
 void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {}) {
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {},
+                const PackedF32* packed = nullptr) {
   if (M == 0 || N == 0) return;
+  if (packed && packed->packed() && kernel_isa() == Isa::avx2) {
+    AR_CHECK(packed->K() == K && packed->N() == N, "gemm: a packed operand of another shape");
+    SgemmFmaArgs g{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add};
+    g.packed_b = packed->panels();
+    return gemm_fma_units(ctx, serial, g);
+  }
   // oneDNN's brgemm for large products on dense operands; strided sub-matrices (attention's heads) would
   // get its gemm:jit kernels, which allocate packing buffers on every call: OpenBLAS takes those, and
   // every product where oneDNN's fp32 matmul is not brgemm (below AVX-512: gemm:jit's per-call buffers
@@ -131,8 +139,8 @@ void gemm_units(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t 
 }  // namespace
 
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add) {
-  gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add, const PackedF32* packed) {
+  gemm_units(ctx, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add, packed);
 }
 
 void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -141,6 +149,23 @@ void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
   const SgemmFmaArgs g{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}};
   if (kernel_isa() >= Isa::avx2) return gemm_fma_units(ctx, false, g);
   ctx.pool().parallel_for(M, [&](int64_t m0, int64_t m1) { sgemm_fma_ref(g, m0, m1, 0, N); }, 1);
+}
+
+bool PackedF32::useful() { return kernel_isa() == Isa::avx2; }
+
+void PackedF32::pack(Context& ctx, const float* M, int64_t rows, int64_t cols, bool transposed) {
+  K_ = transposed ? cols : rows;
+  N_ = transposed ? rows : cols;
+  if (!useful() || K_ == 0 || N_ == 0) {
+    buf_ = Tensor();
+    return;
+  }
+  const int64_t floats = sgemm_fma_packed_floats(K_, N_);
+  if (!buf_.defined() || buf_.numel() != floats) buf_ = Tensor::empty({floats}, DType::F32, ctx);
+  SgemmFmaArgs g;
+  g.tb = transposed, g.K = K_, g.N = N_, g.B = M, g.ldb = cols;
+  float* dst = buf_.f32();
+  ctx.pool().parallel_for((N_ + 15) / 16, [&](int64_t p0, int64_t p1) { sgemm_fma_pack_b_avx2(g, p0, p1, dst); }, 4);
 }
 
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -170,9 +195,10 @@ void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, fl
 }
 
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW, Addends dW_add) {
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW, Addends dW_add, PackedF32* xp) {
   if (dx) gemm(ctx, false, false, n, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, accumulate_dW ? 1.f : 0.f, dW, in, dW_add);
+  if (dW && xp && !xp->tried()) xp->pack(ctx, x, n, in, false);
+  if (dW) gemm(ctx, true, false, out, in, n, 1.f, dy, out, x, in, accumulate_dW ? 1.f : 0.f, dW, in, dW_add, xp);
   if (db) add_column_sums(ctx, dy, db, n, out);
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/tensor.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
 
@@ -18,8 +19,12 @@ namespace ar::cpu {
 // `add`: matrices laid out as C (ldc) added after that, in order, each addition rounded once:
 // C = ((beta C + P) + add[0]) + add[1] ... (oneDNN: binary post-ops).
 using Addends = std::span<const float* const>;
+// packed (optional): op(B) packed beforehand (PackedF32 below, of this product's K and N), read where
+// the product's kernel takes it; the same bits either way.
+class PackedF32;
 void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {},
+          const PackedF32* packed = nullptr);
 // The same GEMM (same units, same bits) entirely on the calling thread, for callers that already run
 // inside one of the pool's chunks (the pool does not nest); ctx supplies scratch memory only.
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -30,6 +35,29 @@ void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 // MoE experts, quant/signround.cpp). No addends.
 void gemm_rows(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// An fp32 GEMM's B operand [K, N] packed once for the several GEMMs that read it, as the AVX2 level's
+// FMA-chain kernel takes it (sgemm_fma.h's panels): an activation read by the weight gradients of q, k
+// and v (or gate and up). Those GEMMs split C by rows, and each of their units packed all of op(B);
+// with the pack they skip that, and their bits equal the plain GEMM's (the pack is a copy). From a
+// row-major M [rows, cols]: B = M^T (transposed) or B = M. Only that kernel reads a pack: on every
+// other level pack() keeps nothing (packed() false) and the GEMMs run plain.
+// Weights are not packed this way: packed once per iteration for all its leaves, W^T and W measured no
+// faster on Zen 4 (the kernel's own packing streams W from memory as the pack's reads would, and the
+// two packs doubled the weights' footprint in the caches; docs/benchmarks.md).
+class PackedF32 {
+ public:
+  static bool useful();  // this process's GEMMs read packs (the AVX2 level)
+  void pack(Context& ctx, const float* M, int64_t rows, int64_t cols, bool transposed);
+  bool tried() const { return K_ > 0; }
+  bool packed() const { return buf_.defined(); }
+  int64_t K() const { return K_; }
+  int64_t N() const { return N_; }
+  const float* panels() const { return buf_.f32(); }
+
+ private:
+  int64_t K_ = 0, N_ = 0;
+  Tensor buf_;
+};
 // grad_tree_f32.cpp — a tuning tree's weight gradient over several leaves in one pass over dW [out, in]
 // (the tuner's deterministic MoE experts: quant/expert_grad_tree.h; a leaf's own product, cpu_ops.h).
 // Leaf l's product P_l = dy_l^T x_l (dy_l [rows, out], x_l [rows, in], row-major) has every element
@@ -58,8 +86,11 @@ int grad_tree_buffers(const std::vector<GradTreeStep>& steps, size_t extra, bool
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out);
 // dW += dy^T x, or dW = dy^T x with accumulate_dW false; then dW_add added in order (gemm's `add`).
+// xp (optional): x packed for the weight gradient (PackedF32), packed here on its first use and kept by
+// the caller for the next Linear that reads the same x.
 void linear_bwd(Context& ctx, const float* dy, const float* x, const float* W, float* dx, bool accumulate_dx, float* dW,
-                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW = true, Addends dW_add = {});
+                float* db, int64_t n, int64_t in, int64_t out, bool accumulate_dW = true, Addends dW_add = {},
+                PackedF32* xp = nullptr);
 
 // y[r, :] += b; db += column sums of dy (rows in order, columns split over threads).
 void add_bias(Context& ctx, const float* b, float* y, int64_t n, int64_t out);

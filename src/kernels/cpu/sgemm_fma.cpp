@@ -21,6 +21,12 @@ constexpr int64_t kNc = 256;  // columns of an op(B) chunk (256 KiB packed at fu
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// K in equal slices of at most kKc (no short tail): the depth of every slice but possibly the last.
+constexpr int64_t slice_depth(int64_t K) {
+  const int64_t slices = (K + kKc - 1) / kKc;
+  return slices > 0 ? (K + slices - 1) / slices : 0;
+}
+
 // c = alpha p (beta == 0) or beta c + alpha p, then each addend added: one rounding per operation
 // (exact as written: -ffp-contract=off). The kernel's finish_avx2 does the same on 8 lanes.
 void finish_rows(const SgemmFmaArgs& g, const float* p, int64_t ldp, int64_t i0, int64_t i1,
@@ -217,17 +223,19 @@ void pack_a_block(const SgemmFmaArgs& g, const Scratch& s, int64_t m0, int64_t m
 template <bool TA, bool TB>
 __attribute__((target("avx2,fma"))) void block_avx2(const SgemmFmaArgs& g, const Scratch& s, int64_t m0, int64_t m1,
                                                     int64_t n0, int64_t n1, bool a_ready) {
-  const int64_t slices = (g.K + kKc - 1) / kKc, depth = (g.K + slices - 1) / slices;
+  const int64_t depth = slice_depth(g.K);
   const bool pack_a = packs_a(TA, n1 - n0);
   for (int64_t k0 = 0; k0 < g.K; k0 += depth) {
     const int64_t kc = std::min(depth, g.K - k0);
     const bool last = k0 + kc == g.K;
-    pack_b_avx2<TB>(g, k0, kc, n0, n1, s.B);
+    // The slice's panels of columns n0.. (n0 a multiple of 16 when packed beforehand)
+    const float* panels = g.packed_b ? g.packed_b + k0 * round_up(g.N, kNr) + n0 * kc : s.B;
+    if (!g.packed_b) pack_b_avx2<TB>(g, k0, kc, n0, n1, s.B);
     if (pack_a && !a_ready) pack_a_block(g, s, m0, m1, k0, kc);
     for (int64_t j0 = n0; j0 < n1; j0 += kNr)
       for (int64_t i0 = m0; i0 < m1; i0 += kMr) {
         const int64_t mr = std::min(kMr, m1 - i0);
-        const float* bp = s.B + (j0 - n0) * kc;
+        const float* bp = panels + (j0 - n0) * kc;
         float* p = s.P + (i0 - m0) * kNc + (j0 - n0);
         const TileOut out{&g, i0, j0, std::min(kNr, n1 - j0)};
         const TileOut* o = last ? &out : nullptr;
@@ -259,6 +267,19 @@ __attribute__((target("avx2,fma"))) void blocked_avx2(const SgemmFmaArgs& g, int
 }
 
 }  // namespace
+
+int64_t sgemm_fma_packed_floats(int64_t K, int64_t N) { return K * round_up(N, kNr); }
+
+void sgemm_fma_pack_b_avx2(const SgemmFmaArgs& g, int64_t p0, int64_t p1, float* dst) {
+  const int64_t depth = slice_depth(g.K), n0 = p0 * kNr, n1 = std::min(g.N, p1 * kNr);
+  if (n1 <= n0) return;
+  for (int64_t k0 = 0; k0 < g.K; k0 += depth) {
+    const int64_t kc = std::min(depth, g.K - k0);
+    float* out = dst + k0 * round_up(g.N, kNr) + n0 * kc;
+    if (g.tb) pack_b_avx2<true>(g, k0, kc, n0, n1, out);
+    else pack_b_avx2<false>(g, k0, kc, n0, n1, out);
+  }
+}
 
 int64_t sgemm_fma_scratch(int64_t K) { return kNc * kKc + kMc * kKc + (K > kKc ? kMc * kNc : 0); }
 

@@ -33,7 +33,18 @@ struct SgemmFmaArgs {
   float* C = nullptr;
   int64_t ldc = 0;
   std::span<const float* const> add = {};  // laid out as C (ldc), indexed by the element's offset from C
+  // op(B) packed whole beforehand (sgemm_fma_pack_b_avx2's layout), read instead of B: the call packs
+  // nothing of op(B). Column ranges given to sgemm_fma_avx2 then start on multiples of 16.
+  const float* packed_b = nullptr;
 };
+
+// op(B) whole as the kernel's panels, packed once for many products that read it (a weight read by
+// every leaf of a tuning iteration): per K slice (cut as the kernel cuts K, from K alone), its 16-column
+// panels in order, each [kc][16] with zeros past N. The product's bits are those of the unpacked call:
+// the pack is a copy. sgemm_fma_packed_floats(K, N) floats; sgemm_fma_pack_b_avx2 writes panels
+// [p0, p1) of op(B) given by g (tb, K, N, B, ldb) into the whole buffer dst, on the calling thread.
+int64_t sgemm_fma_packed_floats(int64_t K, int64_t N);
+void sgemm_fma_pack_b_avx2(const SgemmFmaArgs& g, int64_t p0, int64_t p1, float* dst);
 
 // Floats of scratch one sgemm_fma_avx2 call needs for depth K, whatever its block (at most 1.1 MiB).
 int64_t sgemm_fma_scratch(int64_t K);
