@@ -377,6 +377,23 @@ TEST(PipelineLayerConfig, AnEntryMatchingNothingIsNoted) {
       << notes;
   EXPECT_NE(notes.find("'no_such_layer' matches no quantizable Linear of this model; ignored"), std::string::npos)
       << notes;
+  fs::remove_all(q);
+  fs::remove_all(m);
+  // --fp_layers substrings likewise (a Mixtral, whose router name is no Linear's substring): llama.cpp's
+  // name for q_proj, the router's, and one that keeps a Linear
+  write_synthetic_model(m, tiny_moe_config("mixtral"), 9, DType::BF16);
+  o = run_opts(m, q, 0, "auto_round", "");
+  o.calib.seqlen = 32;
+  o.fp_layers = {"attention.wq", "block_sparse_moe.gate", "layers.1.self_attn.o_proj"};
+  const std::string fp_notes = notes_of(quantize_model(o));
+  EXPECT_NE(fp_notes.find("--fp_layers 'attention.wq' is in no Linear's name of this model (names read like "
+                          "model.layers.1.block_sparse_moe.experts."),
+            std::string::npos)
+      << fp_notes;
+  EXPECT_NE(fp_notes.find("--fp_layers 'block_sparse_moe.gate' is in no Linear's name of this model (a MoE router"),
+            std::string::npos)
+      << fp_notes;
+  EXPECT_EQ(fp_notes.find("o_proj"), std::string::npos) << fp_notes;
   fs::remove_all(m);
   fs::remove_all(q);
 }

@@ -34,9 +34,14 @@ void GgufTrack::open(const std::string& dir) {
   file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_, [&rules](const std::string& module) {
     return !kept_by_user(module, rules).empty();
   });
-  if (!file_->kept().empty())
-    log_info(label() + ": " + std::to_string(file_->kept().size()) +
-             " tensors kept in their stored type (--fp_layers / --layer_config), e.g. " + file_->kept().front());
+  if (const size_t n = file_->kept().size(); n > 0) {
+    std::string line = label();
+    line += ": ";
+    line += std::to_string(n);
+    line += n == 1 ? " tensor kept in its stored type (--fp_layers / --layer_config): " : " tensors kept in their stored type (--fp_layers / --layer_config), e.g. ";
+    line += file_->kept().front();
+    log_info(line);
+  }
 }
 
 // The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h); 1-D tensors

@@ -86,6 +86,7 @@ void QuantizeRun::plan() {
   }
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
   steps::bind_layer_config(opt_, cfg, rep_);
+  steps::check_fp_layers(opt_, cfg, rep_);
   const FormatPlan formats = plan_formats(opt_);
   if (!formats.int_formats.empty() && !opt_.fmt.is_float())
     steps::adapt_group_size(opt_, cfg, rep_);  // float and GGUF groups are their types'

@@ -131,16 +131,51 @@ void note(QuantizeReport& rep, const std::string& s) {
   rep.notes.push_back(s);
 }
 
+namespace {
+// The full names of the model's Linears (lm_head first) and of its MoE routers.
+struct LinearNames {
+  std::vector<std::string> linears{"lm_head"}, routers;
+  explicit LinearNames(const ModelConfig& cfg) {
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      const std::string prefix = HfModel::layer_prefix(l);
+      for (const auto& s : block_linear_specs(cfg, l)) linears.push_back(prefix + s.name);
+      if (cfg.block_dims(l).is_moe())
+        for (const char* r : {"mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate"}) routers.push_back(prefix + r);
+    }
+  }
+};
+constexpr const char* kRoutersStay = "a MoE router and shared_expert_gate stay in 16 bit, as AutoRound and vLLM keep them";
+}  // namespace
+
+void check_fp_layers(const QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
+  if (opt.fp_layers.empty()) return;
+  const LinearNames all(cfg);
+  auto in_any = [](const std::vector<std::string>& names, const std::string& f) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.find(f) != std::string::npos; });
+  };
+  for (const std::string& f : opt.fp_layers) {
+    if (in_any(all.linears, f)) continue;
+    std::string msg = "--fp_layers '";
+    msg += printable(f);
+    msg += "' is in no Linear's name of this model (";
+    if (in_any(all.routers, f)) {
+      msg += kRoutersStay;
+    } else {
+      msg += "names read like ";
+      msg += all.linears.back();
+      msg += "; ignored";
+    }
+    msg += ")";
+    note(rep, msg);
+  }
+}
+
 void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
   LayerConfig& lc = opt.layer_config;
   if (lc.empty()) return;
-  std::vector<std::string> names{"lm_head"}, routers;
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    const std::string prefix = HfModel::layer_prefix(l);
-    for (const auto& s : block_linear_specs(cfg, l)) names.push_back(prefix + s.name);
-    if (cfg.block_dims(l).is_moe())
-      for (const char* r : {"mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate"}) routers.push_back(prefix + r);
-  }
+  const LinearNames all(cfg);
+  const std::vector<std::string>& names = all.linears;
+  const std::vector<std::string>& routers = all.routers;
   lc.bind(names);
   const std::vector<std::string> formats = parse_formats(opt);
   auto listed = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
@@ -155,8 +190,7 @@ void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeRep
     const bool router =
         std::any_of(routers.begin(), routers.end(), [&](const std::string& n) { return lc.matches(i, n); });
     note(rep, "--layer_config '" + printable(e.key) + "' matches no quantizable Linear of this model" +
-                  (router ? ": a MoE router and shared_expert_gate stay in 16 bit, as AutoRound and vLLM keep them"
-                          : "; ignored"));
+                  (router ? std::string(": ") + kRoutersStay : std::string("; ignored")));
   }
   // What the loaders measured here do with it (docs/quantization.md, Layer rules).
   if (own && listed("auto_gptq"))

@@ -36,6 +36,9 @@ void note(QuantizeReport& rep, const std::string& s);
 // for each entry that matches no quantizable Linear (a router's: why it stays in 16 bit), and an
 // lm_head entry turning --quant_lm_head on, as AutoRound does.
 void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
+// A note for each --fp_layers substring that is in no Linear's name (a router's: it stays in 16 bit
+// anyway), so that a misspelt or foreign name (llama.cpp's attention.wq) does not keep nothing silently.
+void check_fp_layers(const QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
 void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // Whether lm_head is tuned and packed (--quant_lm_head under AutoRound's and the loaders' rules).
