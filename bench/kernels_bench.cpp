@@ -52,7 +52,7 @@ BENCHMARK(BM_SwiGluFwdBwd)->Unit(benchmark::kMillisecond);
 
 void BM_AttentionFwdBwd(benchmark::State& st) {
   const int64_t T = st.range(1);
-  ref::AttnShape s{1, T, T, 32, 8, st.range(0)};  // one sample of T tokens, 32 / 8 heads of head_dim
+  ref::AttnShape s{1, T, T, st.range(2), st.range(3), st.range(0)};  // one sample of T tokens: head_dim, heads / KV heads
   const size_t qn = size_t(s.Tq * s.H * s.D), kn = size_t(s.Tk * s.Hkv * s.D);
   auto q = filled(qn, 0.01f), k = filled(kn, 0.02f), v = filled(kn, 0.3f), o = q, dq = q, dk = k, dv = v;
   std::vector<float> lse(size_t(s.H * s.Tq));
@@ -65,7 +65,13 @@ void BM_AttentionFwdBwd(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(7.0 * 2 * s.H * s.Tq * s.Tk * s.D,
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_AttentionFwdBwd)->Args({128, 512})->Args({64, 512})->Args({64, 2048})->Unit(benchmark::kMillisecond);
+// Args: head_dim, tokens, heads, KV heads (the last: a 135M Llama's 256-token tuning leaf)
+BENCHMARK(BM_AttentionFwdBwd)
+    ->Args({128, 512, 32, 8})
+    ->Args({64, 512, 32, 8})
+    ->Args({64, 2048, 32, 8})
+    ->Args({64, 256, 9, 3})
+    ->Unit(benchmark::kMillisecond);
 
 // SignRound's QDQ forward and backward of one 8192 x 2048 weight (W4, group 128, asym, min-max tuned):
 // the per-iteration work outside the GEMMs. Counter: weight elements per second.

@@ -115,6 +115,33 @@ TEST_P(CpuAttention, MatchesReference) {
   expect_close("dv", dv, dvd);
 }
 
+// The pool's items (whole groups, or (group, query tile) pairs where groups are too few to share) do
+// not change a bit: every thread count gives the one-thread result (the tuning's world invariance
+// rests on it). 3 KV groups of 300 queries (3 tiles): split on 2 and 4 threads, whole on 1 and 3.
+TEST(CpuAttentionThreads, EveryThreadCountGivesTheSameBits) {
+  for (const bool masked : {false, true}) {
+    ref::AttnShape s{1, 300, 300, 9, 3, 16};
+    auto q = cast<float>(randn<double>(s.B * s.Tq * s.H * s.D, 20)),
+         k = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 21)),
+         v = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 22)), dout = cast<float>(randn<double>(q.size(), 23));
+    std::vector<uint8_t> mask(s.B * s.Tk, 1);
+    if (masked) mask[5] = mask[140] = mask[299] = 0;
+    std::vector<std::vector<float>> first;
+    for (int threads : {1, 2, 3, 4}) {
+      Context ctx(Device{}, threads);
+      std::vector<float> o(q.size()), lse(s.B * s.H * s.Tq), dq(q.size()), dk(k.size()), dv(v.size());
+      cpu::attention_fwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data());
+      cpu::attention_bwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), dout.data(),
+                         dq.data(), dk.data(), dv.data());
+      const std::vector<std::vector<float>> got{o, lse, dq, dk, dv};
+      if (first.empty()) first = got;
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0)
+            << "output " << i << " (o, lse, dq, dk, dv) on " << threads << " threads, masked " << masked;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
                          ::testing::Values(std::make_tuple(17, 17, false), std::make_tuple(17, 17, true),
                                            std::make_tuple(1, 9, true), std::make_tuple(4, 11, false),

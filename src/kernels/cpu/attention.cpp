@@ -1,13 +1,18 @@
 // Causal GQA attention with a key padding mask on fp32 GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
 // lse [B,H,Tq].
-// The pool's threads take whole (batch, KV head) groups. A group's query heads are packed dense as one
-// matrix [Tq * grp, D] (row (t, head)) and its K, V as [Tk, D], so every product is one dense GEMM
-// (oneDNN's brgemm, not strided sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop
-// at its last query's last visible key, so the causal upper triangle is mostly never computed.
+// A (batch, KV head) group's query heads are packed dense as one matrix [Tq * grp, D] (row (t, head))
+// and its K, V as [Tk, D], so every product is one dense GEMM (oneDNN's brgemm, not strided
+// sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop at its last query's last
+// visible key, so the causal upper triangle is mostly never computed.
 // Per tile: S = scale Q K^T, masked softmax rows, O = P V.
 // Backward recomputes P from lse (nothing of size T^2 is kept between passes), a tile's keys in blocks
 // of kKeyBlock: dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ += scale dS K, dK += scale dS^T Q.
 // Tiles, GEMM shapes and the order of the dK/dV sums depend on the shape only, never on the thread count.
+// The pool's threads take whole groups, or, where there are too few groups to share (a 256-token leaf
+// of a model with 3 KV heads on 2 threads left one thread idle a third of the time), (group, tile)
+// pairs: a tile's dK and dV terms then go to buffers of its own, zeroed and added into as the whole
+// group's are, and the group's tiles are summed in tile order after them. Every element gets the same
+// additions in the same order (0 + p_0 + p_1 ..., never -0 + ...): the bits of whole groups.
 // Reference: kernels/ref/attention_ref.h.
 #include <algorithm>
 #include <cmath>
@@ -43,14 +48,14 @@ struct Group {
   int64_t k_off(int64_t t) const { return (b * s.Tk + t) * ks + kvh * s.D; }
   int64_t head(int64_t r) const { return kvh * grp + r % grp; }  // query head of packed row r
 
-  void pack_q(const float* x, float* dense) const {
-    for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(dense + t * grp * s.D, x + q_off(t), size_t(grp * s.D) * 4);
+  void pack_q(const float* x, float* dense, int64_t t0, int64_t t1) const {  // positions [t0, t1)
+    for (int64_t t = t0; t < t1; ++t) std::memcpy(dense + t * grp * s.D, x + q_off(t), size_t(grp * s.D) * 4);
   }
-  void unpack_q(const float* dense, float* x) const {
-    for (int64_t t = 0; t < s.Tq; ++t) std::memcpy(x + q_off(t), dense + t * grp * s.D, size_t(grp * s.D) * 4);
+  void unpack_q(const float* dense, float* x, int64_t t0, int64_t t1) const {  // positions [t0, t1)
+    for (int64_t t = t0; t < t1; ++t) std::memcpy(x + q_off(t), dense + t * grp * s.D, size_t(grp * s.D) * 4);
   }
-  void pack_k(const float* x, float* dense) const {
-    for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(dense + t * s.D, x + k_off(t), size_t(s.D) * 4);
+  void pack_k(const float* x, float* dense, int64_t n) const {  // keys [0, n)
+    for (int64_t t = 0; t < n; ++t) std::memcpy(dense + t * s.D, x + k_off(t), size_t(s.D) * 4);
   }
   void unpack_k(const float* dense, float* x) const {
     for (int64_t t = 0; t < s.Tk; ++t) std::memcpy(x + k_off(t), dense + t * s.D, size_t(s.D) * 4);
@@ -65,12 +70,6 @@ struct Tile {
 Tile tile_at(const Group& g, int64_t i0) {
   const int64_t i1 = std::min(g.s.Tq, i0 + kTile);
   return {i0, i1, (i1 - i0) * g.grp, std::max<int64_t>(0, last_key(g.s, i1 - 1) + 1)};
-}
-
-void for_kv_groups(Context& ctx, const AttnShape& s, const uint8_t* key_mask, const std::function<void(const Group&)>& fn) {
-  ctx.pool().parallel_for(s.B * s.Hkv, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) fn(Group(s, t / s.Hkv, t % s.Hkv, key_mask));
-  }, 1);
 }
 
 // The score rows work in kLanes interleaved lanes (lane l takes j = l mod kLanes), which the compiler
@@ -145,90 +144,155 @@ void probs_block(const Group& g, const Tile& tl, int64_t k0, int64_t kb, float* 
 }
 
 Tensor scratch(Context& ctx, int64_t n) { return Tensor::empty({std::max<int64_t>(n, 1)}, DType::F32, ctx); }
+
+// The work items: whole groups, or (group, tile) pairs where groups are too few to share fairly.
+struct Items {
+  int64_t groups, tiles;  // tiles: per item of a group (1: the item is the group)
+  int64_t count() const { return groups * tiles; }
+};
+
+Items plan_items(Context& ctx, const AttnShape& s) {
+  const int64_t groups = s.B * s.Hkv, tiles = (s.Tq + kTile - 1) / kTile, threads = ctx.threads();
+  const bool split = threads > 1 && tiles > 1 && groups < 4 * threads && groups % threads != 0;
+  return {groups, split ? tiles : 1};
+}
+
+void for_items(Context& ctx, const Items& it, const std::function<void(int64_t)>& fn) {
+  ctx.pool().parallel_for(it.count(), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) fn(u);
+  }, 1);
+}
+
+// Query tiles [t0, t1) of group g: the forward.
+void forward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const float* q, const float* k,
+                   const float* v, float* o, float* lse) {
+  const AttnShape& s = g.s;
+  const float scale = 1.f / std::sqrt(float(s.D));
+  // From the context's cached allocator: no fresh pages per call.
+  const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
+  Tensor Qt = scratch(ctx, qn), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn), Vt = scratch(ctx, kn);
+  Tensor St = scratch(ctx, std::min(s.Tq, kTile) * g.grp * s.Tk);
+  float *Q = Qt.f32(), *O = Ot.f32(), *K = Kt.f32(), *V = Vt.f32(), *S = St.f32();
+  const int64_t p0 = t0 * kTile, p1 = std::min(s.Tq, t1 * kTile), keys = t1 > t0 ? tile_at(g, (t1 - 1) * kTile).kend : 0;
+  g.pack_q(q, Q, p0, p1);  // the rows and keys these tiles read
+  g.pack_k(k, K, keys);
+  g.pack_k(v, V, keys);
+  for (int64_t t = t0; t < t1; ++t) {
+    const Tile tl = tile_at(g, t * kTile);
+    float* Qi = Q + tl.i0 * g.grp * s.D;
+    float* Oi = O + tl.i0 * g.grp * s.D;
+    if (tl.kend == 0) {  // no key visible to any query of the tile
+      std::memset(Oi, 0, size_t(tl.rows * s.D) * 4);
+      for (int64_t r = 0; r < tl.rows; ++r) lse[(g.b * s.H + g.head(r)) * s.Tq + tl.i0 + r / g.grp] = kNegInf;
+      continue;
+    }
+    gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
+    softmax_tile(g, tl, S, lse);
+    gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, S, tl.kend, V, s.D, 0.f, Oi, s.D);
+  }
+  g.unpack_q(O, o, p0, p1);
+}
+
+// The backward's operands of one group, packed dense.
+struct BwdOperands {
+  const float *Q, *dO, *K, *V;
+};
+
+// Query tiles [t0, t1) of group g: dQ of their rows (into dQ), and their dK, dV terms added into dK,
+// dV (zeroed by the caller).
+void backward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const BwdOperands& x, const float* o,
+                    const float* dout, const float* lse, float* dQ, float* dK, float* dV) {
+  const AttnShape& s = g.s;
+  const float scale = 1.f / std::sqrt(float(s.D));
+  const int64_t sn = std::min(s.Tq, kTile) * g.grp * std::min(s.Tk, kKeyBlock);
+  Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn), Dt = scratch(ctx, std::min(s.Tq, kTile) * g.grp);
+  float *P = Pt.f32(), *dP = dPt.f32(), *Di = Dt.f32();
+  for (int64_t t = t0; t < t1; ++t) {
+    const Tile tl = tile_at(g, t * kTile);
+    const int64_t r0 = tl.i0 * g.grp;
+    const float *Qi = x.Q + r0 * s.D, *dOi = x.dO + r0 * s.D;
+    float* dQi = dQ + r0 * s.D;
+    for (int64_t i = tl.i0; i < tl.i1; ++i)  // di = rowsum(dO o) per (query, head)
+      for (int64_t h = 0; h < g.grp; ++h) {
+        const float* a = dout + g.q_off(i) + h * s.D;
+        const float* c = o + g.q_off(i) + h * s.D;
+        float d = 0;
+        for (int64_t e = 0; e < s.D; ++e) d += a[e] * c[e];
+        Di[(i - tl.i0) * g.grp + h] = d;
+      }
+    if (tl.kend == 0) std::memset(dQi, 0, size_t(tl.rows * s.D) * 4);
+    for (int64_t k0 = 0; k0 < tl.kend; k0 += kKeyBlock) {  // P, dP: [rows, kb]
+      const int64_t kb = std::min(kKeyBlock, tl.kend - k0);
+      const float *Kb = x.K + k0 * s.D, *Vb = x.V + k0 * s.D;
+      gemm_serial(ctx, false, true, tl.rows, kb, s.D, scale, Qi, s.D, Kb, s.D, 0.f, P, kb);
+      probs_block(g, tl, k0, kb, P, lse);
+      gemm_serial(ctx, true, false, kb, s.D, tl.rows, 1.f, P, kb, dOi, s.D, 1.f, dV + k0 * s.D, s.D);
+      gemm_serial(ctx, false, true, tl.rows, kb, s.D, 1.f, dOi, s.D, Vb, s.D, 0.f, dP, kb);
+      for (int64_t r = 0; r < tl.rows; ++r) {
+        const float* pr = P + r * kb;
+        float* dr = dP + r * kb;
+        const float di = Di[r];
+        for (int64_t j = 0; j < kb; ++j) dr[j] = pr[j] * (dr[j] - di);
+      }
+      gemm_serial(ctx, false, false, tl.rows, s.D, kb, scale, dP, kb, Kb, s.D, k0 ? 1.f : 0.f, dQi, s.D);
+      gemm_serial(ctx, true, false, kb, s.D, tl.rows, scale, dP, kb, Qi, s.D, 1.f, dK + k0 * s.D, s.D);
+    }
+  }
+}
 }  // namespace
 
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, float* o, float* lse) {
-  const float scale = 1.f / std::sqrt(float(s.D));
-  for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
-    // From the context's cached allocator: no fresh pages per call.
-    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
-    Tensor Qt = scratch(ctx, qn), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn), Vt = scratch(ctx, kn);
-    Tensor St = scratch(ctx, std::min(s.Tq, kTile) * g.grp * s.Tk);
-    float *Q = Qt.f32(), *O = Ot.f32(), *K = Kt.f32(), *V = Vt.f32(), *S = St.f32();
-    g.pack_q(q, Q);
-    g.pack_k(k, K);
-    g.pack_k(v, V);
-    for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
-      const Tile tl = tile_at(g, i0);
-      float* Qi = Q + i0 * g.grp * s.D;
-      float* Oi = O + i0 * g.grp * s.D;
-      if (tl.kend == 0) {  // no key visible to any query of the tile
-        std::memset(Oi, 0, size_t(tl.rows * s.D) * 4);
-        for (int64_t r = 0; r < tl.rows; ++r) lse[(g.b * s.H + g.head(r)) * s.Tq + i0 + r / g.grp] = kNegInf;
-        continue;
-      }
-      gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
-      softmax_tile(g, tl, S, lse);
-      gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, S, tl.kend, V, s.D, 0.f, Oi, s.D);
-    }
-    g.unpack_q(O, o);
+  const Items it = plan_items(ctx, s);
+  for_items(ctx, it, [&](int64_t u) {
+    const Group g(s, u / it.tiles / s.Hkv, u / it.tiles % s.Hkv, key_mask);
+    const int64_t t0 = it.tiles == 1 ? 0 : u % it.tiles, t1 = it.tiles == 1 ? (s.Tq + kTile - 1) / kTile : t0 + 1;
+    forward_tiles(ctx, g, t0, t1, q, k, v, o, lse);
   });
 }
 
 void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                    float* dv) {
-  const float scale = 1.f / std::sqrt(float(s.D));
-  for_kv_groups(ctx, s, key_mask, [&](const Group& g) {
-    const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
-    const int64_t sn = std::min(s.Tq, kTile) * g.grp * std::min(s.Tk, kKeyBlock);
-    Tensor Qt = scratch(ctx, qn), dOt = scratch(ctx, qn), dQt = scratch(ctx, qn), Dt = scratch(ctx, s.Tq * g.grp);
-    Tensor Kt = scratch(ctx, kn), Vt = scratch(ctx, kn), dKt = scratch(ctx, kn), dVt = scratch(ctx, kn);
-    Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn);
-    float *Q = Qt.f32(), *dO = dOt.f32(), *dQ = dQt.f32(), *Di = Dt.f32(), *K = Kt.f32(), *V = Vt.f32();
-    float *dK = dKt.f32(), *dV = dVt.f32(), *P = Pt.f32(), *dP = dPt.f32();
-    g.pack_q(q, Q);
-    g.pack_q(dout, dO);
-    g.pack_k(k, K);
-    g.pack_k(v, V);
-    std::memset(dK, 0, size_t(kn) * 4);
-    std::memset(dV, 0, size_t(kn) * 4);
-    for (int64_t t = 0; t < s.Tq; ++t)  // di = rowsum(dO o) per (query, head)
-      for (int64_t h = 0; h < g.grp; ++h) {
-        const float* a = dout + g.q_off(t) + h * s.D;
-        const float* c = o + g.q_off(t) + h * s.D;
-        float d = 0;
-        for (int64_t e = 0; e < s.D; ++e) d += a[e] * c[e];
-        Di[t * g.grp + h] = d;
-      }
-    for (int64_t i0 = 0; i0 < s.Tq; i0 += kTile) {
-      const Tile tl = tile_at(g, i0);
-      const int64_t r0 = i0 * g.grp;
-      const float *Qi = Q + r0 * s.D, *dOi = dO + r0 * s.D;
-      float* dQi = dQ + r0 * s.D;
-      if (tl.kend == 0) std::memset(dQi, 0, size_t(tl.rows * s.D) * 4);
-      for (int64_t k0 = 0; k0 < tl.kend; k0 += kKeyBlock) {  // P, dP: [rows, kb]
-        const int64_t kb = std::min(kKeyBlock, tl.kend - k0);
-        const float *Kb = K + k0 * s.D, *Vb = V + k0 * s.D;
-        gemm_serial(ctx, false, true, tl.rows, kb, s.D, scale, Qi, s.D, Kb, s.D, 0.f, P, kb);
-        probs_block(g, tl, k0, kb, P, lse);
-        gemm_serial(ctx, true, false, kb, s.D, tl.rows, 1.f, P, kb, dOi, s.D, 1.f, dV + k0 * s.D, s.D);
-        gemm_serial(ctx, false, true, tl.rows, kb, s.D, 1.f, dOi, s.D, Vb, s.D, 0.f, dP, kb);
-        for (int64_t r = 0; r < tl.rows; ++r) {
-          const float* pr = P + r * kb;
-          float* dr = dP + r * kb;
-          const float di = Di[r0 + r];
-          for (int64_t j = 0; j < kb; ++j) dr[j] = pr[j] * (dr[j] - di);
-        }
-        gemm_serial(ctx, false, false, tl.rows, s.D, kb, scale, dP, kb, Kb, s.D, k0 ? 1.f : 0.f, dQi, s.D);
-        gemm_serial(ctx, true, false, kb, s.D, tl.rows, scale, dP, kb, Qi, s.D, 1.f, dK + k0 * s.D, s.D);
-      }
-    }
-    g.unpack_q(dQ, dq);
+  const Items it = plan_items(ctx, s);
+  const int64_t tiles = (s.Tq + kTile - 1) / kTile, kn = s.Tk * s.D;
+  // Split groups: each item's dK and dV terms, [items][2][Tk, D], summed per group afterwards.
+  Tensor parts = it.tiles > 1 ? scratch(ctx, 2 * it.count() * kn) : Tensor();
+  for_items(ctx, it, [&](int64_t u) {
+    const Group g(s, u / it.tiles / s.Hkv, u / it.tiles % s.Hkv, key_mask);
+    const int64_t t0 = it.tiles == 1 ? 0 : u % it.tiles, t1 = it.tiles == 1 ? tiles : t0 + 1;
+    const int64_t qn = s.Tq * g.grp * s.D;
+    Tensor Qt = scratch(ctx, qn), dOt = scratch(ctx, qn), dQt = scratch(ctx, qn), Kt = scratch(ctx, kn),
+           Vt = scratch(ctx, kn), own = it.tiles > 1 ? Tensor() : scratch(ctx, 2 * kn);
+    const int64_t p0 = t0 * kTile, p1 = std::min(s.Tq, t1 * kTile), keys = t1 > t0 ? tile_at(g, (t1 - 1) * kTile).kend : 0;
+    g.pack_q(q, Qt.f32(), p0, p1);  // the rows and keys these tiles read
+    g.pack_q(dout, dOt.f32(), p0, p1);
+    g.pack_k(k, Kt.f32(), keys);
+    g.pack_k(v, Vt.f32(), keys);
+    float* dK = it.tiles > 1 ? parts.f32() + 2 * u * kn : own.f32();
+    float* dV = dK + kn;
+    std::memset(dK, 0, size_t(2 * kn) * 4);
+    backward_tiles(ctx, g, t0, t1, {Qt.f32(), dOt.f32(), Kt.f32(), Vt.f32()}, o, dout, lse, dQt.f32(), dK, dV);
+    g.unpack_q(dQt.f32(), dq, p0, p1);
+    if (it.tiles > 1) return;
     g.unpack_k(dK, dk);
     g.unpack_k(dV, dv);
   });
+  if (it.tiles == 1) return;
+  ctx.pool().parallel_for(it.groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const Group g(s, gi / s.Hkv, gi % s.Hkv, key_mask);
+      float* dK = parts.f32() + 2 * gi * it.tiles * kn;  // tile 0's terms, then each later tile's added
+      float* dV = dK + kn;
+      for (int64_t t = 1; t < it.tiles; ++t) {
+        const float* pk = dK + 2 * t * kn;
+        const float* pv = pk + kn;
+        for (int64_t e = 0, n = tile_at(g, t * kTile).kend * s.D; e < n; ++e) dK[e] += pk[e], dV[e] += pv[e];
+      }
+      g.unpack_k(dK, dk);
+      g.unpack_k(dV, dv);
+    }
+  }, 1);
 }
 
 }  // namespace ar::cpu
