@@ -154,6 +154,30 @@ void expect_one_leaf_into_dw_then_addends_in_order() {
   }
 }
 
+// Outside addends among the tree's own buffers, at several steps, with the old dW read by a later
+// step: the kernels keep the addends apart from the buffers (the fp32 one copies them beside).
+template <class K>
+void expect_addends_among_the_buffers() {
+  Context one(Device{}, 1), two(Device{}, 2);
+  const std::vector<cpu::GradTreeStep> steps = {
+      {1, false, {-2}}, {2, false, {}}, {1, true, {2, -1}}, {0, true, {-1, 1}}, {0, true, {-2}}};
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{45, 70}, {768, 64}, {12, 32}}) {
+    const Leaves<K> lv(out, in, {7, 0, 33, 2, 5}, uint32_t(out + in));
+    std::mt19937 rng{uint32_t(out)};
+    std::normal_distribution<float> nd(0.f, 1e3f);
+    std::vector<float> dW0(size_t(out * in)), m1(dW0.size()), m2(dW0.size());
+    for (auto* v : {&dW0, &m1, &m2})
+      for (float& f : *v) f = nd(rng);
+    const std::vector<const float*> extra = {m1.data(), m2.data()};
+    const std::vector<float> want = reference(one, lv, steps, extra, dW0);
+    for (Context* ctx : {&one, &two}) {
+      std::vector<float> got = dW0;
+      K::run(*ctx, lv.view, steps, extra, out, in, got.data());
+      EXPECT_EQ(differing(want, got), 0u) << out << " x " << in << " on " << ctx->threads() << " threads";
+    }
+  }
+}
+
 template <class K>
 void expect_bad_steps_refused() {
   Context ctx(Device{}, 1);
@@ -177,6 +201,10 @@ TEST(GradTreeBf16, OneLeafAccumulatesIntoDwThenAddsTheAddendsInOrder) {
   AR_REQUIRE(Bf16);
   expect_one_leaf_into_dw_then_addends_in_order<Bf16>();
 }
+TEST(GradTreeBf16, AddendsAmongTheBuffersAtSeveralSteps) {
+  AR_REQUIRE(Bf16);
+  expect_addends_among_the_buffers<Bf16>();
+}
 TEST(GradTreeBf16, RefusesStepsThatReadAScratchBufferBeforeWritingIt) {
   AR_REQUIRE(Bf16);
   expect_bad_steps_refused<Bf16>();
@@ -188,6 +216,10 @@ TEST(GradTreeF32, EqualsTheTreeOfTheLeavesOwnProducts) {
 TEST(GradTreeF32, OneLeafAccumulatesIntoDwThenAddsTheAddendsInOrder) {
   AR_REQUIRE(F32);
   expect_one_leaf_into_dw_then_addends_in_order<F32>();
+}
+TEST(GradTreeF32, AddendsAmongTheBuffersAtSeveralSteps) {
+  AR_REQUIRE(F32);
+  expect_addends_among_the_buffers<F32>();
 }
 TEST(GradTreeF32, RefusesStepsThatReadAScratchBufferBeforeWritingIt) {
   AR_REQUIRE(F32);

@@ -6,8 +6,9 @@
 // which is sgemm_fma's definition (sgemm_fma.h) for op(A) = dy^T, B = x. The steps then sum the
 // tree exactly as in the bf16 kernel: buffer dst = P_l (+ buffer dst) + each addend in order.
 //
-// A 6 x 16 tile of the output runs every step in turn: the leaf's product in 12 YMM accumulators
-// (stored to a tile), then the step's sums on tiles of the kernel's own; the root is stored once.
+// A 6 x 16 tile of the output runs every step in turn: the leaf's product in 12 YMM accumulators,
+// the step's sums added to them in registers from tiles of the kernel's own (the tree's buffers and
+// a copy of each external addend), the result stored to its buffer's tile; the root is stored once.
 // Both operands are packed (below); a unit's rows of the output go in blocks whose dy stays in L2
 // while the unit's columns pass. The grad_tree_bench figures are in docs/benchmarks.md.
 #include <immintrin.h>
@@ -45,8 +46,8 @@ struct TreeRun {
   bool init_from_dw;
 };
 
-// The first n lanes of 16 (n in 0..16) as two YMM masks, read from memory where used: held in
-// registers they would push the twelve accumulators out of the sixteen.
+// The first n lanes of 16 (n in 0..16) as two YMM masks, for the partial tiles at the edges of the
+// output (the rows past `out` get none).
 struct Lanes {
   alignas(32) int32_t m[16];
   explicit Lanes(int64_t n) {
@@ -58,10 +59,32 @@ __attribute__((target("avx2"))) inline __m256i lanes_avx2(const Lanes& m, int ha
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(m.m + 8 * half));
 }
 
-// Leaf l's product on the tile at rows [o0, o0 + kMr), columns [i0, i0 + 16) into p (kMr x kNr): the
-// chain alone, as sgemm_fma's tile runs it (with the tree's sums in the same function GCC kept the
-// twelve accumulators in memory).
-__attribute__((target("avx2,fma"))) void product_avx2(const TreeRun& r, size_t l, int64_t o0, float* p) {
+// Rows [o0, o0 + kMr) and columns [i0, i0 + cols) of a [*, ld] matrix into the tile t, zeros past
+// `rows` and `cols` (no address past the matrix's rows); whole 16-column rows take plain moves
+// (vmaskmovps is microcoded on AMD cores).
+__attribute__((target("avx2"))) void load_tile_avx2(const float* m, int64_t ld, int64_t rows, int64_t cols, float* t) {
+  const Lanes lanes(cols);
+  for (int64_t i = 0; i < kMr; ++i) {
+    const float* src = m + std::min(i, rows - 1) * ld;
+    if (i >= rows) {
+      _mm256_storeu_ps(t + i * kNr, _mm256_setzero_ps());
+      _mm256_storeu_ps(t + i * kNr + 8, _mm256_setzero_ps());
+    } else if (cols == kNr) {
+      _mm256_storeu_ps(t + i * kNr, _mm256_loadu_ps(src));
+      _mm256_storeu_ps(t + i * kNr + 8, _mm256_loadu_ps(src + 8));
+    } else {
+      _mm256_storeu_ps(t + i * kNr, _mm256_maskload_ps(src, lanes_avx2(lanes, 0)));
+      _mm256_storeu_ps(t + i * kNr + 8, _mm256_maskload_ps(src + 8, lanes_avx2(lanes, 1)));
+    }
+  }
+}
+
+// Step l on one tile: leaf l's chain from zero in twelve YMM accumulators, as sgemm_fma's tile runs
+// it; then, in the same registers, the buffer itself when the step accumulates and each addend in
+// order (every one a whole tile in s: the external addends were copied there), one rounding per
+// addition; the result stored to the step's buffer. Every loop over the accumulators has kMr trips
+// and the additions read memory operands, so the twelve stay in registers.
+__attribute__((target("avx2,fma"))) void step_avx2(const TreeRun& r, size_t l, int64_t o0, float* s, int buffers) {
   __m256 c0[kMr], c1[kMr];
 #pragma GCC unroll 6
   for (int i = 0; i < int(kMr); ++i) c0[i] = c1[i] = _mm256_setzero_ps();
@@ -77,54 +100,43 @@ __attribute__((target("avx2,fma"))) void product_avx2(const TreeRun& r, size_t l
       c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
     }
   }
+  const GradTreeStep& st = (*r.steps)[l];
+  for (int64_t j = st.accumulate ? -1 : 0; j < int64_t(st.adds.size()); ++j) {
+    const int k = j < 0 ? st.dst : st.adds[size_t(j)];
+    const float* t = s + (k >= 0 ? k : buffers - 1 - k) * kTile;
+#pragma GCC unroll 6
+    for (int i = 0; i < int(kMr); ++i) {
+      c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(t + i * kNr));
+      c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(t + i * kNr + 8));
+    }
+  }
+  float* d = s + st.dst * kTile;
 #pragma GCC unroll 6
   for (int i = 0; i < int(kMr); ++i) {
-    _mm256_storeu_ps(p + i * kNr, c0[i]);
-    _mm256_storeu_ps(p + i * kNr + 8, c1[i]);
+    _mm256_storeu_ps(d + i * kNr, c0[i]);
+    _mm256_storeu_ps(d + i * kNr + 8, c1[i]);
   }
 }
 
-// One step: the product (in p), the buffer and the addends added in order, into scratch tile dst.
-__attribute__((target("avx2,fma"))) void step_avx2(const TreeRun& r, size_t l, int64_t o0, int64_t i0, int64_t rows,
-                                                  const Lanes& cols, float* s, float* p) {
-  product_avx2(r, l, o0, p);
-  const GradTreeStep& st = (*r.steps)[l];
-  const __m256i m0 = lanes_avx2(cols, 0), m1 = lanes_avx2(cols, 1), z = _mm256_setzero_si256();
-  for (int64_t i = 0; i < kMr; ++i) {
-    __m256 v0 = _mm256_loadu_ps(p + i * kNr), v1 = _mm256_loadu_ps(p + i * kNr + 8);
-    for (int64_t j = st.accumulate ? -1 : 0; j < int64_t(st.adds.size()); ++j) {
-      const int k = j < 0 ? st.dst : st.adds[size_t(j)];
-      if (k >= 0) {
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(s + k * kTile + i * kNr));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(s + k * kTile + i * kNr + 8));
-        continue;
-      }
-      const float* t = r.extra[size_t(-1 - k)] + (o0 + std::min(i, rows - 1)) * r.in + i0;  // rows past out: never stored
-      v0 = _mm256_add_ps(v0, _mm256_maskload_ps(t, i < rows ? m0 : z));
-      v1 = _mm256_add_ps(v1, _mm256_maskload_ps(t + 8, i < rows ? m1 : z));
-    }
-    _mm256_storeu_ps(s + st.dst * kTile + i * kNr, v0);
-    _mm256_storeu_ps(s + st.dst * kTile + i * kNr + 8, v1);
-  }
-}
-
-// Output rows [o0, o0 + kMr) and columns [i0, i0 + ncols) through every step; s: the scratch tiles.
-__attribute__((target("avx2,fma"))) void tile_avx2(const TreeRun& r, int64_t o0, int64_t i0, int64_t ncols, float* s) {
+// Output rows [o0, o0 + kMr) and columns [i0, i0 + ncols) through every step; s: the scratch tiles
+// (the tree's buffers, then one per external addend).
+__attribute__((target("avx2,fma"))) void tile_avx2(const TreeRun& r, int64_t o0, int64_t i0, int64_t ncols, float* s,
+                                                  int buffers) {
   const int64_t rows = std::min(kMr, r.out - o0);
-  const Lanes cols(ncols), none(0);
-  if (r.init_from_dw)
-    for (int64_t i = 0; i < kMr; ++i) {
-      const float* d = r.dW + (o0 + std::min(i, rows - 1)) * r.in + i0;
-      const Lanes& m = i < rows ? cols : none;
-      _mm256_storeu_ps(s + i * kNr, _mm256_maskload_ps(d, lanes_avx2(m, 0)));
-      _mm256_storeu_ps(s + i * kNr + 8, _mm256_maskload_ps(d + 8, lanes_avx2(m, 1)));
-    }
-  alignas(32) float p[kTile];
-  for (size_t l = 0; l < r.steps->size(); ++l) step_avx2(r, l, o0, i0, rows, cols, s, p);
+  if (r.init_from_dw) load_tile_avx2(r.dW + o0 * r.in + i0, r.in, rows, ncols, s);
+  for (size_t e = 0; e < r.extra.size(); ++e)
+    load_tile_avx2(r.extra[e] + o0 * r.in + i0, r.in, rows, ncols, s + (buffers + int64_t(e)) * kTile);
+  for (size_t l = 0; l < r.steps->size(); ++l) step_avx2(r, l, o0, s, buffers);
+  const Lanes cols(ncols);
   for (int64_t i = 0; i < rows; ++i) {
     float* d = r.dW + (o0 + i) * r.in + i0;
-    _mm256_maskstore_ps(d, lanes_avx2(cols, 0), _mm256_loadu_ps(s + i * kNr));
-    _mm256_maskstore_ps(d + 8, lanes_avx2(cols, 1), _mm256_loadu_ps(s + i * kNr + 8));
+    if (ncols == kNr) {
+      _mm256_storeu_ps(d, _mm256_loadu_ps(s + i * kNr));
+      _mm256_storeu_ps(d + 8, _mm256_loadu_ps(s + i * kNr + 8));
+    } else {
+      _mm256_maskstore_ps(d, lanes_avx2(cols, 0), _mm256_loadu_ps(s + i * kNr));
+      _mm256_maskstore_ps(d + 8, lanes_avx2(cols, 1), _mm256_loadu_ps(s + i * kNr + 8));
+    }
   }
 }
 
@@ -191,12 +203,13 @@ void weight_grad_tree_f32(Context& ctx, const std::vector<GradLeafF32>& leaves, 
   // while the unit's panels pass: dy is read once per panel block, x once per row block.
   const int64_t units = std::min<int64_t>(ctx.pool().size(), panels);
   const int64_t per_unit = (panels + units - 1) / units;
-  const int64_t unit_floats = buffers * kTile + std::max<int64_t>(per_unit * boff[L], 1);
+  const int64_t tiles_floats = (buffers + int64_t(extra.size())) * kTile;
+  const int64_t unit_floats = tiles_floats + std::max<int64_t>(per_unit * boff[L], 1);
   const int64_t row_block = std::max<int64_t>(kMr, (kL2Floats / std::max<int64_t>(boff[L] / kNr, 1)) / kMr * kMr);
   Tensor scratch = Tensor::empty({units * unit_floats}, DType::F32, ctx);
   auto unit = [&](int64_t u) {
     float* tiles_s = scratch.f32() + u * unit_floats;
-    float* B = tiles_s + buffers * kTile;
+    float* B = tiles_s + tiles_floats;
     const int64_t q0 = panels * u / units, q1 = panels * (u + 1) / units;
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t i0 = q * kNr, cols = std::min(kNr, in - i0);
@@ -213,7 +226,7 @@ void weight_grad_tree_f32(Context& ctx, const std::vector<GradLeafF32>& leaves, 
         const int64_t i0 = q * kNr, cols = std::min(kNr, in - i0);
         for (size_t l = 0; l < L; ++l) b[l] = B + (q - q0) * boff[L] + boff[l];
         const TreeRun run{&leaves, &steps, a.data(), b.data(), extra, out, in, dW, init_from_dw};
-        for (int64_t o0 = r0; o0 < std::min(out, r0 + row_block); o0 += kMr) tile_avx2(run, o0, i0, cols, tiles_s);
+        for (int64_t o0 = r0; o0 < std::min(out, r0 + row_block); o0 += kMr) tile_avx2(run, o0, i0, cols, tiles_s, buffers);
       }
   };
   if (units == 1) return unit(0);
