@@ -13,6 +13,7 @@
 #include "model/gguf_source.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
+#include "pipeline/gguf_output.h"
 #include "pipeline/quantize.h"
 #include "quant/gguf_rtn.h"
 #include "quant/gguf_scheme.h"
@@ -121,6 +122,49 @@ TEST(GgufPipeline, RoundToNearestWritesThePresetTypesAndTheRtnBytes) {
   EXPECT_EQ(g.type("output.weight"), uint32_t(quant::GgmlType::Q6_K));
   EXPECT_EQ(g.type("token_embd.weight"), uint32_t(quant::GgmlType::Q4_K));
   EXPECT_EQ(g.type("output_norm.weight"), uint32_t(quant::GgmlType::F32));
+  fs::remove_all(m);
+  fs::remove_all(out);
+}
+
+// The start line's summary of the tensor types (GgufOutput::types_summary) is the file's: every
+// tensor of the written file counted under its type, with its role (name without block and
+// ".weight"), in the file's order.
+TEST(GgufPipeline, TypesSummaryIsTheFilesTypes) {
+  const std::string m = test::temp_path("ggt_model"), out = test::temp_path("ggt_out");
+  write_synthetic_model(m, wide_config(), 5);
+  for (const char* preset : {"q4_k_m", "q2_k_s"}) {
+    auto o = gguf_opts(m, out, preset, 0);
+    o.disable_opt_rtn = true;
+    quantize_model(o);
+    const GgufFile file = GgufFile::open(only_gguf(out));
+    std::vector<std::pair<uint32_t, std::pair<int, std::vector<std::string>>>> types;
+    for (const auto& t : file.tensors) {
+      std::string role = t.name.rfind("blk.", 0) == 0 ? t.name.substr(t.name.find('.', 4) + 1) : t.name;
+      if (role.ends_with(".weight")) role.resize(role.size() - 7);
+      auto it = std::find_if(types.begin(), types.end(), [&](const auto& e) { return e.first == t.type; });
+      if (it == types.end()) it = types.insert(types.end(), {t.type, {0, {}}});
+      ++it->second.first;
+      auto& roles = it->second.second;
+      if (std::find(roles.begin(), roles.end(), role) == roles.end()) roles.push_back(role);
+    }
+    std::string want = std::to_string(file.tensors.size()) + " tensors: ";
+    for (size_t i = 0; i < types.size(); ++i) {
+      want += std::string(i ? ", " : "") + quant::ggml_type_name(quant::GgmlType(types[i].first)) + " x" +
+              std::to_string(types[i].second.first) + " (";
+      for (size_t r = 0; r < types[i].second.second.size(); ++r) want += (r ? ", " : "") + types[i].second.second[r];
+      want += ")";
+    }
+    auto model = HfModel::open(m);
+    const std::string dir = test::temp_path("ggt_plain");
+    fs::create_directories(dir);
+    {
+      const GgufOutput plain(dir, *model, quant::parse_gguf_scheme(std::string("gguf:") + preset));
+      EXPECT_EQ(plain.types_summary(), want) << preset;
+    }
+    EXPECT_TRUE(fs::is_empty(dir)) << "an unfinished GgufOutput left a file";
+    EXPECT_NE(want.find("q6_k x"), std::string::npos) << want;  // both presets raise the output tensor
+    fs::remove_all(dir);
+  }
   fs::remove_all(m);
   fs::remove_all(out);
 }

@@ -153,6 +153,39 @@ void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t
   decl_[key] = std::move(d);
 }
 
+std::string GgufOutput::types_summary() const {
+  struct Type {
+    int64_t count = 0;
+    std::vector<std::string> roles;
+  };
+  std::vector<std::pair<quant::GgmlType, Type>> types;  // first seen first
+  for (const std::string& key : order_) {
+    const bool extra = key[0] == '#';  // rope_freqs
+    const quant::GgmlType t = extra ? quant::GgmlType::F32 : decl_.at(key).type;
+    std::string role = extra ? key.substr(1) : decl_.at(key).gguf_name;
+    if (role.rfind("blk.", 0) == 0) role = role.substr(role.find('.', 4) + 1);
+    if (role.size() > 7 && role.compare(role.size() - 7, 7, ".weight") == 0) role.resize(role.size() - 7);
+    auto it = std::find_if(types.begin(), types.end(), [t](const auto& e) { return e.first == t; });
+    if (it == types.end()) it = types.insert(types.end(), {t, Type{}});
+    ++it->second.count;
+    if (std::find(it->second.roles.begin(), it->second.roles.end(), role) == it->second.roles.end())
+      it->second.roles.push_back(role);
+  }
+  std::string s = std::to_string(order_.size()) + (order_.size() == 1 ? " tensor: " : " tensors: ");
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto& [t, e] = types[i];
+    s += i ? ", " : "";
+    s += quant::ggml_type_name(t);
+    s += " x" + std::to_string(e.count) + " (";
+    for (size_t r = 0; r < e.roles.size(); ++r) {
+      s += r ? ", " : "";
+      s += e.roles[r];
+    }
+    s += ")";
+  }
+  return s;
+}
+
 // The declaration an HF name fills, and the part of it (an expert of a stacked tensor, else 0).
 std::pair<const std::string, GgufOutput::Decl>* GgufOutput::find(const std::string& hf_name, int64_t* part) {
   *part = 0;

@@ -33,6 +33,10 @@ class GgufOutput {
              const std::function<bool(const std::string&)>& kept = {});
   // The HF tensors written in their stored type because they were kept.
   const std::vector<std::string>& kept() const { return kept_names_; }
+  // The file's tensors by type, in file order: "39 tensors: q4_k x24 (token_embd, attn_q, ...),
+  // f32 x9 (attn_norm, ffn_norm, output_norm), q6_k x6 (attn_v, ffn_down, output)"; a role is a
+  // tensor's llama.cpp name without its block and ".weight" (a stack of experts counts once).
+  std::string types_summary() const;
   // The ggml type an HF tensor is written in (F32 for 1-D tensors).
   quant::GgmlType type_of(const std::string& hf_name) const;
   // The tensor's rows in its type, HF row order.

@@ -34,6 +34,7 @@ void GgufTrack::open(const std::string& dir) {
   file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_, [&rules](const std::string& module) {
     return !kept_by_user(module, rules).empty();
   });
+  log_info(label() + ": " + file_->types_summary());
   if (const size_t n = file_->kept().size(); n > 0) {
     std::string line = label();
     line += ": ";
