@@ -60,40 +60,6 @@ TEST(SignRound, SameSeedIsBitIdentical) {
   EXPECT_FALSE(same_c);  // another seed draws other batches
 }
 
-// Stacked leaves (signround_stacks_leaves: where every fp32 GEMM is the FMA chain, the AVX2 level) give
-// the bits of the leaves run one by one: every iteration's loss and gradient and the tuned weights, for a batch of 8
-// (a whole tree) and of 6, sym and asym.
-TEST(SignRound, StackedLeavesGiveTheBitsOfLeafByLeaf) {
-  if (!signround_stacks_leaves(SignRoundOptions{}, false, false, 8, 32))
-    GTEST_SKIP() << "leaves stack only where every fp32 GEMM is the FMA chain (AR_CPU_ISA=avx2)";
-  Fixture f;
-  for (int64_t bs : {8, 6})
-    for (QuantFormat fmt : {QuantFormat{4, 32, true}, QuantFormat{2, 32, false}}) {
-      BlockWeights a = f.copy(), b = f.copy();
-      std::vector<double> la, lb;
-      std::vector<uint64_t> ga, gb;  // the batch gradients' bits (the weights alone would hide a change
-                                     // that flips no sign of the step)
-      SignRoundOptions stack, one;
-      stack.batch_size = one.batch_size = bs;
-      one.stack_leaves = false;
-      stack.progress = [&](int, int, double loss, double) { la.push_back(loss); };
-      one.progress = [&](int, int, double loss, double) { lb.push_back(loss); };
-      stack.on_grad = [&](int, uint64_t h) { ga.push_back(h); };
-      one.on_grad = [&](int, uint64_t h) { gb.push_back(h); };
-      const BlockTuneResult ra = f.tune(a, fmt, 12, 42, stack), rb = f.tune(b, fmt, 12, 42, one);
-      EXPECT_TRUE(ra.stacked);
-      EXPECT_FALSE(rb.stacked);
-      ASSERT_EQ(la.size(), 12u);
-      EXPECT_EQ(la, lb) << "batch " << bs << ", " << fmt.bits << " bits";
-      ASSERT_EQ(ga.size(), 11u);  // the last iteration measures its loss only
-      EXPECT_EQ(ga, gb) << "batch " << bs << ", " << fmt.bits << " bits";
-      EXPECT_EQ(ra.best_iter, rb.best_iter);
-      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.wg, &b.wg},
-                          {&a.wu, &b.wu}, {&a.wd, &b.wd}})
-        ASSERT_EQ(std::memcmp(x->raw(), y->raw(), x->nbytes()), 0) << "batch " << bs << ", " << fmt.bits << " bits";
-    }
-}
-
 // The kept weights are the best iterate's: with the whole pool as the batch, every iteration's loss is
 // the block-output MSE of that iterate, so the final weights' MSE equals loss_best. Covers both ends of
 // the loss-only last iteration: best at the last iterate (its tunables are still live) and best earlier

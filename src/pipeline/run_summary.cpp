@@ -203,10 +203,8 @@ std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt,
     const double all = double(block_params(cfg, l)) * 4;
     const bool defer = d.is_moe() && !opt.fmt.act_static();  // FP8_STATIC: the ordinary tree (signround.cpp)
     const double experts = defer ? 12.0 * double(d.moe.E * d.C * d.moe.I) : 0;  // fp32 gate, up, down
-    // Stacked leaves (signround.h) sum the tree in one pass: no deeper levels.
-    const bool stacked = quant::signround_stacks_leaves(opt.tune, opt.fmt.act_static(), d.is_moe(), global_batch, seqlen);
     double need = all * (opt.tune.iters > 0 ? 5 : 2);
-    if (opt.tune.iters > 0 && !stacked) need += (all - experts) * (depth - 1);
+    if (opt.tune.iters > 0) need += (all - experts) * (depth - 1);
     if (opt.tune.iters > 0 && opt.tune.deterministic && global_batch > 1 && experts > 0) {
       // fp32: x, dy, a, dg, du in fp32; amp: x and dy in fp32 and bf16, a, dg, du in bf16 only
       const double slot = opt.tune.amp ? 12.0 * d.C + 6.0 * d.moe.I : 8.0 * d.C + 12.0 * d.moe.I;
@@ -222,11 +220,9 @@ std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt,
   }
   // The forward caches of a micro-batch; in deterministic tuning of a MoE block where its experts' GEMMs
   // can stack leaves (cpu_ops.h: fp32, or amp at the avx512_bf16 level), of every leaf of the batch at
-  // once (signround.cpp's experts_outer); likewise where a dense block's leaves stack (signround.h).
-  const bool all_leaves =
-      opt.tune.iters > 0 && global_batch > 1 &&
-      ((moe && opt.tune.deterministic && cpu::CpuOps::has_row_gemms(opt.tune.amp) && !opt.fmt.act_static()) ||
-       (!moe && quant::signround_stacks_leaves(opt.tune, opt.fmt.act_static(), false, global_batch, seqlen)));
+  // once (signround.cpp's experts_outer).
+  const bool all_leaves = moe && opt.tune.iters > 0 && opt.tune.deterministic &&
+                          cpu::CpuOps::has_row_gemms(opt.tune.amp) && !opt.fmt.act_static() && global_batch > 1;
   const int64_t cached = all_leaves ? global_batch : std::min<int64_t>(opt.tune.batch_size, nsamples);
   const double batch = double(cached) * double(seqlen) * double(cache) * 4;
   const double live = act + block + batch, slack = live / double(Allocator::kReuseSlack);

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -182,11 +181,6 @@ int signround_tree_levels(int64_t leaves) {
   return std::max(signround_tree_levels(leaves / 2), 1 + signround_tree_levels(leaves - leaves / 2));
 }
 
-bool signround_stacks_leaves(const SignRoundOptions& opt, bool act_static, bool moe, int64_t leaves, int64_t seqlen) {
-  return opt.stack_leaves && opt.deterministic && !opt.amp && !act_static && !moe && leaves >= 2 &&
-         leaves * seqlen <= kStackedRowsMax && cpu::gemm_is_fma_chain() && cpu::weight_grad_tree_f32_supported();
-}
-
 double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt) {
   return opt.lr > 0 ? opt.lr : (opt.iters >= 1000 && fmt.bits <= 3 ? 2.0 : 1.0) / std::max(1, opt.iters);
 }
@@ -242,19 +236,15 @@ struct Replica {
   double loss = 0, qdq = 0, forward = 0, backward = 0;
 };
 
-// FNV-1a over bytes, continuing from h.
-uint64_t mix_bytes(uint64_t h, const void* raw, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(raw);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 uint64_t checksum(const Replica& r) {
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* raw, size_t n) { h = mix_bytes(h, raw, n); };
+  auto mix_bytes = [&](const void* raw, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(raw);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
   for (const auto& L : r.layers) {
-    for (const Tensor* t : {&L.V, &L.alpha, &L.beta}) mix(t->raw(), t->nbytes());
-    mix(&L.act_coef, sizeof L.act_coef);
+    for (const Tensor* t : {&L.V, &L.alpha, &L.beta}) mix_bytes(t->raw(), t->nbytes());
+    mix_bytes(&L.act_coef, sizeof L.act_coef);
   }
   return h;
 }
@@ -289,14 +279,6 @@ class BlockTuner {
     for (int r = 0; r < W_; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
     depth_ = signround_tree_levels(max_leaves);
     select_layers(fmt, layers);
-    stack_ = true;
-    for (int r = 0; r < W_; ++r)
-      stack_ = stack_ && signround_stacks_leaves(opt, fmt.act_static(), g_.shared < g_.wsize, leaves_of(r), aux_.T);
-    res_.stacked = stack_;
-    // Every sample of a leaf takes the positions aux gives one sample (aux.pos covers T).
-    int64_t leaf_rows = leaf_;
-    for (int r = 0; r < W_ && stack_; ++r) leaf_rows = std::max(leaf_rows, pos(r + 1) - pos(r));
-    for (int64_t i = 0; aux_.pos && i < leaf_rows * aux_.T; ++i) pos_.push_back(aux_.pos[i % aux_.T]);
     auto t = Clock::now();
     reps_.resize(size_t(W_));
     lane.run([&](int r) { build_replica(r); });
@@ -324,8 +306,6 @@ class BlockTuner {
   double run_leaf(Replica& R, int64_t p0, int64_t p1, float* dw, bool accumulate);
   void leaf_inputs(Replica& R, LeafPass& L) const;
   void leaf_loss(Replica& R, LeafPass& L) const;
-  std::vector<double> loss_shares(Replica& R, LeafPass& L, int64_t per) const;
-  double stacked(Replica& R, int r);
   BlockPtrs<float*> leaf_grads(Replica& R, float* dw) const;
   void experts_outer(Replica& R, int r);
   double staged_leaf(Replica& R, int64_t i, float* dw, bool accumulate);
@@ -352,7 +332,6 @@ class BlockTuner {
   const TuneLane& lane_;
   int64_t n_ = 0, B_ = 0, leaf_ = 1;  // n_: the whole pool (every process's shard)
   bool grad_ = true;                    // this iteration runs backward and step (not only its loss)
-  bool stack_ = false;                  // every rank's leaves run as one stacked pass (stacked())
   int W_ = 1, P_ = 1, p_ = 0, depth_ = 1;  // local world, processes, this process
   std::vector<size_t> lin_;  // index into block_linears of each tuned layer
   GradLayout g_;
@@ -362,7 +341,6 @@ class BlockTuner {
   QuantFormat fmt_;
   std::unique_ptr<StratifiedSampler> sampler_;
   std::vector<int64_t> idx_;  // this iteration's batch: pool indices by position
-  std::vector<int32_t> pos_;  // the token positions of the largest leaf
   double denom_ = 1, best_loss_ = INFINITY;
   BlockTuneResult res_;
 };
@@ -458,7 +436,7 @@ void BlockTuner::build_replica(int r) {
   // A rank of several leaves in a MoE block defers its experts' weight gradients to one tree per expert
   // after its last leaf (expert_grad_tree.h): its scratch levels hold the other Linears only.
   const bool defer = leaves_of(r) > 1 && g_.shared < g_.wsize && !fmt_.act_static();
-  for (int d = 0; d < (stack_ ? 1 : depth_); ++d)  // stacked: the tree's sums in the one-pass kernel
+  for (int d = 0; d < depth_; ++d)
     R.levels.push_back(Tensor::empty({std::max<int64_t>(d > 0 && defer ? g_.shared : g_.wsize, 1)}, DType::F32, c));
   if (W_ > 1) R.total = Tensor::empty({std::max<int64_t>(g_.wsize, 1)}, DType::F32, c);
   R.ops = std::make_unique<cpu::CpuOps>(
@@ -519,16 +497,11 @@ void BlockTuner::leaf_inputs(Replica& R, LeafPass& L) const {
   }
   L.aux = aux_;
   L.aux.B = Bm;
-  L.aux.pos = aux_.pos ? pos_.data() : nullptr;
 }
 
-// The leaf's loss share, and its gradient in place of the FP output.
-void BlockTuner::leaf_loss(Replica& R, LeafPass& L) const { L.loss = loss_shares(R, L, L.p1 - L.p0)[0]; }
-
-// The loss shares of L's samples, `per` samples to a share, and the loss gradient in place of the FP
-// output: per token row on the pool, each share's rows then added in row order from zero (the same bits
-// for any thread count, and a stacked leaf's shares those of its samples' own leaves).
-std::vector<double> BlockTuner::loss_shares(Replica& R, LeafPass& L, int64_t per) const {
+// The leaf's loss share, and its gradient in place of the FP output: per token row on the pool, the
+// rows' sums then added in row order (the same bits for any thread count).
+void BlockTuner::leaf_loss(Replica& R, LeafPass& L) const {
   const int64_t rows = (L.p1 - L.p0) * aux_.T, T = aux_.T, C = dims_.C;
   std::vector<double> row_loss(static_cast<size_t>(rows));
   R.ctx->pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
@@ -545,47 +518,9 @@ std::vector<double> BlockTuner::loss_shares(Replica& R, LeafPass& L, int64_t per
       row_loss[size_t(row)] = sum;
     }
   }, 16);
-  std::vector<double> shares;
-  for (int64_t r0 = 0; r0 < rows; r0 += per * T) {
-    double loss = 0;
-    for (int64_t row = r0; row < std::min(rows, r0 + per * T); ++row) loss += row_loss[size_t(row)];
-    shares.push_back(loss / denom_);
-  }
-  return shares;
-}
-
-// A rank's leaves stacked (stack_, signround_stacks_leaves): one forward and one backward over every
-// sample's rows, where each row gets the bits of its own leaf's pass; each sample's loss share as its
-// leaf's, summed in tree()'s order; each weight gradient the leaf tree in one pass (CpuOps::leaf_rows:
-// the tree's steps as tree() takes them, quant::leaf_tree_steps), written to levels[0]. Returns tree()'s
-// loss.
-double BlockTuner::stacked(Replica& R, int r) {
-  LeafPass L;
-  L.p0 = pos(r), L.p1 = pos(r + 1);
-  const int64_t n = L.p1 - L.p0;
-  leaf_inputs(R, L);
-  auto tf = Clock::now();
-  R.runner->forward(R.wp, L.aux, L.x.f32(), L.y.f32(), L.cache, nullptr, nullptr);
-  const std::vector<double> shares = loss_shares(R, L, 1);
-  R.forward += since(tf);
-  std::function<double(int64_t, int64_t)> halves = [&](int64_t a, int64_t b) {
-    return b - a == 1 ? shares[size_t(a)] : halves(a, (a + b) / 2) + halves((a + b) / 2, b);
-  };
-  const double loss = halves(0, n);
-  if (!grad_) return loss;
-  auto tb = Clock::now();
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i <= n; ++i) rows.push_back(i * aux_.T);
-  const std::vector<cpu::GradTreeStep> steps = leaf_tree_steps(n);
-  struct Stacked {  // the ops see the leaves for this backward only
-    cpu::CpuOps& ops;
-    ~Stacked() { ops.leaf_rows = nullptr, ops.leaf_steps = nullptr; }
-  } on{*R.ops};
-  R.ops->leaf_rows = &rows, R.ops->leaf_steps = &steps;
-  std::vector<float> ds(R.act.s.size());
-  R.runner->backward(R.wp, L.aux, L.cache, L.dy.f32(), nullptr, leaf_grads(R, R.levels[0].f32()), false, ds.data());
-  R.backward += since(tb);
-  return loss;
+  double loss = 0;
+  for (double l : row_loss) loss += l;
+  L.loss = loss / denom_;
 }
 
 // Where a leaf's weight gradients go: the tuned layers' entries of dw; FP layers get none; a deferred
@@ -783,7 +718,7 @@ void BlockTuner::iteration(int it) {
     qdq_all(R);
     R.qdq += since(tq);
     if (R.ops->defer && R.ops->experts_stack_rows()) experts_outer(R, r);
-    R.loss = stack_ ? stacked(R, r) : tree(R, r, 0, leaves_of(r), 0, {});
+    R.loss = tree(R, r, 0, leaves_of(r), 0, {});
     R.staged.clear();
     if (!std::isfinite(R.loss)) fail(ErrorKind::InvalidInput, "non-finite loss at iteration " + std::to_string(it));
     if (R.ops->defer && grad_) experts_tree(R);
@@ -793,9 +728,6 @@ void BlockTuner::iteration(int it) {
   const bool best = res_.record_loss(it, loss, best_loss_);
   if (grad_) {
     if (xchg_ || lane_.procs) exchange();
-    if (opt_.on_grad)
-      opt_.on_grad(it, mix_bytes(1469598103934665603ull, W_ > 1 ? reps_[0].total.raw() : reps_[0].levels[0].raw(),
-                                 size_t(g_.wsize) * sizeof(float)));
     auto ts = Clock::now();
     const double decay = 1.0 - double(it) / opt_.iters;
     const double lr = signround_lr(opt_, fmt_), mm_lr = opt_.minmax_lr > 0 ? opt_.minmax_lr : lr;

@@ -79,12 +79,6 @@ struct SignRoundOptions {
   // Called for every tuned Linear after its tunables are made (e.g. the GGUF output fixing its scales:
   // TunedLinear::fixed).
   std::function<void(Context&, TunedLinear&)> fix_params;
-  // Where signround_stacks_leaves allows it, a rank's leaves run as one stacked pass (the same bits);
-  // false runs them one by one (tests: the reference for the stacked bits).
-  bool stack_leaves = true;
-  // Test/diagnostic observer: every iteration with a backward, a checksum of the batch's weight
-  // gradient dW^ (rank 0's, after the exchange) before the step reads it.
-  std::function<void(int /*iteration*/, uint64_t)> on_grad;
   // Test/diagnostic observer: after every step, a checksum of each replica's (V, alpha, beta).
   std::function<void(int /*iteration*/, const std::vector<uint64_t>&)> on_step;
 };
@@ -139,7 +133,6 @@ struct TunedLinear {
 struct BlockTuneResult {
   double loss_first = 0, loss_best = 0, loss_last = 0;
   int best_iter = -1;
-  bool stacked = false;  // the leaves ran stacked (signround_stacks_leaves)
   TunePhases phases;
   std::vector<TunedLinear> layers;  // final V/alpha/beta/scale/zero per Linear (for packing)
   // Records iteration `it`'s loss (first, last; best and its iteration while it improves on `best`,
@@ -187,17 +180,6 @@ double signround_lr(const SignRoundOptions& opt, const QuantFormat& fmt);
 // Gradient buffers of the deterministic tree over `leaves` per-sample leaves: a pair of leaves sums in
 // one buffer (the second leaf's dW GEMMs add to it), the right half of a larger range in the next.
 int signround_tree_levels(int64_t leaves);
-
-// Deterministic tuning stacks a rank's per-sample leaves into one forward and one backward pass where
-// every product keeps each row's bits whichever rows share its call: fp32 GEMMs that are all FMA chains
-// (cpu::gemm_is_fma_chain(), the AVX2 level), attention per sample, norms and activations per row. The
-// weight gradients are then the leaf tree in one pass (cpu::weight_grad_tree_f32); the result has the
-// bits of leaf-by-leaf tuning. Each weight streams through the GEMMs once per iteration instead of once
-// per leaf. Not under --amp, FP8_STATIC (its activation QDQ) or in MoE blocks (their own experts_outer);
-// at most kStackedRowsMax rows (the forward cache of one 2048-token sample, AutoRound's default
-// seqlen). Whether a rank of `leaves` samples of `seqlen` tokens is stacked:
-constexpr int64_t kStackedRowsMax = 2048;
-bool signround_stacks_leaves(const SignRoundOptions& opt, bool act_static, bool moe, int64_t leaves, int64_t seqlen);
 
 // A deep copy of a block's tensors on `ctx` (a mirror).
 BlockWeights clone_block(const BlockWeights& w, Context& ctx);

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "core/context.h"
-#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/ops.h"
@@ -72,12 +71,6 @@ struct CpuOps {
   // fp32: each operand packed by the first weight gradient that reads it (Operand::xf32; the AVX2
   // level's GEMMs read such packs): q, k and v share one pack of x, gate and up one of theirs.
   bool pack_operands = false;
-  // Stacked leaves (the tuner's dense fp32 blocks where gemm_is_fma_chain(), quant/signround.cpp): a
-  // call's n rows are several leaves, leaf l at rows [leaf_rows[l], leaf_rows[l + 1]), and a weight
-  // gradient is the leaf tree `leaf_steps` over their products in one pass (weight_grad_tree_f32), which
-  // has the bits of the leaves' own dW GEMMs summed by that tree; the other products are row by row.
-  const std::vector<int64_t>* leaf_rows = nullptr;
-  const std::vector<GradTreeStep>* leaf_steps = nullptr;
   bool experts_stack_rows() const { return expert_row_gemms && has_row_gemms(amp != nullptr); }
   static bool has_row_gemms(bool amp) {
     return !amp || (kernel_isa() == Isa::avx512_bf16 && gemm_rows_bf16_supported());
@@ -213,17 +206,6 @@ struct CpuOps {
       if (amp) cpu::linear_dx_bf16_rows(ctx, dy.x, dy.xb.data<uint16_t>(), W, amp->find(W), dx, acc, n, in, out);
       else cpu::gemm_rows(ctx, false, false, n, in, out, 1.f, dy.x, out, W, in, acc ? 1.f : 0.f, dx, in);
       dx = nullptr;
-    }
-    if (dW && leaf_rows) {
-      AR_CHECK(!amp && !acc_dW && add.empty() && leaf_rows->back() == n && leaf_steps->size() + 1 == leaf_rows->size(),
-               "stacked leaves: a weight gradient outside their tree");
-      std::vector<GradLeafF32> f;
-      for (size_t l = 0; l + 1 < leaf_rows->size(); ++l) {
-        const int64_t r0 = (*leaf_rows)[l];
-        f.push_back({dy.x + r0 * out, x.x + r0 * in, (*leaf_rows)[l + 1] - r0});
-      }
-      cpu::weight_grad_tree_f32(ctx, f, *leaf_steps, {}, out, in, dW);
-      dW = nullptr;
     }
     if (dW) {  // a leaf's product as the one-pass tree of a deferred expert weight takes it (when it can)
       std::vector<int> adds;

@@ -188,8 +188,6 @@ void add_column_sums(Context& ctx, const float* dy, float* db, int64_t n, int64_
   }, 64);
 }
 
-bool gemm_is_fma_chain() { return kernel_isa() == Isa::avx2 && !dnnl_f32_is_brgemm(); }
-
 void linear_fwd(Context& ctx, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
                 int64_t out) {
   gemm(ctx, false, true, n, out, in, 1.f, x, in, W, in, 0.f, y, out);

@@ -29,10 +29,6 @@ void gemm(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
 // inside one of the pool's chunks (the pool does not nest); ctx supplies scratch memory only.
 void gemm_serial(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-// True where gemm() itself runs every product as sgemm_fma's FMA chains (the AVX2 level, with oneDNN's
-// fp32 matmul not brgemm there): a row of C then has the same bits whichever rows share its call, so
-// the tuner may stack several leaves' rows into one pass (quant/signround.cpp, stacked leaves).
-bool gemm_is_fma_chain();
 // The same product where every element is one FMA chain over k = 0..K-1 (sgemm_fma.h's definition),
 // on every level (the AVX2 kernel from AVX2 on, the reference loop below): a row's bits do not depend on
 // the other rows of the call, so callers may stack rows of several batches into one call (the tuner's
