@@ -675,6 +675,12 @@ TEST(Pipeline, LeafMeasuresTheTunerOnTheRunsBlock) {
     Tensor x = Tensor::empty({3, T, d.C}, DType::F32, ctx);
     for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float((i * 7919) % 211) / 105.f - 1.f;
     QuantizeOptions o;
+    if (!moe) {  // a micro-batch leaf of 4 samples, given the positions of one (the tuner repeats them)
+      o.tune.deterministic = false;
+      const LeafTimes batched = measure_leaf(ctx, d, model->load_block(1, ctx), fmt, o.tune, aux, x, 4);
+      EXPECT_GT(batched.per_sample_s, 0) << arch;
+      o.tune.deterministic = true;
+    }
     const LeafTimes leaf = measure_leaf(ctx, d, model->load_block(1, ctx), fmt, o.tune, aux, x, 4);
     EXPECT_GT(leaf.per_sample_s, 0) << arch;
     EXPECT_GE(leaf.fixed_s, 0) << arch;

@@ -279,6 +279,8 @@ class BlockTuner {
     for (int r = 0; r < W_; ++r) max_leaves = std::max(max_leaves, leaves_of(r));
     depth_ = signround_tree_levels(max_leaves);
     select_layers(fmt, layers);
+    // Every sample of a leaf takes the positions aux gives one sample (aux.pos covers T).
+    for (int64_t i = 0; aux_.pos && i < leaf_ * aux_.T; ++i) pos_.push_back(aux_.pos[i % aux_.T]);
     auto t = Clock::now();
     reps_.resize(size_t(W_));
     lane.run([&](int r) { build_replica(r); });
@@ -341,6 +343,7 @@ class BlockTuner {
   QuantFormat fmt_;
   std::unique_ptr<StratifiedSampler> sampler_;
   std::vector<int64_t> idx_;  // this iteration's batch: pool indices by position
+  std::vector<int32_t> pos_;  // the token positions of a leaf's samples
   double denom_ = 1, best_loss_ = INFINITY;
   BlockTuneResult res_;
 };
@@ -497,6 +500,7 @@ void BlockTuner::leaf_inputs(Replica& R, LeafPass& L) const {
   }
   L.aux = aux_;
   L.aux.B = Bm;
+  L.aux.pos = aux_.pos ? pos_.data() : nullptr;
 }
 
 // The leaf's loss share, and its gradient in place of the FP output: per token row on the pool, the
