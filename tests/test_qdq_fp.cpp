@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -139,6 +140,89 @@ TEST(QdqFp, ElementRoundingIsAutoRoundsQuantElement) {
         ASSERT_EQ(double(mine), cast_to_fp4(x)) << x;
       }
     }
+  }
+}
+
+// The forward and backward (qdq_fp.cpp: element loops computed branch-free and vectorized) against
+// their definition written plainly, element by element, with the tile's steps rebuilt from the scales
+// it reports: What and dV bit for bit, dbeta from the scale's two sums in element order in double
+// (beta_grad's formulas). Random weights, V on both sides of the rounding ties, every family, shapes
+// that end in partial tiles.
+TEST(QdqFp, VectorizedLoopsGiveTheBitsOfThePlainDefinition) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::uniform_real_distribution<float> vd(-0.5f, 0.5f);
+  for (const GoldenCase& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t out = c.out * 7 + 3, in = c.in * 3 + 5;
+    FpQdqShape sh = make_fp_qdq_shape(c.family, c.elem, out, in, c.group, c.block_rows);
+    const int64_t vw = sh.padded_in(), nt = sh.tiles();
+    const size_t n = static_cast<size_t>(out * in), tiles = static_cast<size_t>(nt);
+    std::vector<float> W(n), V(static_cast<size_t>(out * vw), 0.f), g(n), beta(tiles);
+    for (float& x : W) x = nd(rng);
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t k = 0; k < in; ++k) V[size_t(r * vw + k)] = vd(rng);
+    for (float& x : g) x = nd(rng);
+    for (float& b : beta) b = 0.5f + 0.5f * std::fabs(vd(rng));
+    if (c.family == FpFamily::Nvfp4) sh.global_scale = nvfp4_global_scale(W.data(), out * in);
+    std::vector<float> amax(tiles), What(n), scale(tiles), dV(V.size(), 0.f), dbeta(tiles);
+    fp_qdq_amax(sh, W.data(), amax.data());
+    fp_qdq_fwd(sh, W.data(), V.data(), beta.data(), nullptr, amax.data(), What.data(), scale.data());
+    fp_qdq_bwd(sh, W.data(), V.data(), beta.data(), nullptr, amax.data(), g.data(), dV.data(), dbeta.data());
+    const float mn = sh.max_norm();
+    int bad = 0;
+    int64_t passing = 0;  // tiles whose scale passes a gradient
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t tr = t / sh.tiles_across(), tc = t % sh.tiles_across();
+      // The tile's steps from its reported scale (as fp_qdq_elements rebuilds them).
+      float div = 1, mul = 0, step = 1;
+      if (c.family == FpFamily::Nvfp4) {
+        const float d = scale[size_t(t)] * (sh.global_scale == 0.0f ? 0.0f : 1.0f / sh.global_scale);
+        mul = d == 0.0f ? 0.0f : 1.0f / d;
+        step = mul == 0.0f ? 0.0f : 1.0f / mul;
+      } else {
+        div = step = c.family == FpFamily::Fp8 ? scale[size_t(t)] : pow2f(int(scale[size_t(t)]));
+      }
+      double gq = 0, gw = 0;
+      for (int64_t r = tr * sh.tile_rows; r < std::min(out, (tr + 1) * sh.tile_rows); ++r)
+        for (int64_t k = tc * sh.tile_cols; k < std::min(in, (tc + 1) * sh.tile_cols); ++k) {
+          const float w = W[size_t(r * in + k)], gr = g[size_t(r * in + k)];
+          const float u = (c.family == FpFamily::Nvfp4 ? w * mul : w / div) + V[size_t(r * vw + k)];
+          const float cl = std::clamp(u, -mn, mn);
+          const float q = c.elem == FpElem::E2M1 ? e2m1_round(cl) : e4m3_round(cl);
+          float rg = 1.0f;
+          if (c.family != FpFamily::Fp8 && (u == 0.0f || std::fabs(q) == mn)) {
+            rg = 0.0f;
+          } else if ((c.family == FpFamily::Mx || c.family == FpFamily::MxRceil) &&
+                     std::fabs(u) >= std::ldexp(1.0f, sh.emin() + 1)) {
+            rg = q / u;
+          }
+          const float du = u > -mn && u < mn ? gr * step * rg : 0.0f, wq = q * step;
+          if (std::memcmp(&What[size_t(r * in + k)], &wq, 4) != 0 && ++bad <= 5)
+            ADD_FAILURE() << "What[" << r << ", " << k << "] " << What[size_t(r * in + k)] << " vs " << wq;
+          if (std::memcmp(&dV[size_t(r * vw + k)], &du, 4) != 0 && ++bad <= 5)
+            ADD_FAILURE() << "dV[" << r << ", " << k << "] " << dV[size_t(r * vw + k)] << " vs " << du;
+          gq += double(gr) * q;
+          gw += double(du) * w;
+        }
+      // beta_grad's formulas (init 1): dbeta = dM amax, 0 where the scale passes no gradient.
+      double dM = 0;
+      if (c.family == FpFamily::Nvfp4) {
+        const double os = mul, d = double(1.0f / mul), G = sh.global_scale;
+        dM = -(gw - gq / (os * os)) / (d * d) / G * G * double(float(1.0 / 6.0));
+      } else {
+        const double ds = gq - gw / (double(div) * double(div));
+        const float M = amax[size_t(t)] * beta[size_t(t)];
+        dM = c.family == FpFamily::Fp8 ? ds / 448.0 : ds * double(div) / double(M);
+      }
+      const float want = float(dM * double(amax[size_t(t)]));
+      if (dbeta[size_t(t)] != 0.0f) {
+        EXPECT_EQ(dbeta[size_t(t)], want) << "tile " << t;
+        ++passing;
+      }
+    }
+    EXPECT_GT(passing, nt / 2);
+    EXPECT_EQ(bad, 0);
   }
 }
 

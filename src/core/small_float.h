@@ -36,31 +36,29 @@ float pow2f(int e);
 // x rounded onto the format's grid: the value decode(encode(x)) (E2M1: NaN -> +0; E4M3: NaN -> NaN),
 // computed without the encoder's frexp / ldexp, since the QDQ runs it per element. Tested against
 // decode(encode(x)) on every tie, its neighbours and a dense sweep of floats (test_small_float.cpp).
-inline float e2m1_round(float x) {
+// The *_finite forms give the same values for finite x without a branch (every case computed, then
+// selected), so that the QDQ's element loops vectorize (quant/qdq_fp.cpp, whose arguments are finite);
+// E2M1 as the sum of the grid steps passed (each partial sum exact).
+inline float e2m1_round_finite(float x) {
   const float a = std::fabs(x);
-  if (a != a) return 0.0f;
   // The midpoints between grid values, each tie going to the even code (0, 1, 2, 4 are even codes).
-  const float r = a <= 0.25f ? 0.0f : a < 0.75f ? 0.5f : a <= 1.25f ? 1.0f : a < 1.75f ? 1.5f
-                : a <= 2.5f  ? 2.0f : a < 3.5f  ? 3.0f : a <= 5.0f  ? 4.0f : 6.0f;
+  const float r = (a > 0.25f ? 0.5f : 0.0f) + (a >= 0.75f ? 0.5f : 0.0f) + (a > 1.25f ? 0.5f : 0.0f) +
+                  (a >= 1.75f ? 0.5f : 0.0f) + (a > 2.5f ? 1.0f : 0.0f) + (a >= 3.5f ? 1.0f : 0.0f) +
+                  (a > 5.0f ? 2.0f : 0.0f);
   return std::copysign(r, x);
 }
-inline float e4m3_round(float x) {
+inline float e4m3_round_finite(float x) {
   const float a = std::fabs(x);
-  if (a != a) return std::numeric_limits<float>::quiet_NaN();
-  float r;
-  if (a >= kE4M3Max) {
-    r = kE4M3Max;  // saturating
-  } else if (a < 0x1p-6f) {
-    r = std::nearbyint(a * 512.0f) * 0x1p-9f;  // subnormal grid 2^-9 (both products exact)
-  } else {  // 3 mantissa bits, round to nearest even on the fp32 bits
-    uint32_t u;
-    std::memcpy(&u, &a, 4);
-    u += 0x7FFFFu + ((u >> 20) & 1u);
-    u &= 0xFFF00000u;
-    std::memcpy(&r, &u, 4);
-    r = r > kE4M3Max ? kE4M3Max : r;
-  }
-  return std::copysign(r, x);
+  const float sub = std::nearbyint(a * 512.0f) * 0x1p-9f;  // subnormal grid 2^-9 (both products exact)
+  uint32_t u;  // normal: 3 mantissa bits, round to nearest even on the fp32 bits
+  std::memcpy(&u, &a, 4);
+  u = (u + 0x7FFFFu + ((u >> 20) & 1u)) & 0xFFF00000u;
+  float nrm;
+  std::memcpy(&nrm, &u, 4);
+  nrm = nrm > kE4M3Max ? kE4M3Max : nrm;
+  return std::copysign(a >= kE4M3Max ? kE4M3Max : a < 0x1p-6f ? sub : nrm, x);  // saturating above
 }
+inline float e2m1_round(float x) { return x != x ? 0.0f : e2m1_round_finite(x); }
+inline float e4m3_round(float x) { return x != x ? std::numeric_limits<float>::quiet_NaN() : e4m3_round_finite(x); }
 
 }  // namespace ar

@@ -103,26 +103,6 @@ float coeff(const float* beta, const float* init, int64_t t) {
   return i * b;  // init_scale * max_scale, in AutoRound's order
 }
 
-float arg(const FpQdqShape& sh, const TileScale& ts, float w, float v) {
-  return (sh.family == FpFamily::Nvfp4 ? w * ts.mul : w / ts.div) + v;
-}
-
-// d round(clamp(u)) / du for |u| < max_norm (see the header). torch's clamp passes no gradient at
-// its bounds, so an element that rounds onto +-max_norm (clamped again after the rounding in
-// quant_element and cast_to_fp4) gets none either.
-float round_grad(const FpQdqShape& sh, float u, float q) {
-  switch (sh.family) {
-    case FpFamily::Mx:
-    case FpFamily::MxRceil:
-      if (u == 0.0f || std::fabs(q) == sh.max_norm()) return 0.0f;
-      // The private exponent floor(log2|u|) is clipped below at emin; above it, its STE passes.
-      return std::fabs(u) >= std::ldexp(1.0f, sh.emin() + 1) ? q / u : 1.0f;
-    case FpFamily::Nvfp4: return u == 0.0f || std::fabs(q) == sh.max_norm() ? 0.0f : 1.0f;
-    case FpFamily::Fp8: return 1.0f;
-  }
-  return 1.0f;
-}
-
 // dbeta of a tile from the sums over its elements: gq = sum dw^ q, gw = sum du w (in double: the two
 // terms of the scale's gradient nearly cancel).
 float beta_grad(const FpQdqShape& sh, const TileScale& ts, float amax, float init, double gq, double gw) {
@@ -188,42 +168,120 @@ void fp_qdq_amax(const FpQdqShape& sh, const float* W, float* amax) {
   }
 }
 
-void fp_qdq_fwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
-                const float* amax, float* What, float* scale) {
-  const float mn = sh.max_norm();
+namespace {
+// One tile's rows of the forward, with the family and element known at compile time.
+template <FpFamily F, FpElem E, bool HasV>
+void fwd_rows(const FpQdqShape& sh, const TileScale& ts, const Span& s, const float* W, const float* V, int64_t vw,
+              float* What) {
+  constexpr float mn = E == FpElem::E2M1 ? 6.0f : 448.0f;
+  const float mul = ts.mul, div = ts.div, out = ts.out;
+  for (int64_t r = s.r0; r < s.r1; ++r) {
+    const float* w = W + r * sh.in;
+    const float* v = HasV ? V + r * vw : nullptr;
+    float* o = What + r * sh.in;
+    for (int64_t c = s.c0; c < s.c1; ++c) {
+      const float u = (F == FpFamily::Nvfp4 ? w[c] * mul : w[c] / div) + (HasV ? v[c] : 0.0f);
+      const float cl = std::min(std::max(u, -mn), mn);
+      o[c] = (E == FpElem::E2M1 ? e2m1_round_finite(cl) : e4m3_round_finite(cl)) * out;
+    }
+  }
+}
+
+template <FpFamily F, FpElem E>
+void fwd_tiles(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+               const float* amax, float* What, float* scale) {
   const int64_t vw = sh.padded_in();
   for (int64_t t = 0; t < sh.tiles(); ++t) {
     const TileScale ts = tile_scale(sh, amax[t], coeff(beta, init, t));
     if (scale) scale[t] = ts.reported;
-    const Span s = tile_span(sh, t);
-    for (int64_t r = s.r0; r < s.r1; ++r)
-      for (int64_t c = s.c0; c < s.c1; ++c) {
-        const float u = arg(sh, ts, W[r * sh.in + c], V ? V[r * vw + c] : 0.0f);
-        What[r * sh.in + c] = elem_round(sh.elem, std::clamp(u, -mn, mn)) * ts.out;
-      }
+    if (V) fwd_rows<F, E, true>(sh, ts, tile_span(sh, t), W, V, vw, What);
+    else fwd_rows<F, E, false>(sh, ts, tile_span(sh, t), W, V, vw, What);
+  }
+}
+}  // namespace
+
+void fp_qdq_fwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+                const float* amax, float* What, float* scale) {
+  using F = FpFamily;
+  constexpr FpElem e2m1 = FpElem::E2M1, e4m3 = FpElem::E4M3;
+  const bool small = sh.elem == e2m1;
+  switch (sh.family) {
+    case F::Mx:
+      return small ? fwd_tiles<F::Mx, e2m1>(sh, W, V, beta, init, amax, What, scale)
+                   : fwd_tiles<F::Mx, e4m3>(sh, W, V, beta, init, amax, What, scale);
+    case F::MxRceil:
+      return small ? fwd_tiles<F::MxRceil, e2m1>(sh, W, V, beta, init, amax, What, scale)
+                   : fwd_tiles<F::MxRceil, e4m3>(sh, W, V, beta, init, amax, What, scale);
+    case F::Nvfp4: return fwd_tiles<F::Nvfp4, e2m1>(sh, W, V, beta, init, amax, What, scale);
+    case F::Fp8: return fwd_tiles<F::Fp8, e4m3>(sh, W, V, beta, init, amax, What, scale);
   }
 }
 
-void fp_qdq_bwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
-                const float* amax, const float* dWhat, float* dV, float* dbeta) {
-  const float mn = sh.max_norm();
+namespace {
+// One row of a tile's backward, vectorized: each element's rounded value q and du = dL/du, where
+// d round(clamp(u)) / du for |u| < max_norm (see the header) is: FP8 1; NVFP4 1, and 0 where u = 0 or
+// q = +-max_norm (torch's clamp passes no gradient at its bounds, and quant_element / cast_to_fp4
+// clamp again after rounding); MX the same zeros, else q / u where |u| >= 2^(emin + 1) (the private
+// exponent floor(log2|u|) is clipped below at emin; above it, its STE passes) and 1 below. Every
+// operand is computed and then selected (no branch per element).
+template <FpFamily F, FpElem E, bool HasV>
+void bwd_row(const TileScale& ts, int64_t n, const float* w, const float* v, const float* g, float* q, float* du) {
+  constexpr float mn = E == FpElem::E2M1 ? 6.0f : 448.0f;
+  constexpr float lim = E == FpElem::E2M1 ? 2.0f : 0x1p-5f;  // 2^(emin + 1)
+  const float mul = ts.mul, div = ts.div, out = ts.out;
+  for (int64_t c = 0; c < n; ++c) {
+    const float u = (F == FpFamily::Nvfp4 ? w[c] * mul : w[c] / div) + (HasV ? v[c] : 0.0f);
+    const float cl = std::min(std::max(u, -mn), mn);
+    const float qc = E == FpElem::E2M1 ? e2m1_round_finite(cl) : e4m3_round_finite(cl);
+    const bool none = (u == 0.0f) | (std::fabs(qc) == mn);
+    const float ratio = qc / (u == 0.0f ? 1.0f : u);
+    const float mx = std::fabs(u) >= lim ? ratio : 1.0f;
+    const float rg = F == FpFamily::Fp8 ? 1.0f : none ? 0.0f : F == FpFamily::Nvfp4 ? 1.0f : mx;
+    const float d = g[c] * out * rg;
+    q[c] = qc;
+    du[c] = (u > -mn) & (u < mn) ? d : 0.0f;
+  }
+}
+
+template <FpFamily F, FpElem E>
+void bwd_tiles(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+               const float* amax, const float* dWhat, float* dV, float* dbeta) {
   const int64_t vw = sh.padded_in();
+  std::vector<float> q(size_t(sh.tile_cols)), du(size_t(sh.tile_cols));
   for (int64_t t = 0; t < sh.tiles(); ++t) {
     const TileScale ts = tile_scale(sh, amax[t], coeff(beta, init, t));
     const Span s = tile_span(sh, t);
+    const int64_t n = s.c1 - s.c0;
     double gq = 0, gw = 0;
-    for (int64_t r = s.r0; r < s.r1; ++r)
-      for (int64_t c = s.c0; c < s.c1; ++c) {
-        const float w = W[r * sh.in + c], g = dWhat[r * sh.in + c];
-        const float u = arg(sh, ts, w, V ? V[r * vw + c] : 0.0f);
-        const bool inside = u > -mn && u < mn;
-        const float q = elem_round(sh.elem, std::clamp(u, -mn, mn));
-        const float du = inside ? g * ts.out * round_grad(sh, u, q) : 0.0f;
-        if (dV) dV[r * vw + c] = du;
-        gq += double(g) * q;
-        gw += double(du) * w;
+    for (int64_t r = s.r0; r < s.r1; ++r) {
+      const float *w = W + r * sh.in + s.c0, *g = dWhat + r * sh.in + s.c0;
+      if (V) bwd_row<F, E, true>(ts, n, w, V + r * vw + s.c0, g, q.data(), du.data());
+      else bwd_row<F, E, false>(ts, n, w, nullptr, g, q.data(), du.data());
+      if (dV) std::copy_n(du.data(), n, dV + r * vw + s.c0);
+      for (int64_t c = 0; c < n; ++c) {  // the scale's sums in element order, in double
+        gq += double(g[c]) * q[size_t(c)];
+        gw += double(du[size_t(c)]) * w[c];
       }
+    }
     if (dbeta) dbeta[t] = beta_grad(sh, ts, amax[t], init ? init[t] : 1.0f, gq, gw);
+  }
+}
+}  // namespace
+
+void fp_qdq_bwd(const FpQdqShape& sh, const float* W, const float* V, const float* beta, const float* init,
+                const float* amax, const float* dWhat, float* dV, float* dbeta) {
+  using F = FpFamily;
+  constexpr FpElem e2m1 = FpElem::E2M1, e4m3 = FpElem::E4M3;
+  const bool small = sh.elem == e2m1;
+  switch (sh.family) {
+    case F::Mx:
+      return small ? bwd_tiles<F::Mx, e2m1>(sh, W, V, beta, init, amax, dWhat, dV, dbeta)
+                   : bwd_tiles<F::Mx, e4m3>(sh, W, V, beta, init, amax, dWhat, dV, dbeta);
+    case F::MxRceil:
+      return small ? bwd_tiles<F::MxRceil, e2m1>(sh, W, V, beta, init, amax, dWhat, dV, dbeta)
+                   : bwd_tiles<F::MxRceil, e4m3>(sh, W, V, beta, init, amax, dWhat, dV, dbeta);
+    case F::Nvfp4: return bwd_tiles<F::Nvfp4, e2m1>(sh, W, V, beta, init, amax, dWhat, dV, dbeta);
+    case F::Fp8: return bwd_tiles<F::Fp8, e4m3>(sh, W, V, beta, init, amax, dWhat, dV, dbeta);
   }
 }
 
