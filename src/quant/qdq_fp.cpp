@@ -9,6 +9,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/small_float.h"
+#include "core/tensor.h"
+#include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace ar::quant {
 namespace {
@@ -298,12 +301,11 @@ void fp_qdq_fwd(Context& ctx, const FpQdqShape& sh, const float* W, const float*
   ctx.pool().parallel_for(sh.tiles_down(), [&](int64_t t0, int64_t t1) {
     const FpQdqShape part = fp_qdq_tile_rows(sh, t0, t1);
     const int64_t r0 = t0 * sh.tile_rows, k = t0 * across;
-    std::vector<float> tmp(What16 ? size_t(part.out * sh.in) : 0);
-    float* out = What16 ? tmp.data() : What + r0 * sh.in;
+    Tensor tmp = What16 ? Tensor::empty({part.out * sh.in}, DType::F32, ctx) : Tensor();
+    float* out = What16 ? tmp.f32() : What + r0 * sh.in;
     fp_qdq_fwd(part, W + r0 * sh.in, V ? V + r0 * vw : nullptr, beta ? beta + k : nullptr, init ? init + k : nullptr,
                amax + k, out, scale ? scale + k : nullptr);
-    if (What16)
-      for (int64_t i = 0; i < part.out * sh.in; ++i) What16[r0 * sh.in + i] = f32_to_bf16(tmp[size_t(i)]);
+    if (What16) cpu::fp32_to_bf16_serial(out, What16 + r0 * sh.in, part.out * sh.in, cpu::kernel_isa());
   }, grain);
 }
 
