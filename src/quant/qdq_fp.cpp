@@ -242,7 +242,7 @@ void bwd_row(const TileScale& ts, int64_t n, const float* w, const float* v, con
     const float rg = F == FpFamily::Fp8 ? 1.0f : none ? 0.0f : F == FpFamily::Nvfp4 ? 1.0f : mx;
     const float d = g[c] * out * rg;
     q[c] = qc;
-    du[c] = (u > -mn) & (u < mn) ? d : 0.0f;
+    du[c] = ((u > -mn) & (u < mn)) ? d : 0.0f;
   }
 }
 
