@@ -2,11 +2,14 @@
 #include <xmmintrin.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/context.h"
@@ -62,6 +65,36 @@ TEST(ThreadPool, CoversRangeOnceAndPropagatesErrors) {
   std::atomic<int64_t> sum{0};
   pool.parallel_for(10, [&](int64_t b, int64_t e) { sum += e - b; });
   EXPECT_EQ(sum.load(), 10);
+}
+
+// A parallel_for's chunks depend on n, the grain and the pool's size only, not on which thread ran
+// first; and many short jobs back to back each run exactly their own chunks (a worker that wakes late
+// must not run a finished job's function).
+TEST(ThreadPool, ChunksAreFixedAndLateWorkersRunNothingStale) {
+  ThreadPool pool(3);
+  auto chunks_of = [&](int64_t n, int64_t grain) {
+    std::mutex mu;
+    std::set<std::pair<int64_t, int64_t>> got;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lk(mu);
+      got.insert({b, e});
+    }, grain);
+    return got;
+  };
+  const auto first = chunks_of(1000, 1);
+  EXPECT_EQ(first, (std::set<std::pair<int64_t, int64_t>>{{0, 333}, {333, 666}, {666, 1000}}));
+  for (int rep = 0; rep < 20; ++rep) EXPECT_EQ(chunks_of(1000, 1), first);
+  EXPECT_EQ(chunks_of(1000, 400).size(), 2u);  // no chunk below the grain
+  // Jobs of 1-7 items back to back, some slow enough for the workers to fall asleep between them: a
+  // worker that wakes late finds its chunk taken or a newer job, and every chunk runs exactly once.
+  for (int job = 0; job < 2000; ++job) {
+    std::vector<std::atomic<int>> hits(size_t(job % 7 + 1));
+    pool.parallel_for(int64_t(hits.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      if (job % 100 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // workers fall asleep
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "job " << job;
+  }
 }
 
 TEST(Tensor, AllocatorTracksPeakBytes) {

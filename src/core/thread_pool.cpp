@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/float_mode.h"
@@ -51,78 +52,75 @@ static bool spin_until(Done done) {
   }
 }
 
-static void chunk_range(int64_t n, int chunks, int i, int64_t* b, int64_t* e) {
-  *b = n * i / chunks;
-  *e = n * (i + 1) / chunks;
+namespace {
+uint32_t generation_of(uint64_t state) { return uint32_t(state >> 32); }
+int64_t next_of(uint64_t state) { return int64_t(state & 0xffffffffu); }
+}  // namespace
+
+void ThreadPool::take_chunks(uint32_t gen) {
+  uint64_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if (generation_of(s) != gen) return;  // another job has begun
+    const int64_t c = next_of(s), chunks = job_chunks_.load(std::memory_order_relaxed);
+    const Chunk* fn = job_.load(std::memory_order_relaxed);
+    if (c >= chunks) return;
+    // Claimed only while the generation holds: then the job is unfinished, and fn and chunks are its own.
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    try {
+      (*fn)(c);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      std::lock_guard<std::mutex> lk(mu_);  // the caller checks finished_ under mu_ before it sleeps
+      cv_done_.notify_one();
+    }
+    s = state_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::worker_main(int index) {
   flush_denormals();  // core/float_mode.h
   if (!cpus_.empty()) pin_current_thread({cpus_[size_t(index) % cpus_.size()]});
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
-    int chunks;
-    spin_until([&] { return generation_.load(std::memory_order_relaxed) != seen; });
+    spin_until([&] { return generation_of(state_.load(std::memory_order_relaxed)) != seen; });
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      cv_start_.wait(lk, [&] { return stop_ || generation_of(state_.load(std::memory_order_relaxed)) != seen; });
       if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      chunks = job_chunks_;
     }
-    if (index < chunks) {
-      int64_t b, e;
-      chunk_range(n, chunks, index, &b, &e);
-      try {
-        if (b < e) (*job)(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    if (--pending_ == 0) cv_done_.notify_one();
+    seen = generation_of(state_.load(std::memory_order_acquire));
+    take_chunks(seen);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;
   const DenormalsFlushed flushed;  // as on the workers: a chunk's bits do not depend on its thread
-  int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
-  int chunks = int(std::min<int64_t>(size(), max_chunks));
+  const int64_t chunks = std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, grain)));
   if (chunks == 1) {
     fn(0, n);
     return;
   }
+  const Chunk chunk = [&](int64_t c) { fn(n * c / chunks, n * (c + 1) / chunks); };
   std::lock_guard<std::mutex> call(call_mu_);
+  const uint32_t gen = ++generation_;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_chunks_ = chunks;
-    pending_ = int(workers_.size());
     error_ = nullptr;
-    ++generation_;
+    job_.store(&chunk, std::memory_order_relaxed);
+    job_chunks_.store(chunks, std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    state_.store(uint64_t(gen) << 32, std::memory_order_release);
   }
   cv_start_.notify_all();
-  std::exception_ptr mine;
-  try {
-    int64_t b, e;
-    chunk_range(n, chunks, 0, &b, &e);
-    fn(b, e);
-  } catch (...) {
-    mine = std::current_exception();
-  }
-  spin_until([&] { return pending_.load(std::memory_order_relaxed) == 0; });
+  take_chunks(gen);
+  spin_until([&] { return finished_.load(std::memory_order_acquire) == chunks; });
   std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
-  if (error_) std::rethrow_exception(error_);
+  cv_done_.wait(lk, [&] { return finished_.load(std::memory_order_acquire) == chunks; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 }  // namespace ar
