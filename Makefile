@@ -22,7 +22,8 @@ build: setup
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DAR_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The suite at the CPU's own ISA level, then capped at avx2 (all of it) and scalar (kernels, quant),
+# The suite at the CPU's own ISA level, then capped at the levels between it and avx2 (the script
+# says which labels), at avx2 (all of it) and at scalar (kernels, quant),
 # with a table of levels x labels; then the x86-64-v2 build, the kernels on emulated CPUs without
 # AVX-512 (Zen 3) and without AVX (Nehalem), and the fuzz smoke run.
 test: build

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the test suite at the CPU's own ISA level and again under AR_CPU_ISA caps below it
 # (kernels/cpu/isa.h): the whole suite at avx2, the kernel, QDQ and tuning tests (labels kernels,
-# quant) at scalar. Each capped run also caps OpenBLAS (OPENBLAS_CORETYPE, read when it loads).
+# quant) at scalar, and the levels between the CPU's own and avx2 (below). Each capped run also caps
+# OpenBLAS (OPENBLAS_CORETYPE, read when it loads).
 # Ends with a table: levels x labels, the number of tests each ran. Exit status non-zero if any run
 # failed. Usage: scripts/test_isa_levels.sh BUILD_DIR [JOBS]
 set -uo pipefail
@@ -15,6 +16,11 @@ has avx512f && has avx512dq && has avx512bw && has avx512vl && native=avx512
 [[ $native == avx512_bf16 ]] && has amx_bf16 && has amx_tile && native=amx
 declare -A core=([scalar]=Nehalem [avx2]=Haswell [avx512]=SkylakeX [avx512_bf16]=Cooperlake)
 runs=("native:")                                   # level:labels regex ('' = every test)
+# The levels between: on an AMX machine the whole suite at avx512_bf16 (its amp kernels, which AMX
+# replaces, run nowhere else), and from avx512_bf16 up the kernel and tuning tests at avx512 (oneDNN's
+# fp32 kernels without bf16). Both found bugs the native and avx2 runs could not (2026-12-05).
+[[ $native == amx ]] && runs+=("avx512_bf16:")
+[[ $native == amx || $native == avx512_bf16 ]] && runs+=("avx512:kernels|quant")
 [[ $native != avx2 ]] && runs+=("avx2:")
 runs+=("scalar:kernels|quant")
 status=0

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -94,6 +96,36 @@ TEST(Isa, CapLimitsEveryPath) {
   EXPECT_NE(line.find(std::string("isa: ") + cpu::isa_name(want)), std::string::npos) << line;
   RecordProperty("isa", line);
   std::printf("%s\n", line.c_str());
+}
+
+// A user's own oneDNN limit stays in force under AR_CPU_ISA: the cap's set_max_cpu_isa replaces the
+// variable, so it is given the two levels' common bits (found on a Xeon with AMX: AR_CPU_ISA=avx512_bf16
+// with ONEDNN_MAX_CPU_ISA=AVX512_CORE ran bf16 GEMMs).
+TEST(Isa, CapStaysWithinTheUsersOneDnnLimit) {
+  const char* prev = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const char* prev_old = std::getenv("DNNL_MAX_CPU_ISA");
+  const std::string keep = prev ? prev : "", keep_old = prev_old ? prev_old : "";
+  unsetenv("ONEDNN_MAX_CPU_ISA");
+  unsetenv("DNNL_MAX_CPU_ISA");
+  EXPECT_EQ(cpu::dnnl_isa_from_env(), std::nullopt);
+  setenv("DNNL_MAX_CPU_ISA", "avx2", 1);  // the older name, any case
+  EXPECT_EQ(cpu::dnnl_isa_from_env(), std::optional<int>(0x7));
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1);  // the newer name wins
+  EXPECT_EQ(cpu::dnnl_isa_from_env(), std::optional<int>(0x27));
+  setenv("ONEDNN_MAX_CPU_ISA", "ALL", 1);
+  EXPECT_EQ(cpu::dnnl_isa_from_env(), std::nullopt);
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX9000", 1);  // oneDNN ignores a name it does not know
+  EXPECT_EQ(cpu::dnnl_isa_from_env(), std::nullopt);
+  const int bf16 = cpu::dnnl_isa_for(Isa::avx512_bf16), core = cpu::dnnl_isa_for(Isa::avx512);
+  const int avx2 = cpu::dnnl_isa_for(Isa::avx2);
+  EXPECT_EQ(cpu::dnnl_isa_within(bf16, std::nullopt), bf16);
+  EXPECT_EQ(cpu::dnnl_isa_within(bf16, core), core) << "the user's lower limit";
+  EXPECT_EQ(cpu::dnnl_isa_within(avx2, core), avx2) << "the cap's lower level";
+  EXPECT_EQ(cpu::dnnl_isa_within(bf16, 0x407), avx2) << "AVX2_VNNI and AVX512_CORE_BF16 share AVX2";
+  unsetenv("ONEDNN_MAX_CPU_ISA");
+  unsetenv("DNNL_MAX_CPU_ISA");
+  if (prev) setenv("ONEDNN_MAX_CPU_ISA", keep.c_str(), 1);
+  if (prev_old) setenv("DNNL_MAX_CPU_ISA", keep_old.c_str(), 1);
 }
 
 TEST(Isa, UnknownCapIsAClearError) {

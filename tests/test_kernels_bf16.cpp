@@ -7,6 +7,7 @@
 // gamma_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability, 3.1). With alpha and beta
 // two more roundings: |C - C_ref| <= (K + 2) u (|alpha| sum_k |a_ik b_kj| + |beta C0_ij|) (x 1.01).
 // The fp32 GEMM gets one more rounding per product, covered by the same (K + 2) u.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/matmul_ref.h"
 #include "test_util.h"
@@ -438,8 +440,13 @@ TEST(Bf16Producers, EqualFp32KernelThenRounding) {
 }
 
 // PackedB::pack_later: the pass runs at the first GEMM that takes the layout. A short product (a MoE
-// expert's few routed rows) reads the plain operand and writes nothing; a long one packs, and its bits
-// equal the plain GEMM's; after a new source is given, the next long GEMM reads the new values.
+// expert's few routed rows) reads the plain operand and writes nothing; a long one packs; after a new
+// source is given, the next long GEMM reads the new values. A GEMM on a deferred pack has the bits of
+// one on an eager pack (PackedB::pack) of the same source, and those of the plain GEMM except under
+// oneDNN's AMX kernel: there the bits depend on B's layout (the kernel sums K in blocks of another size
+// when it packs B itself; 27% of this product's elements differ in the last bits on a Xeon with AMX),
+// so there they are only near the plain GEMM's. Every GEMM of a given shape takes the same path
+// (takes_layout: the shape alone decides), so the bits still do not depend on threads or the world.
 TEST(PackedB, PackLaterPacksAtTheFirstGemmThatTakesTheLayout) {
   AR_REQUIRE_BF16();
   Context ctx(Device{}, 2);
@@ -461,11 +468,26 @@ TEST(PackedB, PackLaterPacksAtTheFirstGemmThatTakesTheLayout) {
   EXPECT_FALSE(cpu::gemm_bf16(ctx, false, shortM, 1.f, x.data(), in, p, 0.f, y.data(), out)) << "a short product";
   EXPECT_FALSE(p.packed()) << "a short product wrote the pack";
   EXPECT_EQ(y[0], -1.f);
+  auto expect_bits_of = [&](const std::vector<uint16_t>& w, const char* what) {
+    cpu::PackedB eager;
+    eager.pack(ctx, w.data(), out, in, true);
+    std::vector<float> ye(y.size(), -2.f);
+    ASSERT_TRUE(cpu::gemm_bf16(ctx, false, longM, 1.f, x.data(), in, eager, 0.f, ye.data(), out));
+    EXPECT_EQ(y, ye) << what;
+    const std::vector<float> yp = plain(w, longM);
+    if (cpu::kernel_isa() != cpu::Isa::amx) {
+      EXPECT_EQ(y, yp) << what;
+      return;
+    }
+    float worst = 0.f;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(y[i] - yp[i]));
+    EXPECT_LT(worst, 2e-4f) << what;  // values ~45 (2048 products of N(0,1)); measured: 1.5e-5, one ulp
+  };
   ASSERT_TRUE(cpu::gemm_bf16(ctx, false, longM, 1.f, x.data(), in, p, 0.f, y.data(), out));
   EXPECT_TRUE(p.packed());
-  EXPECT_EQ(y, plain(W, longM));
+  expect_bits_of(W, "the first source");
   p.pack_later(W2.data(), out, in, true);
   EXPECT_FALSE(p.packed());
   ASSERT_TRUE(cpu::gemm_bf16(ctx, false, longM, 1.f, x.data(), in, p, 0.f, y.data(), out));
-  EXPECT_EQ(y, plain(W2, longM)) << "the second source was not packed";
+  expect_bits_of(W2, "the second source was not packed");
 }

@@ -581,6 +581,7 @@ void expect_deferred_tree_of_immediate_leaves(bool amp, bool stacked = false) {
       targets.push_back({3 * e + kind, kind == 2 ? C : I, kind == 2 ? I : C, got[k].data()});
     }
   cpu::CpuOps ops{ctx, bf};
+  ops.expert_row_gemms = stacked;  // as the tuner's ops (signround.cpp): the leaves' kernels sum the tree
   quant::expert_grad_tree(ops, dg, targets);
   for (auto& [k, g] : got) EXPECT_EQ(g, S(k, 0, L)) << k;
   for (auto& t : targets) std::fill(t.dst, t.dst + t.out * t.in, 123.f);

@@ -99,7 +99,9 @@ void weight_grad_tree_bf16(Context& ctx, const std::vector<GradLeafBf16>& leaves
 // units). From a row-major M [rows, cols]: B = M^T (transposed; the forward's W^T) or B = M (the input
 // gradient's W, a weight gradient's activation), written in one pass by pack_bf16.cpp where the kernel
 // asks for its usual layout, else through oneDNN's reorder. The bits of a GEMM on the packed operand
-// equal those on the plain one (tested).
+// equal those on the plain one (tested), except under oneDNN's AMX kernel, which sums K in blocks of
+// another size when it packs a plain B itself (last-bit differences); there every GEMM of a shape still
+// takes one path (takes_layout decides from the shape), so the bits depend on nothing else.
 // pack_later defers the pass to the first GEMM that takes the layout (gemm_bf16 below): short products
 // (a MoE expert's few routed rows of one sample) read a plain B, so a weight only they read is never
 // packed, and its buffer never allocated. The source must stay as it is until then, and two GEMMs must

@@ -9,7 +9,11 @@
 
 #include <cpuid.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "core/error.h"
 
@@ -110,6 +114,24 @@ int dnnl_isa_for(Isa isa) {
   }
   return 0;
 }
+
+std::optional<int> dnnl_isa_from_env() {
+  const char* v = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!v || !*v) v = std::getenv("DNNL_MAX_CPU_ISA");
+  if (!v || !*v) return std::nullopt;
+  std::string name(v);
+  for (char& c : name) c = char(std::toupper(static_cast<unsigned char>(c)));
+  static constexpr std::pair<std::string_view, int> kNames[] = {  // dnnl_cpu_isa_t of oneDNN 2.x
+      {"ALL", 0x0},          {"SSE41", 0x1},           {"AVX", 0x3},
+      {"AVX2", 0x7},         {"AVX2_VNNI", 0x407},     {"AVX512_MIC", 0xf},
+      {"AVX512_MIC_4OPS", 0x1f}, {"AVX512_CORE", 0x27}, {"AVX512_CORE_VNNI", 0x67},
+      {"AVX512_CORE_BF16", 0xe7}, {"AVX512_CORE_AMX", 0x3e7}};
+  for (const auto& [n, isa] : kNames)
+    if (name == n) return isa == 0 ? std::nullopt : std::optional<int>(isa);  // ALL: no limit
+  return std::nullopt;
+}
+
+int dnnl_isa_within(int cap, std::optional<int> user) { return user ? (cap & *user) : cap; }
 
 const char* openblas_core_for(Isa isa) {
   switch (isa) {  // OpenBLAS's DYNAMIC_ARCH core names

@@ -45,6 +45,13 @@ Isa kernel_isa();
 bool has_x86_64_v3();
 // oneDNN's own cap for a level (dnnl::cpu_isa as its integer value), for set_max_cpu_isa.
 int dnnl_isa_for(Isa isa);
+// The limit a user set in oneDNN's own variable (ONEDNN_MAX_CPU_ISA, else DNNL_MAX_CPU_ISA; oneDNN
+// 2.x's names, any case) as its integer value; nullopt when unset or not a name oneDNN knows (it then
+// ignores the variable too). oneDNN's levels are bit masks: a level contains those whose bits it has.
+std::optional<int> dnnl_isa_from_env();
+// The level oneDNN runs under a cap: the cap's, within the user's own limit where one is set (their
+// common bits: set_max_cpu_isa would otherwise replace the variable's limit and raise oneDNN above it).
+int dnnl_isa_within(int cap, std::optional<int> user);
 // OpenBLAS's core name for a cap (OPENBLAS_CORETYPE), or nullptr for "no cap needed" (amx).
 const char* openblas_core_for(Isa isa);
 

@@ -280,7 +280,8 @@ void dnnl_isa_cap() {
   std::call_once(once, [] {
     const std::optional<Isa> cap = isa_cap();
     if (!cap || *cap == Isa::amx) return;  // amx is oneDNN's highest level: nothing to cap
-    const auto want = static_cast<dnnl::cpu_isa>(dnnl_isa_for(*cap));
+    // Within the user's own ONEDNN_MAX_CPU_ISA: the call below replaces it, and must not raise oneDNN above it.
+    const auto want = static_cast<dnnl::cpu_isa>(dnnl_isa_within(dnnl_isa_for(*cap), dnnl_isa_from_env()));
     if (dnnl::set_max_cpu_isa(want) != dnnl::status::success && dnnl::get_effective_cpu_isa() != want)
       fail(ErrorKind::Internal, std::string("AR_CPU_ISA=") + isa_name(*cap) +
                                     ": oneDNN's ISA was fixed before the cap could be applied (effective 0x" +
