@@ -14,6 +14,9 @@
 //              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]   (the scheme tuned; default w4g128;
 //              fp8_static: W8A8, the activations fake-quantized in the tuning forward)
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
+#include <cblas.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -28,6 +31,7 @@
 #include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
 #include "model/loader.h"
 #include "peaks.h"
@@ -135,6 +139,8 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
+  if (const char* core = cpu::openblas_core_to_set(openblas_get_corename()); core && setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+    execv("/proc/self/exe", argv);  // OpenBLAS's core as the CLI picks it (cli/main.cpp)
   Context ctx(Device{}, int(arg(argc, argv, "--threads", 0)));
   const bool both = flag(argc, argv, "--both"), amp_only = flag(argc, argv, "--amp");
   const bool deterministic = arg(argc, argv, "--deterministic", 1) != 0;

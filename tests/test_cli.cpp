@@ -228,6 +228,11 @@ TEST(Cli, IsaLevelIsLoggedAndCapped) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(std::string("[info] isa: ") + ar::cpu::isa_name(hw) + ";"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("QDQ backward, exp, bf16 conversion: "), std::string::npos) << r.out;
+  if (hw >= ar::cpu::Isa::avx2 && r.out.find(", OpenBLAS ") != std::string::npos) {  // never a pre-AVX2 core
+    const size_t at = r.out.find(", OpenBLAS ") + 11;
+    const std::string core = r.out.substr(at, r.out.find(' ', at) - at);
+    EXPECT_GE(ar::cpu::openblas_core_level(core), ar::cpu::Isa::avx2) << core;
+  }
   if (hw >= ar::cpu::Isa::avx512) {
     r = run(base, "env -u OPENBLAS_CORETYPE AR_CPU_ISA=avx2");
     ASSERT_EQ(r.code, 0) << r.out;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -126,6 +127,40 @@ TEST(Isa, CapStaysWithinTheUsersOneDnnLimit) {
   unsetenv("DNNL_MAX_CPU_ISA");
   if (prev) setenv("ONEDNN_MAX_CPU_ISA", keep.c_str(), 1);
   if (prev_old) setenv("DNNL_MAX_CPU_ISA", keep_old.c_str(), 1);
+}
+
+// OpenBLAS's core: the level's own where AR_CPU_ISA caps below the CPU, or where OpenBLAS took a core
+// without AVX2 on a CPU with it (Debian 12's OpenBLAS 0.3.21 runs an Emerald Rapids Xeon on Prescott's
+// SSE3 kernels); OpenBLAS's own choice elsewhere, and always a user's OPENBLAS_CORETYPE.
+TEST(Isa, OpenBlasCoreIsTheLevelsWhereOpenBlasDoesNotKnowTheCpu) {
+  EXPECT_EQ(cpu::openblas_core_level("Haswell"), Isa::avx2);
+  EXPECT_EQ(cpu::openblas_core_level("ZEN"), Isa::avx2);
+  EXPECT_EQ(cpu::openblas_core_level("SkylakeX"), Isa::avx512);
+  EXPECT_EQ(cpu::openblas_core_level("Cooperlake"), Isa::avx512_bf16);
+  EXPECT_EQ(cpu::openblas_core_level("Prescott"), Isa::scalar);
+  EXPECT_EQ(cpu::openblas_core_level("Sandybridge"), Isa::scalar);  // AVX without AVX2
+  for (Isa l : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx})
+    EXPECT_EQ(cpu::openblas_core_level(cpu::openblas_core_for(l)), std::min(l, Isa::avx512_bf16)) << cpu::isa_name(l);
+  const char* prev = std::getenv("OPENBLAS_CORETYPE");
+  const std::string keep = prev ? prev : "";
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  EXPECT_EQ(cpu::openblas_core_to_set("Prescott"), nullptr) << "the user's choice stands";
+  unsetenv("OPENBLAS_CORETYPE");
+  const Isa level = cpu::kernel_isa();
+  const std::optional<Isa> cap = cpu::isa_cap();
+  const bool capped = cap && *cap < cpu::cpu_features().level();
+  if (level >= Isa::avx2) {
+    const char* want = cpu::openblas_core_for(level);
+    EXPECT_STREQ(cpu::openblas_core_to_set("Prescott"), want);
+    EXPECT_STREQ(cpu::openblas_core_to_set("some future core"), want);
+  }
+  const char* own = cpu::openblas_core_to_set(cpu::openblas_core_for(level));
+  if (capped) {
+    EXPECT_STREQ(own, cpu::openblas_core_for(level));
+  } else {
+    EXPECT_EQ(own, nullptr) << "OpenBLAS's own choice at the level stands";
+  }
+  if (prev) setenv("OPENBLAS_CORETYPE", keep.c_str(), 1);
 }
 
 TEST(Isa, UnknownCapIsAClearError) {

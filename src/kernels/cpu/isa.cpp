@@ -9,6 +9,7 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -139,9 +140,28 @@ const char* openblas_core_for(Isa isa) {
     case Isa::avx2: return "Haswell";
     case Isa::avx512: return "SkylakeX";
     case Isa::avx512_bf16: return "Cooperlake";
-    case Isa::amx: return nullptr;
+    case Isa::amx: return "Cooperlake";  // OpenBLAS has no AMX sgemm: its widest fp32 kernels
   }
   return nullptr;
+}
+
+Isa openblas_core_level(std::string_view core) {
+  std::string name(core);
+  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "haswell" || name == "zen") return Isa::avx2;
+  if (name == "skylakex") return Isa::avx512;
+  if (name == "cooperlake" || name == "sapphirerapids") return Isa::avx512_bf16;
+  return Isa::scalar;  // Prescott, Nehalem, Sandybridge, ...: no AVX2 kernels
+}
+
+const char* openblas_core_to_set(std::string_view core) {
+  const std::optional<Isa> cap = isa_cap();  // first: an unknown AR_CPU_ISA is an error in any case
+  if (const char* v = std::getenv("OPENBLAS_CORETYPE"); v && *v) return nullptr;
+  const Isa hw = cpu_features().level();
+  const Isa level = cap ? std::min(*cap, hw) : hw;
+  const bool capped = cap && *cap < hw;
+  const bool unknown_cpu = level >= Isa::avx2 && openblas_core_level(core) < Isa::avx2;
+  return capped || unknown_cpu ? openblas_core_for(level) : nullptr;
 }
 
 }  // namespace ar::cpu

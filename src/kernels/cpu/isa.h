@@ -52,8 +52,16 @@ std::optional<int> dnnl_isa_from_env();
 // The level oneDNN runs under a cap: the cap's, within the user's own limit where one is set (their
 // common bits: set_max_cpu_isa would otherwise replace the variable's limit and raise oneDNN above it).
 int dnnl_isa_within(int cap, std::optional<int> user);
-// OpenBLAS's core name for a cap (OPENBLAS_CORETYPE), or nullptr for "no cap needed" (amx).
+// OpenBLAS's core name for a level (OPENBLAS_CORETYPE): its widest kernels the level can run.
 const char* openblas_core_for(Isa isa);
+// The level an OpenBLAS core's kernels need (openblas_get_corename's names, any case): scalar for the
+// pre-AVX2 cores and names this table does not know.
+Isa openblas_core_level(std::string_view core);
+// OPENBLAS_CORETYPE for this process to restart with, or nullptr where OpenBLAS's own choice (`core`,
+// openblas_get_corename) stands: the level's core where AR_CPU_ISA caps below the CPU, or where OpenBLAS
+// did not know the CPU and took a core without AVX2 on a CPU with it (Debian 12's OpenBLAS 0.3.21 takes
+// an Emerald Rapids Xeon for a Prescott and runs its SSE3 kernels). Never where OPENBLAS_CORETYPE is set.
+const char* openblas_core_to_set(std::string_view core);
 
 // One line for the start summary: the level (and the cap), and what each hot path runs: the fp32 and
 // bf16 GEMM kernels (oneDNN implementation, OpenBLAS core), QDQ backward, exp, bf16 conversion.
