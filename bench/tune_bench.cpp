@@ -14,8 +14,6 @@
 //              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]   (the scheme tuned; default w4g128;
 //              fp8_static: W8A8, the activations fake-quantized in the tuning forward)
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
-#include <cblas.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -139,8 +137,12 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
-  if (const char* core = cpu::openblas_core_to_set(openblas_get_corename()); core && setenv("OPENBLAS_CORETYPE", core, 1) == 0)
-    execv("/proc/self/exe", argv);  // OpenBLAS's core as the CLI picks it (cli/main.cpp)
+  try {
+    cpu::restart_for_openblas_core(argv);  // OpenBLAS's core as the CLI picks it
+  } catch (const std::exception& e) {      // an unknown AR_CPU_ISA
+    std::fprintf(stderr, "tune_bench: %s\n", e.what());
+    return 2;
+  }
   Context ctx(Device{}, int(arg(argc, argv, "--threads", 0)));
   const bool both = flag(argc, argv, "--both"), amp_only = flag(argc, argv, "--amp");
   const bool deterministic = arg(argc, argv, "--deterministic", 1) != 0;

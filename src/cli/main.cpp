@@ -1,8 +1,5 @@
 // autoround CLI entry: subcommand table, error-to-exit-code mapping. The only place that exits.
-#include <cblas.h>
 #include <CLI/CLI.hpp>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -25,26 +22,14 @@ namespace {
 // (core/printable.h) because not every exception is ours: nlohmann's parse errors and CLI11's quote
 // input bytes as they are.
 void print_error(const std::string& msg) { std::fprintf(stderr, "error: %s\n", ar::printable(msg).c_str()); }
-
-// AR_CPU_ISA (kernels/cpu/isa.h) caps our kernels and oneDNN in-process; OpenBLAS chose its kernel when
-// it was loaded, from OPENBLAS_CORETYPE or its own look at the CPU. Where the cap is below the CPU, or
-// OpenBLAS did not know the CPU and took a core without AVX2 (cpu::openblas_core_to_set), the process
-// starts again with that variable set (once: it is set the second time). Returns normally when nothing
-// is to be done or the re-exec failed (then OpenBLAS runs as it chose, and the log names its core).
-void choose_openblas_core(char** argv) {
-  const char* core = ar::cpu::openblas_core_to_set(openblas_get_corename());
-  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "[warn] could not restart with OPENBLAS_CORETYPE=%s; OpenBLAS runs its %s kernels\n", core,
-               openblas_get_corename());
-}
 }  // namespace
 
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // core/malloc_policy.h
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   try {
-    choose_openblas_core(argv);
+    // AR_CPU_ISA caps our kernels and oneDNN in-process; OpenBLAS's kernels need a restart.
+    ar::cpu::restart_for_openblas_core(argv);
   } catch (const ar::Error& e) {  // an unknown AR_CPU_ISA
     print_error(e.what());
     return 2;

@@ -77,7 +77,8 @@ std::optional<Isa> isa_cap() {
   if (!env || !*env) return std::nullopt;
   const std::optional<Isa> cap = parse_isa(env);
   if (!cap)
-    fail(ErrorKind::InvalidInput, "AR_CPU_ISA: unknown level (expected scalar, avx2, avx512, avx512_bf16 or amx)");
+    fail(ErrorKind::InvalidInput, "AR_CPU_ISA: unknown level '" + std::string(env).substr(0, 64) +
+                                      "' (expected scalar, avx2, avx512, avx512_bf16 or amx)");
   return cap;
 }
 

@@ -8,7 +8,7 @@
 //   amx          + AMX-BF16 and AMX-TILE with tile state (oneDNN's AMX kernels)
 // AR_CPU_ISA=<level> caps the process at that level: nothing above it runs, neither our kernels nor
 // oneDNN (dnnl::set_max_cpu_isa before its first primitive); OpenBLAS picks its kernel when it is
-// loaded, so the CLI re-executes itself with OPENBLAS_CORETYPE matching the cap (cli/main.cpp). Every
+// loaded, so the CLI re-executes itself with OPENBLAS_CORETYPE matching the cap (restart_for_openblas_core). Every
 // path of a kernel with a promise of identical bits is tested for it against the others
 // (tests/test_isa.cpp), and the suite runs under the caps (README, "Tests").
 #pragma once
@@ -62,6 +62,11 @@ Isa openblas_core_level(std::string_view core);
 // did not know the CPU and took a core without AVX2 on a CPU with it (Debian 12's OpenBLAS 0.3.21 takes
 // an Emerald Rapids Xeon for a Prescott and runs its SSE3 kernels). Never where OPENBLAS_CORETYPE is set.
 const char* openblas_core_to_set(std::string_view core);
+// Executes this program again (/proc/self/exe, same argv) with OPENBLAS_CORETYPE set where
+// openblas_core_to_set asks for it; returns where nothing is to be done, or where the restart failed
+// (with a warning: OpenBLAS then runs the core it chose, and the start summary names it). Call first in
+// main(), before any thread starts. Throws InvalidInput for an unknown AR_CPU_ISA.
+void restart_for_openblas_core(char** argv);
 
 // One line for the start summary: the level (and the cap), and what each hot path runs: the fp32 and
 // bf16 GEMM kernels (oneDNN implementation, OpenBLAS core), QDQ backward, exp, bf16 conversion.
