@@ -155,6 +155,27 @@ TEST(Allocator, DefaultCacheKeepsMoreThanOneGiBForReuse) {
   EXPECT_EQ(a.peak(), kBlocks * kBlock);
 }
 
+// A kernel's state: one object per type and context, made on first use; a serial view shares its
+// parent's, another context has its own.
+TEST(Context, KernelStateIsOnePerTypeAndSharedWithSerialViews) {
+  struct Counter { int n = 0; };
+  struct Other { int n = 0; };
+  Context a(Device{}, 2), b(Device{}, 1);
+  a.kernel_state<Counter>().n = 7;
+  EXPECT_EQ(a.kernel_state<Counter>().n, 7);
+  EXPECT_EQ(&a.kernel_state<Counter>(), &a.kernel_state<Counter>());
+  EXPECT_EQ(a.kernel_state<Other>().n, 0);
+  EXPECT_EQ(b.kernel_state<Counter>().n, 0);
+  Context view = Context::serial_view(a);
+  EXPECT_EQ(&view.kernel_state<Counter>(), &a.kernel_state<Counter>());
+  std::vector<std::thread> ts;  // first use from several threads at once: one object
+  std::vector<Other*> seen(4);
+  Context c(Device{}, 1);
+  for (int i = 0; i < 4; ++i) ts.emplace_back([&, i] { seen[size_t(i)] = &c.kernel_state<Other>(); });
+  for (auto& t : ts) t.join();
+  for (Other* p : seen) EXPECT_EQ(p, seen[0]);
+}
+
 // A cached block serves a smaller request down to 8/9 of its size (a MoE block's per-expert rows
 // differ in length from batch to batch), and counts its own size while in use.
 TEST(Allocator, ReusesASlightlyLargerCachedBlock) {

@@ -290,6 +290,48 @@ TEST(DnnlGemm, Fp32BitsIndependentOfThreadCount) {
   }
 }
 
+// A context makes each unit shape's oneDNN primitive once and reuses it: a GEMM run again adds no
+// entry and has the bits it had, the bits of a fresh context; past the bound (512) the cache starts
+// over and the first shape, made again, still has its bits. beta and an addend make entries of
+// their own (another primitive), and give the bits they give in a fresh context.
+TEST(DnnlGemm, UnitPrimitivesAreMadeOncePerShapeAndKeepTheBits) {
+  Context ctx(Device{}, 2);
+  const int64_t M = 1024, N = 512, K = 512;
+  const auto A = randn<float>(size_t(M * K), 601), B = randn<float>(size_t(K * N), 602);
+  const auto D = randn<float>(size_t(M * N), 603);
+  auto run = [&](Context& c, float beta, bool add) {
+    std::vector<float> C = D;
+    std::vector<const float*> adds;
+    if (add) adds.push_back(D.data());
+    cpu::gemm_f32_dnnl(c, false, true, M, N, K, 1.f, A.data(), K, B.data(), K, beta, C.data(), N, adds);
+    return C;
+  };
+  EXPECT_EQ(cpu::dnnl_cached_units(ctx), 0u);
+  const auto first = run(ctx, 0.f, false);
+  const size_t units = cpu::dnnl_cached_units(ctx);
+  EXPECT_GE(units, 1u);
+  EXPECT_LE(units, 2u);  // the plan's units have one size or two (kernels/cpu/matmul_dnnl.cpp, Plan)
+  EXPECT_EQ(run(ctx, 0.f, false), first);
+  EXPECT_EQ(cpu::dnnl_cached_units(ctx), units);
+  for (float beta : {0.f, 1.f})
+    for (bool add : {false, true}) {
+      Context fresh(Device{}, 2);
+      EXPECT_EQ(run(ctx, beta, add), run(fresh, beta, add)) << "beta " << beta << " add " << add;
+    }
+  const size_t with_post_ops = cpu::dnnl_cached_units(ctx);
+  EXPECT_GT(with_post_ops, units);
+  EXPECT_EQ(run(ctx, 1.f, true), run(ctx, 1.f, true));
+  EXPECT_EQ(cpu::dnnl_cached_units(ctx), with_post_ops);
+  // Past the bound: 520 one-unit shapes (M rows of 16 x 16).
+  const auto a = randn<float>(size_t(520 * 16), 604), b = randn<float>(16 * 16, 605);
+  std::vector<float> c(size_t(520 * 16));
+  for (int64_t m = 1; m <= 520; ++m) {
+    cpu::gemm_f32_dnnl(ctx, false, false, m, 16, 16, 1.f, a.data(), 16, b.data(), 16, 0.f, c.data(), 16);
+    ASSERT_LE(cpu::dnnl_cached_units(ctx), 512u) << "M " << m;
+  }
+  EXPECT_EQ(run(ctx, 0.f, false), first);
+}
+
 // beta = 1 adds the finished product to C in one rounding: C + fl(op(A) op(B)), the bits of a product
 // written with beta = 0 and then added; addends follow in order, one rounding each. The tuning's leaf
 // tree relies on both to sum gradients inside the dW GEMMs (quant/signround.cpp): shapes of those

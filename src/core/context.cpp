@@ -157,6 +157,7 @@ Context::Context(Device device, const std::vector<int>& cores)
 Context Context::serial_view(const Context& parent) {
   Context c(parent.device_, 1);
   c.allocator_ = parent.allocator_;
+  c.states_ = parent.states_;
   return c;
 }
 

@@ -9,7 +9,10 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -82,12 +85,28 @@ class Context {
   int threads() const { return pool_->size(); }
   const std::vector<int>& cores() const { return cores_; }
   Allocator& allocator() { return allocator_; }
+  // State a kernel family keeps between calls on this context and its serial views: one T per context,
+  // default-constructed on first use and kept for the context's life (kernels/cpu/matmul_dnnl.cpp keeps
+  // its oneDNN primitives here). T synchronizes its own use; this lookup is thread-safe.
+  template <class T>
+  T& kernel_state() {
+    KernelStates& s = *states_;
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<void>& p = s.by_type[std::type_index(typeid(T))];
+    if (!p) p = std::make_shared<T>();
+    return *static_cast<T*>(p.get());
+  }
 
  private:
   Device device_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<int> cores_;
   Allocator allocator_;
+  struct KernelStates {
+    std::mutex mu;
+    std::unordered_map<std::type_index, std::shared_ptr<void>> by_type;
+  };
+  std::shared_ptr<KernelStates> states_ = std::make_shared<KernelStates>();  // shared with serial views
 };
 
 // Peak resident set size of this process in MiB (getrusage), and current RSS (from /proc).

@@ -60,6 +60,9 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 // The same on fp32 operands with oneDNN's fp32 matmul (any x86-64 CPU).
 void gemm_f32_dnnl(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});
+// How many units' oneDNN primitives `ctx` keeps (made once per unit shape, at most 512: past that the
+// cache starts over). For tests and benchmarks.
+size_t dnnl_cached_units(Context& ctx);
 // The same with the units all on the calling thread when `serial` (same bits).
 void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Addends add = {});

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -81,10 +82,74 @@ dnnl::matmul::primitive_desc unit_pd(const dnnl::engine& eng, dt type, bool ta, 
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, eng);
 }
 
+// The CPU engine, with AR_CPU_ISA applied to oneDNN first (dnnl_isa_cap).
+dnnl::engine cpu_engine() {
+  dnnl_isa_cap();
+  return dnnl::engine(dnnl::engine::kind::cpu, 0);
+}
+
+// A unit's matmul, made once per context and unit shape: creating the primitive descriptor and looking
+// the primitive up in oneDNN's cache took 2-3 us per unit, thousands of units per tuning iteration.
+// Executing one primitive from several threads at once is safe with user scratchpads (unit_pd).
+struct UnitKey {
+  dt type;
+  bool ta, tb;
+  int64_t m, n, K, lda, ldb, ldc;
+  float alpha, beta;
+  size_t adds;
+  std::optional<memory::desc> packed_b;
+  bool operator==(const UnitKey&) const = default;
+};
+
+struct UnitKeyHash {
+  size_t operator()(const UnitKey& k) const {
+    size_t h = size_t(k.type) * 8 + size_t(k.ta) * 2 + size_t(k.tb) + k.adds * 16 + (k.packed_b ? 1024 : 0);
+    for (int64_t v : {k.m, k.n, k.K, k.lda, k.ldb, k.ldc}) h = h * 1000003u ^ size_t(v);
+    return h * 1000003u ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
+  }
+};
+
+struct UnitPrimitive {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  bool brgemm;  // oneDNN's brgemm kernels (sum and binary post-ops applied to the finished product)
+};
+
+// The context's units (Context::kernel_state), on one engine of their own that outlives them. Bounded:
+// a MoE block's routed row counts vary from batch to batch, so past kCapacity entries the map starts
+// over (entries in use stay alive with their callers).
+class UnitPrimitives {
+ public:
+  static constexpr size_t kCapacity = 512;
+  const dnnl::engine& engine() const { return eng_; }
+  size_t size() {
+    std::lock_guard lock(mu_);
+    return map_.size();
+  }
+  std::shared_ptr<const UnitPrimitive> get(const UnitKey& k) {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(k);
+    if (it != map_.end()) return it->second;
+    if (map_.size() >= kCapacity) map_.clear();
+    OneThread one;
+    auto pd = unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta, k.adds,
+                      k.packed_b ? &*k.packed_b : nullptr);
+    const bool brgemm = std::string_view(pd.impl_info_str()).starts_with("brg");
+    auto u = std::make_shared<const UnitPrimitive>(UnitPrimitive{pd, dnnl::matmul(pd), brgemm});
+    map_.emplace(k, u);
+    return u;
+  }
+
+ private:
+  const dnnl::engine eng_ = cpu_engine();
+  std::mutex mu_;
+  std::unordered_map<UnitKey, std::shared_ptr<const UnitPrimitive>, UnitKeyHash> map_;
+};
+
 // Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread. A transposed A's column block
 // (strided) is first copied into a dense [K, m1 - m0] buffer: the copies of all units together read A
 // once, and the call then runs on dense operands (brgemm).
-void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+void run_unit(Context& ctx, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const size_t es = g.type == dt::bf16 ? 2 : 4;
   auto at = [](const void* p, int64_t elems, size_t size) {
     return const_cast<char*>(static_cast<const char*>(p)) + size_t(elems) * size;
@@ -102,20 +167,24 @@ void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, 
     a = d;
     lda = m1 - m0;
   }
-  OneThread one;
   const int64_t rows = m1 - m0, cols = n1 - n0;
-  auto pd = unit_pd(eng, g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(),
-                    g.packed_b);
+  std::optional<memory::desc> packed_b;
+  if (g.packed_b) packed_b = *g.packed_b;
+  UnitPrimitives& units = ctx.kernel_state<UnitPrimitives>();
+  auto u = units.get({g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(), packed_b});
   // The accumulation contract (cpu::gemm): C = beta C + P, then each addend, one rounding each. oneDNN's
   // brgemm kernels apply the sum and binary post-ops to the finished product; its other kernels (the
   // fp32 gemm:jit that runs without AVX-512) fold beta C into the first K block, so a product is
   // computed whole into a scratch buffer and added here instead, as the OpenBLAS path does.
   Tensor product;
-  if ((g.beta != 0.f || !g.add.empty()) && !std::string_view(pd.impl_info_str()).starts_with("brg")) {
-    pd = unit_pd(eng, g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, cols, g.alpha, 0.f, 0, g.packed_b);
+  if ((g.beta != 0.f || !g.add.empty()) && !u->brgemm) {
+    u = units.get({g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, cols, g.alpha, 0.f, 0, packed_b});
     product = Tensor::empty({rows * cols}, DType::F32, ctx);
   }
+  const dnnl::matmul::primitive_desc& pd = u->pd;
+  const dnnl::engine& eng = units.engine();
   float* out = product.defined() ? product.f32() : c;
+  OneThread one;
   dnnl::stream s(eng);
   // oneDNN's own scratchpad (B packing) would be a fresh allocation per call: take it from the
   // context's cached allocator instead.
@@ -129,7 +198,7 @@ void run_unit(Context& ctx, const dnnl::engine& eng, const Gemm& g, int64_t m0, 
   for (size_t i = 0; i < g.add.size() && !product.defined(); ++i)
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(first + int(i)) | DNNL_ARG_SRC_1,
                  memory(pd.dst_desc(), eng, const_cast<float*>(g.add[i]) + (c - g.C)));
-  dnnl::matmul(pd).execute(s, args);
+  u->prim.execute(s, args);
   s.wait();
   if (!product.defined()) return;
   const float* P = product.f32();
@@ -184,12 +253,6 @@ Plan plan(int64_t M, int64_t N, int64_t K) {
   // 256 x 192 x 576): two column units, so that two threads share it.
   if (double(M) * double(N) * double(K) >= double(kMinWork) && N >= 2 * kAlign) return {false, N, 2};
   return {true, M, 1};
-}
-
-// The CPU engine, with AR_CPU_ISA applied to oneDNN first (dnnl_isa_cap).
-dnnl::engine cpu_engine() {
-  dnnl_isa_cap();
-  return dnnl::engine(dnnl::engine::kind::cpu, 0);
 }
 
 // oneDNN creates its primitive cache and JIT state lazily on first use, inside the library, where a
@@ -259,15 +322,15 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& plain) {
   const dnnl::engine eng = cpu_engine();
   init_dnnl_once(eng);
   const Plan p = plan(g.M, g.N, g.K);
-  if (p.units == 1) return run_unit(ctx, eng, g, 0, g.M, 0, g.N);
+  if (p.units == 1) return run_unit(ctx, g, 0, g.M, 0, g.N);
   memory::desc packed;
   Tensor packed_buf;
   prepack(ctx, eng, g, p, packed, packed_buf);
   auto units = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = p.begin(u), e = p.begin(u + 1);
-      if (p.by_rows) run_unit(ctx, eng, g, b, e, 0, g.N);
-      else run_unit(ctx, eng, g, 0, g.M, b, e);
+      if (p.by_rows) run_unit(ctx, g, b, e, 0, g.N);
+      else run_unit(ctx, g, 0, g.M, b, e);
     }
   };
   if (serial) units(0, p.units);
@@ -410,6 +473,8 @@ void gemm_f32_dnnl(Context& ctx, bool serial, bool ta, bool tb, int64_t M, int64
                    Addends add) {
   gemm_dnnl(ctx, serial, {dt::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, add});
 }
+
+size_t dnnl_cached_units(Context& ctx) { return ctx.kernel_state<UnitPrimitives>().size(); }
 
 bool dnnl_f32_is_brgemm() {
   static const bool brgemm = dnnl_matmul_impl(false, false, false, 1024, 1024, 1024).rfind("brg", 0) == 0;
