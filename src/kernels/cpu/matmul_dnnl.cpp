@@ -126,6 +126,20 @@ class UnitPrimitives {
     std::lock_guard lock(mu_);
     return map_.size();
   }
+  // The layout a unit's kernel picks for B (the key's packed_b: B as format `any`), asked once per key:
+  // a bf16 descriptor with a free B layout took 15-25 us to make, twice per packed GEMM.
+  memory::desc weights_layout(const UnitKey& k) {
+    std::lock_guard lock(mu_);
+    auto it = layouts_.find(k);
+    if (it != layouts_.end()) return it->second;
+    if (layouts_.size() >= kCapacity) layouts_.clear();
+    OneThread one;
+    const memory::desc d = unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta,
+                                   k.adds, &*k.packed_b)
+                               .weights_desc();
+    layouts_.emplace(k, d);
+    return d;
+  }
   std::shared_ptr<const UnitPrimitive> get(const UnitKey& k) {
     std::lock_guard lock(mu_);
     auto it = map_.find(k);
@@ -144,6 +158,7 @@ class UnitPrimitives {
   const dnnl::engine eng_ = cpu_engine();
   std::mutex mu_;
   std::unordered_map<UnitKey, std::shared_ptr<const UnitPrimitive>, UnitKeyHash> map_;
+  std::unordered_map<UnitKey, memory::desc, UnitKeyHash> layouts_;
 };
 
 // Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread. A transposed A's column block
@@ -292,12 +307,10 @@ void reorder_into(const dnnl::engine& eng, const memory::desc& from, const void*
 
 bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memory::desc& desc, Tensor& buf) {
   if (!p.by_rows || p.units < kPrepackUnits || g.tb || g.packed_b) return false;
-  OneThread one;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
   const int64_t m = p.size(0);
-  desc = unit_pd(eng, g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.K, g.ldb, g.ldc, g.alpha, g.beta,
-                 g.add.size(), &any)
-             .weights_desc();
+  desc = ctx.kernel_state<UnitPrimitives>().weights_layout(
+      {g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.K, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(), any});
   const memory::desc plain({g.K, g.N}, g.type, memory::dims{g.ldb, 1});
   if (desc == plain) return false;
   buf = Tensor::empty({int64_t(desc.get_size())}, DType::U8, ctx);
@@ -436,15 +449,14 @@ void PackedB::write(Context& ctx) const {
 namespace {
 // Whether every unit of the GEMM's plan picks `layout` for its B: row units of a few extents, which
 // read all of B. Column units (short M, strided C) run oneDNN's gemm:jit on a plain B here: refused.
-bool takes_layout(const dnnl::engine& eng, const Gemm& g, const memory::desc& layout) {
+bool takes_layout(Context& ctx, const Gemm& g, const memory::desc& layout) {
   const Plan p = plan(g.M, g.N, g.K);
   if (!p.by_rows) return false;
-  OneThread one;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
+  UnitPrimitives& units = ctx.kernel_state<UnitPrimitives>();
   for (int64_t m : {p.size(0), p.size(p.units - 1)})  // the shares' two sizes (they differ by < kSplitAlign)
-    if (!(unit_pd(eng, g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.lda, g.N, g.ldc, g.alpha, g.beta, g.add.size(),
-                  &any)
-              .weights_desc() == layout))
+    if (!(units.weights_layout({g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.lda, g.N, g.ldc, g.alpha, g.beta,
+                                g.add.size(), any}) == layout))
       return false;
   return true;
 }
@@ -454,9 +466,8 @@ bool gemm_bf16(Context& ctx, bool ta, int64_t M, float alpha, const uint16_t* A,
                float beta, float* C, int64_t ldc, Addends add) {
   const auto* layout = static_cast<const memory::desc*>(B.layout_.get());
   if (!layout || M <= 0) return false;
-  const dnnl::engine eng = cpu_engine();
   Gemm g{dt::bf16, ta, false, M, B.N_, B.K_, alpha, A, lda, nullptr, B.N_, beta, C, ldc, add, layout};
-  if (!takes_layout(eng, g, *layout)) return false;
+  if (!takes_layout(ctx, g, *layout)) return false;
   if (B.src_) B.write(ctx);  // a deferred pass (pack_later): the first GEMM that reads the pack
   g.B = B.buf_.raw();
   gemm_dnnl(ctx, false, g);
