@@ -23,6 +23,7 @@
 #include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/block_impl.h"
 
@@ -65,6 +66,12 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
+  try {
+    ar::cpu::restart_for_openblas_core(argv);  // OpenBLAS's core as the CLI picks it
+  } catch (const std::exception& e) {          // an unknown AR_CPU_ISA
+    std::fprintf(stderr, "block_bench: %s\n", e.what());
+    return 2;
+  }
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("block_bench [--hidden 4096] [--inter 14336] [--heads 32] [--kv 8] [--head_dim 128] [--seq 512]\n"
                 "            [--batch 1] [--iters 3] [--threads 0 (all)] [--peak_n 2048] [--amp 0]\n"

@@ -33,6 +33,7 @@
 #include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/isa.h"
 #include "peaks.h"
 #include "kernels/cpu/ops.h"
 
@@ -122,6 +123,12 @@ struct Total {
 int main(int argc, char** argv) {
   ar::set_process_malloc_policy();  // as the CLI runs
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
+  try {
+    ar::cpu::restart_for_openblas_core(argv);  // OpenBLAS's core as the CLI picks it
+  } catch (const std::exception& e) {          // an unknown AR_CPU_ISA
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 2;
+  }
   if (argc > 1 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("gemm_bench [--tokens 4096] [--hidden 2048] [--inter 8192] [--square 2048] [--reps 2]\n"
                 "           [--threads T (default: 1 and all)] [--peak_iters 100000000]\n"
