@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
     std::printf("  steady: %.1f GFLOP/s = %.1f%% of the bf16 limit, %.1f%% of the fp32 peak\n", gs,
                 100 * gs / bf16_limit, 100 * gs / fp32_peak);
     std::printf("  %.1f GFLOP/s = %.1f%% of the bf16 limit, %.1f%% of the fp32 peak, %.1f%% of the %s GEMM rate; "
-                "peak RSS %.0f MiB\n",
+                "peak RSS %.0f MiB; oneDNN unit primitives kept %zu\n",
                 gf, 100 * gf / bf16_limit, 100 * gf / fp32_peak, 100 * gf / (amp ? bgemm : sgemm),
-                amp ? "bf16" : "fp32", peak_rss_mb());
+                amp ? "bf16" : "fp32", peak_rss_mb(), cpu::dnnl_cached_units(ctx));
     std::printf("{\"bench\":\"signround_iteration\",\"scheme\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
                 "\"first_iter_s\":%.4f,\"steady_iter_s\":%.4f,\"steady_gflops\":%.2f,\"qdq_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,"
                 "\"fp32_peak_gflops\":%.2f,\"bf16_limit_gflops\":%.2f,\"gemm_fp32_gflops\":%.2f,"

@@ -121,7 +121,8 @@ class PackedB {
  private:
   friend bool gemm_bf16(Context&, bool, int64_t, float, const uint16_t*, int64_t, const PackedB&, float, float*,
                         int64_t, Addends);
-  void set_shape(int64_t rows, int64_t cols, bool transposed);  // and the layout the kernel asks for
+  // And the layout the kernel asks for: from ctx's cache where given (pack), else asked of oneDNN.
+  void set_shape(Context* ctx, int64_t rows, int64_t cols, bool transposed);
   void write(Context& ctx) const;  // src_ into buf_
   int64_t K_ = 0, N_ = 0;
   std::shared_ptr<const void> layout_;  // the blocked memory descriptor of buf_; null: nothing to pack

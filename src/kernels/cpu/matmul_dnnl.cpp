@@ -129,32 +129,39 @@ class UnitPrimitives {
   // The layout a unit's kernel picks for B (the key's packed_b: B as format `any`), asked once per key:
   // a bf16 descriptor with a free B layout took 15-25 us to make, twice per packed GEMM.
   memory::desc weights_layout(const UnitKey& k) {
-    std::lock_guard lock(mu_);
-    auto it = layouts_.find(k);
-    if (it != layouts_.end()) return it->second;
-    if (layouts_.size() >= kCapacity) layouts_.clear();
-    OneThread one;
-    const memory::desc d = unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta,
-                                   k.adds, &*k.packed_b)
-                               .weights_desc();
-    layouts_.emplace(k, d);
-    return d;
+    return find_or_make(layouts_, k, [&] {
+      OneThread one;
+      return unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta, k.adds,
+                     &*k.packed_b)
+          .weights_desc();
+    });
   }
   std::shared_ptr<const UnitPrimitive> get(const UnitKey& k) {
-    std::lock_guard lock(mu_);
-    auto it = map_.find(k);
-    if (it != map_.end()) return it->second;
-    if (map_.size() >= kCapacity) map_.clear();
-    OneThread one;
-    auto pd = unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta, k.adds,
-                      k.packed_b ? &*k.packed_b : nullptr);
-    const bool brgemm = std::string_view(pd.impl_info_str()).starts_with("brg");
-    auto u = std::make_shared<const UnitPrimitive>(UnitPrimitive{pd, dnnl::matmul(pd), brgemm});
-    map_.emplace(k, u);
-    return u;
+    return find_or_make(map_, k, [&] {
+      OneThread one;
+      auto pd = unit_pd(eng_, k.type, k.ta, k.tb, k.m, k.n, k.K, k.lda, k.ldb, k.ldc, k.alpha, k.beta, k.adds,
+                        k.packed_b ? &*k.packed_b : nullptr);
+      const bool brgemm = std::string_view(pd.impl_info_str()).starts_with("brg");
+      return std::make_shared<const UnitPrimitive>(UnitPrimitive{pd, dnnl::matmul(pd), brgemm});
+    });
   }
 
  private:
+  // Made outside the lock, so that one thread's miss does not hold up the others' units (a MoE block's
+  // routed row counts keep missing); where two threads make one key, the first one kept is returned
+  // (the same descriptor either way).
+  template <class V, class Make>
+  V find_or_make(std::unordered_map<UnitKey, V, UnitKeyHash>& map, const UnitKey& k, Make make) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = map.find(k); it != map.end()) return it->second;
+    }
+    V v = make();
+    std::lock_guard lock(mu_);
+    if (map.size() >= kCapacity) map.clear();
+    return map.try_emplace(k, std::move(v)).first->second;
+  }
+
   const dnnl::engine eng_ = cpu_engine();
   std::mutex mu_;
   std::unordered_map<UnitKey, std::shared_ptr<const UnitPrimitive>, UnitKeyHash> map_;
@@ -397,18 +404,23 @@ void gemm_bf16(Context& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 // The layout a packed B is written in: the one the kernel picks for a unit of kMinRows rows (the units
 // of the tuning's and the passes' GEMMs); a GEMM checks that its own units pick it too (takes_layout).
 // Asked once per shape: a weight is repacked every tuning iteration at the same shape.
-void PackedB::set_shape(int64_t rows, int64_t cols, bool transposed) {
+void PackedB::set_shape(Context* ctx, int64_t rows, int64_t cols, bool transposed) {
   if (!bf16_gemm_supported()) fail(ErrorKind::Unsupported, "bf16 GEMM: " + bf16_support_summary());
   const int64_t K = transposed ? cols : rows, N = transposed ? rows : cols;
   rows_ = rows, cols_ = cols, transposed_ = transposed;
   if (K == K_ && N == N_) return;
   K_ = K, N_ = N;
-  const dnnl::engine eng = cpu_engine();
-  init_dnnl_once(eng);
+  const memory::desc any({K_, N_}, dt::bf16, memory::format_tag::any);
+  const UnitKey key{dt::bf16, false, false, kMinRows, N_, K_, K_, N_, N_, 1.f, 0.f, 0, any};
   memory::desc d;
-  {
+  if (ctx) {  // an activation's pack, new every leaf: the context's layouts
+    UnitPrimitives& units = ctx->kernel_state<UnitPrimitives>();
+    init_dnnl_once(units.engine());
+    d = units.weights_layout(key);
+  } else {
+    const dnnl::engine eng = cpu_engine();
+    init_dnnl_once(eng);
     OneThread one;
-    const memory::desc any({K_, N_}, dt::bf16, memory::format_tag::any);
     d = unit_pd(eng, dt::bf16, false, false, kMinRows, N_, K_, K_, N_, N_, 1.f, 0.f, 0, &any).weights_desc();
   }
   buf_ = Tensor();
@@ -417,12 +429,13 @@ void PackedB::set_shape(int64_t rows, int64_t cols, bool transposed) {
 }
 
 void PackedB::pack(Context& ctx, const uint16_t* W, int64_t out, int64_t in, bool transposed) {
-  pack_later(W, out, in, transposed);
+  set_shape(&ctx, out, in, transposed);
+  src_ = layout_ ? W : nullptr;
   if (layout_) write(ctx);
 }
 
 void PackedB::pack_later(const uint16_t* W, int64_t out, int64_t in, bool transposed) {
-  set_shape(out, in, transposed);
+  set_shape(nullptr, out, in, transposed);
   src_ = layout_ ? W : nullptr;
 }
 
