@@ -171,7 +171,7 @@ class UnitPrimitives {
 // Rows m0..m1 and columns n0..n1 of C as one matmul call on this thread. A transposed A's column block
 // (strided) is first copied into a dense [K, m1 - m0] buffer: the copies of all units together read A
 // once, and the call then runs on dense operands (brgemm).
-void run_unit(Context& ctx, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+void run_unit(Context& ctx, UnitPrimitives& units, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const size_t es = g.type == dt::bf16 ? 2 : 4;
   auto at = [](const void* p, int64_t elems, size_t size) {
     return const_cast<char*>(static_cast<const char*>(p)) + size_t(elems) * size;
@@ -192,7 +192,6 @@ void run_unit(Context& ctx, const Gemm& g, int64_t m0, int64_t m1, int64_t n0, i
   const int64_t rows = m1 - m0, cols = n1 - n0;
   std::optional<memory::desc> packed_b;
   if (g.packed_b) packed_b = *g.packed_b;
-  UnitPrimitives& units = ctx.kernel_state<UnitPrimitives>();
   auto u = units.get({g.type, g.ta, g.tb, rows, cols, g.K, lda, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(), packed_b});
   // The accumulation contract (cpu::gemm): C = beta C + P, then each addend, one rounding each. oneDNN's
   // brgemm kernels apply the sum and binary post-ops to the finished product; its other kernels (the
@@ -312,16 +311,16 @@ void reorder_into(const dnnl::engine& eng, const memory::desc& from, const void*
   s.wait();
 }
 
-bool prepack(Context& ctx, const dnnl::engine& eng, Gemm& g, const Plan& p, memory::desc& desc, Tensor& buf) {
+bool prepack(Context& ctx, UnitPrimitives& units, Gemm& g, const Plan& p, memory::desc& desc, Tensor& buf) {
   if (!p.by_rows || p.units < kPrepackUnits || g.tb || g.packed_b) return false;
   const memory::desc any({g.K, g.N}, g.type, memory::format_tag::any);
   const int64_t m = p.size(0);
-  desc = ctx.kernel_state<UnitPrimitives>().weights_layout(
+  desc = units.weights_layout(
       {g.type, g.ta, false, m, g.N, g.K, g.ta ? m : g.K, g.ldb, g.ldc, g.alpha, g.beta, g.add.size(), any});
   const memory::desc plain({g.K, g.N}, g.type, memory::dims{g.ldb, 1});
   if (desc == plain) return false;
   buf = Tensor::empty({int64_t(desc.get_size())}, DType::U8, ctx);
-  reorder_into(eng, plain, g.B, desc, buf.raw());
+  reorder_into(units.engine(), plain, g.B, desc, buf.raw());
   g.B = buf.raw();
   g.packed_b = &desc;
   return true;
@@ -339,22 +338,22 @@ void gemm_dnnl(Context& ctx, bool serial, const Gemm& plain) {
       }
     return;
   }
-  const dnnl::engine eng = cpu_engine();
-  init_dnnl_once(eng);
+  UnitPrimitives& units = ctx.kernel_state<UnitPrimitives>();  // once per GEMM, for all its units
+  init_dnnl_once(units.engine());
   const Plan p = plan(g.M, g.N, g.K);
-  if (p.units == 1) return run_unit(ctx, g, 0, g.M, 0, g.N);
+  if (p.units == 1) return run_unit(ctx, units, g, 0, g.M, 0, g.N);
   memory::desc packed;
   Tensor packed_buf;
-  prepack(ctx, eng, g, p, packed, packed_buf);
-  auto units = [&](int64_t u0, int64_t u1) {
+  prepack(ctx, units, g, p, packed, packed_buf);
+  auto run = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = p.begin(u), e = p.begin(u + 1);
-      if (p.by_rows) run_unit(ctx, g, b, e, 0, g.N);
-      else run_unit(ctx, g, 0, g.M, b, e);
+      if (p.by_rows) run_unit(ctx, units, g, b, e, 0, g.N);
+      else run_unit(ctx, units, g, 0, g.M, b, e);
     }
   };
-  if (serial) units(0, p.units);
-  else ctx.pool().parallel_for(p.units, units, 1);
+  if (serial) run(0, p.units);
+  else ctx.pool().parallel_for(p.units, run, 1);
 }
 }  // namespace
 
