@@ -16,25 +16,14 @@
 #include "model/config.h"
 #include "model/tokenizer/hf_bpe.h"
 #include "model/tokenizer/tokenizer.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    path = (fs::temp_directory_path() / ("ar_fuzz_findings_" + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path + "/" + name, std::ios::binary) << text;
-    return path + "/" + name;
-  }
-};
+using ar::test::TempDir;
 
 // A minimal valid byte-level tokenizer.json ("a", "b", "ab").
 json tiny_tokenizer() {
@@ -45,7 +34,7 @@ json tiny_tokenizer() {
 
 // Loads tokenizer.json `j` and expects an ar::Error whose message contains every one of `parts`.
 void expect_refused(const json& j, std::initializer_list<const char*> parts) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   const std::string path = d.write("tokenizer.json", j.dump());
   try {
     ar::HfBpeTokenizer::from_tokenizer_json(path, json::object());
@@ -61,7 +50,7 @@ void expect_refused(const json& j, std::initializer_list<const char*> parts) {
 }  // namespace
 
 TEST(FuzzFindings, TinyTokenizerLoads) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   auto t = ar::HfBpeTokenizer::from_tokenizer_json(d.write("tokenizer.json", tiny_tokenizer().dump()), json::object());
   EXPECT_EQ(t->encode("ab", false), std::vector<int32_t>{2});
 }
@@ -127,7 +116,7 @@ TEST(FuzzFindings, WrongTypesNameTheKey) {
 // Was: std::stol on the keys of tokenizer_config.json's added_tokens_decoder threw
 // std::invalid_argument (not ar::Error: the CLI reported an internal error).
 TEST(FuzzFindings, AddedTokensDecoderKeyNotAnId) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   d.write("tokenizer.json", tiny_tokenizer().dump());
   d.write("tokenizer_config.json", R"({"added_tokens_decoder": {"x1": {"content": "<pad>"}}})");
   try {
@@ -140,7 +129,7 @@ TEST(FuzzFindings, AddedTokensDecoderKeyNotAnId) {
 
 // Was: std::stol on a tiktoken rank after the first line threw std::invalid_argument.
 TEST(FuzzFindings, TiktokenRankNotANumber) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   d.write("tokenizer.model", "IQ== 0\nIg== x\n");
   try {
     ar::load_tokenizer(d.path);
@@ -170,7 +159,7 @@ void expect_llama2c_refused(const std::string& path, const char* part) {
 
 // Was: vocab_size = -h[5] with h[5] = INT32_MIN (signed overflow, UBSan).
 TEST(FuzzFindings, Llama2cVocabInt32Min) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   const int32_t h[7] = {8, 16, 1, 2, 2, INT32_MIN, 4};
   expect_llama2c_refused(llama2c_file(d, h, 0), "implausible header field 5");
 }
@@ -179,7 +168,7 @@ TEST(FuzzFindings, Llama2cVocabInt32Min) {
 // small file could pass the size check and be read past its end. Now every product of three header
 // fields is checked against the file size before it is formed.
 TEST(FuzzFindings, Llama2cSizesCannotWrap) {
-  TempDir d;
+  TempDir d("fuzz_findings");
   const int32_t h[7] = {1 << 24, 1 << 24, 1 << 24, 1 << 23, 1 << 23, 1, 1};
   expect_llama2c_refused(llama2c_file(d, h, 64), "truncated");
   const int32_t ok[7] = {8, 16, 1, 2, 2, 4, 4};  // exactly the floats the header implies

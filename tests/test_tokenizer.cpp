@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "io/json_file.h"
@@ -165,19 +166,18 @@ TEST(Tokenizer, BadInputsAreNamed) {
 }
 
 namespace {
-// A directory holding only one tokenizer file of a fixture (so load_tokenizer takes that path).
-std::string only_file(const std::string& src, const std::string& name) {
-  std::string d = (std::filesystem::temp_directory_path() / ("ar_tok_" + std::to_string(::getpid()) + "_" +
-                                                             std::filesystem::path(src).parent_path().filename().string())).string();
-  std::filesystem::create_directories(d);
-  std::filesystem::copy_file(src, d + "/" + name, std::filesystem::copy_options::overwrite_existing);
+// A directory holding only one tokenizer file of a fixture (so load_tokenizer takes that path),
+// removed when the returned object goes.
+std::unique_ptr<ar::test::TempDir> only_file(const std::string& src, const std::string& name) {
+  auto d = std::make_unique<ar::test::TempDir>("tok_" + std::filesystem::path(src).parent_path().filename().string());
+  std::filesystem::copy_file(src, d->file(name));
   return d;
 }
 }  // namespace
 
 TEST(SentencePieceModel, Llama2TokenizerModelMatchesHfGoldens) {
   AR_REQUIRE_FIXTURES(fx);
-  auto t = load_tokenizer(only_file(tok_dir(fx, "llama2-spm") + "/tokenizer.model", "tokenizer.model"));
+  auto t = load_tokenizer(only_file(tok_dir(fx, "llama2-spm") + "/tokenizer.model", "tokenizer.model")->path);
   EXPECT_NE(t->describe().find("SentencePiece tokenizer.model"), std::string::npos);
   json j = read_json_file(fx + "/tokenizers/hf-golden/tokenizer_tests.json");
   for (const auto& c : j.at("coreml-projects/Llama-2-7b-chat-coreml"))
@@ -195,7 +195,7 @@ TEST(SentencePieceModel, Llama2TokenizerModelMatchesHfGoldens) {
 TEST(SentencePieceModel, MistralChatGolden118Tokens) {
   AR_REQUIRE_FIXTURES(fx);
   const std::string m = tok_dir(fx, "mistral-7b-v0.1");
-  auto t = load_tokenizer(only_file(m + "/tokenizer.model", "tokenizer.model"));
+  auto t = load_tokenizer(only_file(m + "/tokenizer.model", "tokenizer.model")->path);
   json sample = read_json_file(m + "/golden_no_tools_sample.json");
   std::vector<int32_t> ids = {t->bos()};
   for (const auto& msg : sample["messages"]) {
@@ -218,8 +218,8 @@ TEST(Tokenizer, MetaspaceSpellingEncodesLikeTheNormalizerSpelling) {
   ASSERT_TRUE(tj.contains("normalizer") && !tj["normalizer"].is_null());
   tj["normalizer"] = nullptr;
   tj["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
-  const std::string d = ar::test::temp_path("tok_metaspace");
-  std::filesystem::create_directories(d);
+  const ar::test::TempDir dir("tok_metaspace");
+  const std::string& d = dir.path;
   { std::ofstream(d + "/tokenizer.json") << tj.dump(); }
   std::filesystem::copy_file(src + "/tokenizer_config.json", d + "/tokenizer_config.json");
   auto legacy = load_tokenizer(src), meta = load_tokenizer(d);
@@ -236,13 +236,12 @@ TEST(Tokenizer, MetaspaceSpellingEncodesLikeTheNormalizerSpelling) {
   want.push_back(space[0]);
   want.insert(want.end(), b.begin(), b.end());
   EXPECT_EQ(show(split->encode("a  b", false)), show(want));
-  std::filesystem::remove_all(d);
 }
 
 TEST(Tokenizer, UnsupportedTypesAreNamed) {
   AR_REQUIRE_FIXTURES(fx);
-  std::string d = (std::filesystem::temp_directory_path() / ("ar_tok_bad_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(d);
+  const ar::test::TempDir dir("tok_bad");
+  const std::string& d = dir.path;
   auto expect_error = [&](const json& tj, const std::string& what) {
     { std::ofstream(d + "/tokenizer.json") << tj.dump(); }
     try {
@@ -277,7 +276,6 @@ TEST(Tokenizer, UnsupportedTypesAreNamed) {
   }
   std::filesystem::remove(d + "/tokenizer.model");
   EXPECT_THROW(load_tokenizer(d), Error);  // nothing at all
-  std::filesystem::remove_all(d);
 }
 
 // The same .inp/.out goldens through llama.cpp's vocab-only GGUF files. bert-bge (WordPiece) is the
@@ -319,8 +317,8 @@ TEST(GgufVocabErrors, WordPieceAndBadFilesAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos) << e.what();
   }
-  std::string d = (std::filesystem::temp_directory_path() / ("ar_gguf_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(d);
+  const ar::test::TempDir dir("tok_gguf");
+  const std::string& d = dir.path;
   std::string good = read_text_file(fx + "/tokenizers/llama.cpp-vocab/ggml-vocab-gpt-2.gguf");
   for (size_t cut : {size_t(3), size_t(20), size_t(1000), good.size() / 2}) {
     { std::ofstream(d + "/t.gguf", std::ios::binary) << good.substr(0, cut); }
@@ -331,5 +329,4 @@ TEST(GgufVocabErrors, WordPieceAndBadFilesAreRefused) {
       EXPECT_NE(std::string(e.what()).find("t.gguf"), std::string::npos) << e.what();
     }
   }
-  std::filesystem::remove_all(d);
 }

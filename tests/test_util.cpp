@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace ar::test {
 std::string temp_path(const std::string& name) {
@@ -11,6 +12,18 @@ std::string temp_path(const std::string& name) {
   std::string d = (fs::temp_directory_path() / ("ar_test_" + name + "_" + std::to_string(::getpid()))).string();
   fs::remove_all(d);
   return d;
+}
+
+TempDir::TempDir(const std::string& name) : path(temp_path(name)) { std::filesystem::create_directories(path); }
+
+TempDir::~TempDir() {
+  std::error_code ec;  // a destructor must not throw; a leftover under /tmp is the worst case
+  std::filesystem::remove_all(path, ec);
+}
+
+std::string TempDir::write(const std::string& name, const std::string& bytes) const {
+  std::ofstream(file(name), std::ios::binary) << bytes;
+  return file(name);
 }
 
 std::string fixtures_dir() {

@@ -91,6 +91,17 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 // A fresh (removed if present) path under the temp directory, unique per process: "ar_test_<name>_<pid>".
 std::string temp_path(const std::string& name);
 
+// A directory at temp_path(name), created now and removed with everything in it at scope exit.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& name);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path + "/" + name; }
+  std::string write(const std::string& name, const std::string& bytes) const;  // returns file(name)
+};
+
 // Whether some entry of `v` contains `what` (notes, refusal reasons).
 bool any_contains(const std::vector<std::string>& v, const std::string& what);
 
