@@ -74,14 +74,16 @@ BENCHMARK(BM_AttentionFwdBwd)
     ->Unit(benchmark::kMillisecond);
 
 // SignRound's QDQ forward and backward of one 8192 x 2048 weight (W4, group 128, asym, min-max tuned):
-// the per-iteration work outside the GEMMs. Counter: weight elements per second.
+// the per-iteration work outside the GEMMs. Arg: 0 forward (fp32 out), 1 backward, 2 forward with a
+// bf16 out (--amp). Counter: weight elements per second.
 void BM_QdqFwdBwd(benchmark::State& st) {
   const int64_t out = 8192, in = 2048;
-  const bool backward = st.range(0) != 0;
+  const bool backward = st.range(0) == 1, bf16 = st.range(0) == 2;
   const quant::QdqShape sh = quant::make_qdq_shape(out, in, 4, 128, false);
   const int64_t ng = out * sh.groups(), n = out * in;
   const size_t un = static_cast<size_t>(n), ug = static_cast<size_t>(ng);
   std::vector<float> W(un), V(un), dW(un), What(un), dV(un);
+  std::vector<uint16_t> What16(un);
   for (int64_t i = 0; i < n; ++i) {
     W[size_t(i)] = float(int(i * 7919 % 2001) - 1000) * 1e-4f;
     V[size_t(i)] = float(int(i * 104729 % 1001) - 500) * 1e-3f;
@@ -93,13 +95,16 @@ void BM_QdqFwdBwd(benchmark::State& st) {
     if (backward)
       quant::qdq_bwd(ctx(), sh, W.data(), V.data(), a.data(), b.data(), lo.data(), hi.data(), dW.data(), dV.data(),
                      da.data(), db.data());
+    else if (bf16)
+      quant::qdq_fwd(ctx(), sh, W.data(), V.data(), a.data(), b.data(), lo.data(), hi.data(), What16.data(),
+                     s.data(), z.data());
     else
       quant::qdq_fwd(ctx(), sh, W.data(), V.data(), a.data(), b.data(), lo.data(), hi.data(), What.data(), s.data(),
                      z.data());
   }
   st.counters["Gelem/s"] = benchmark::Counter(double(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_QdqFwdBwd)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QdqFwdBwd)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // bf16 transpose of an 8192 x 2048 weight (the input-gradient GEMM operand under --amp). Counter: GB/s
 // of bytes read plus written.

@@ -3,11 +3,14 @@
 // function with its rounding offsets and clamp decisions frozen at the evaluation point, and the
 // threaded fp32 path against the reference.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "quant/opt_rtn.h"
 #include "quant/qdq.h"
+#include "quant/sign_step.h"
+#include "quant/sign_step_simd.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -242,6 +245,106 @@ TEST(Qdq, Fp32BackwardRowsEqualReferenceBits) {
       EXPECT_EQ(std::memcmp(db1.data(), db2.data(), db1.size() * 4), 0) << at;
     }
   }
+}
+
+// The fp32 forward's paths (16 columns at a time on AVX-512, 8 on AVX2, and scalar) give the reference
+// template's bits on every ISA level, with fp32 and bf16 (--amp) outputs: ragged groups and tails,
+// sym and asym, clamped codes (large V), the optional inputs left out, exact ties of the rounding
+// (w / s + v = k + 1/2: round half to even), and inf and NaN weights (clamped, and a NaN kept).
+TEST(Qdq, Fp32ForwardRowsEqualReferenceBits) {
+  struct Case {
+    int64_t out, in, group;
+    int bits;
+    bool sym, with_v, with_ab, ties;
+  };
+  const Case cases[] = {{16, 256, 128, 4, false, true, true, false}, {9, 100, 32, 3, true, true, true, false},
+                        {6, 120, 24, 4, false, true, true, false},   {4, 64, 9, 4, true, true, true, false},
+                        {5, 37, -1, 2, false, true, false, false},   {7, 70, 16, 8, true, false, true, false},
+                        {3, 1, 1, 4, false, true, true, false},      {11, 131, 33, 4, false, true, true, false},
+                        {4, 64, 32, 4, true, true, false, true},     {4, 48, 24, 4, true, true, false, true}};
+  uint32_t seed = 70;
+  for (const Case& k : cases) {
+    const QdqShape sh = make_qdq_shape(k.out, k.in, k.bits, k.group, k.sym);
+    const int64_t ng = sh.out * sh.groups(), vw = sh.groups() * sh.group;
+    auto W = test::cast<float>(test::randn<double>(size_t(sh.out * sh.in), ++seed, 0.05));
+    auto V = test::cast<float>(test::randn<double>(size_t(sh.out * vw), ++seed, 0.4));
+    if (k.ties) {  // sym 4-bit: w = j / 16 with max |w| = 1/2 in every group sets s = -1/16 exactly: w / s + 1/2 is a tie
+      for (size_t i = 0; i < W.size(); ++i) W[i] = float(int64_t(i % 17) - 8) / 16.f;
+      std::fill(V.begin(), V.end(), 0.5f);
+    }
+    W[W.size() / 3] = INFINITY;  // its group's scale and codes go with it, on every path alike
+    W[W.size() / 2] = std::nanf("");
+    auto a = test::cast<float>(test::randn<double>(size_t(ng), ++seed, 0.3)), b = a;
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] += 0.9f;
+      b[i] = 1.7f - a[i];
+    }
+    std::vector<float> lo(static_cast<size_t>(ng)), hi(lo.size());
+    qdq_minmax<float>(sh, W.data(), lo.data(), hi.data(), 0, sh.out);
+    const float* v = k.with_v ? V.data() : nullptr;
+    const float *pa = k.with_ab ? a.data() : nullptr, *pb = k.with_ab ? b.data() : nullptr;
+    std::vector<float> y1(W.size()), s1(lo.size()), z1(lo.size());
+    std::vector<uint16_t> h1(W.size());
+    qdq_fwd<float>(sh, W.data(), v, pa, pb, lo.data(), hi.data(), y1.data(), s1.data(), z1.data(), 0, sh.out);
+    qdq_fwd<float, uint16_t>(sh, W.data(), v, pa, pb, lo.data(), hi.data(), h1.data(), nullptr, nullptr, 0, sh.out);
+    if (k.ties) {  // the ties are there, and went to even codes
+      size_t even = 0;
+      for (size_t i = 0; i < W.size(); ++i) even += std::isfinite(y1[i]) && std::fmod(std::abs(y1[i]) * 16.f, 2.f) == 0.f;
+      EXPECT_GT(even, W.size() / 2) << "no tie rounded to even";
+    }
+    for (cpu::Isa level : cpu::kIsaLevels) {
+      if (level > cpu::kernel_isa()) break;
+      std::vector<float> y2(W.size(), 5.f), s2(lo.size()), z2(lo.size());
+      std::vector<uint16_t> h2(W.size(), 5);
+      qdq_fwd_rows(sh, W.data(), v, pa, pb, lo.data(), hi.data(), y2.data(), s2.data(), z2.data(), 0, sh.out, level);
+      qdq_fwd_rows(sh, W.data(), v, pa, pb, lo.data(), hi.data(), h2.data(), nullptr, nullptr, 0, sh.out, level);
+      const std::string at = std::string(cpu::isa_name(level)) + " out " + std::to_string(k.out) + " in " +
+                             std::to_string(k.in) + " g " + std::to_string(k.group);
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << at;
+      EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 2), 0) << at;
+      EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0) << at;
+      EXPECT_EQ(std::memcmp(z1.data(), z2.data(), z1.size() * 4), 0) << at;
+    }
+  }
+}
+
+// SignRound's step over an array (sign_step_simd.cpp) gives quant/sign_step.h's scalar bits on every
+// ISA level: zero, -0, NaN, infinite and subnormal gradients, coefficients stepped past 0 and 1, -0
+// values, a zero rate, and lengths with tails; a non-finite gradient anywhere is reported.
+TEST(SignStep, EveryLevelGivesTheScalarBits) {
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(37), int64_t(1000)})
+    for (bool coef : {false, true})
+      for (float rate : {0.005f, 0.f, 1e-40f}) {
+        auto p0 = test::cast<float>(test::randn<double>(size_t(n), uint32_t(n + 90), coef ? 0.6 : 0.3));
+        auto d = test::cast<float>(test::randn<double>(size_t(n), uint32_t(n + 91), 1.0));
+        for (size_t i = 0; i < size_t(n); ++i) {
+          if (coef) p0[i] += 0.5f;  // some outside [0, 1], some one step from an end
+          if (i % 5 == 1) d[i] = 0.f;
+          if (i % 7 == 2) d[i] = -0.f;
+          if (i % 11 == 3) d[i] = 1e-42f;  // subnormal
+          if (i % 13 == 4) p0[i] = -0.f;
+        }
+        for (bool bad : {false, true}) {
+          std::vector<float> g = d;
+          if (bad) g[size_t(n) - 1] = (n % 2) ? std::nanf("") : -INFINITY;  // the last: a tail on some levels
+          std::vector<float> want = p0;
+          bool ok_want = true;
+          for (size_t i = 0; i < size_t(n); ++i) {
+            ok_want &= std::isfinite(g[i]);
+            want[i] = coef ? coef_step_value(want[i], g[i], rate) : sign_step_value(want[i], g[i], rate);
+          }
+          EXPECT_EQ(ok_want, !bad);
+          for (cpu::Isa level : cpu::kIsaLevels) {
+            if (level > cpu::kernel_isa()) break;
+            std::vector<float> p = p0;
+            const bool ok = sign_step_array(p.data(), g.data(), n, rate, coef, level);
+            const std::string at = std::string(cpu::isa_name(level)) + " n " + std::to_string(n) + " coef " +
+                                   std::to_string(coef) + " rate " + std::to_string(rate) + " bad " + std::to_string(bad);
+            EXPECT_EQ(ok, ok_want) << at;
+            EXPECT_EQ(std::memcmp(p.data(), want.data(), p.size() * 4), 0) << at;
+          }
+        }
+      }
 }
 
 TEST(Qdq, RejectsUnsupportedBitsAndGroups) {

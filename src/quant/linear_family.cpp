@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "quant/opt_rtn.h"
 #include "quant/opt_rtn_fp.h"
-#include "quant/sign_step.h"
+#include "quant/sign_step_simd.h"
 
 namespace ar::quant {
 
@@ -17,22 +17,12 @@ namespace {
 
 // p -= rate * sign(d) over n entries (quant/sign_step.h); false if a d was not finite.
 bool sign_step(float* p, const float* d, int64_t n, float rate) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) {
-    ok &= std::isfinite(d[i]);
-    p[i] = sign_step_value(p[i], d[i], rate);
-  }
-  return ok;
+  return sign_step_array(p, d, n, rate, false, cpu::kernel_isa());
 }
 
 // The same for a min/max coefficient, kept in [0, 1].
 bool coef_step(float* p, const float* d, int64_t n, float rate) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) {
-    ok &= std::isfinite(d[i]);
-    p[i] = coef_step_value(p[i], d[i], rate);
-  }
-  return ok;
+  return sign_step_array(p, d, n, rate, true, cpu::kernel_isa());
 }
 
 void copy_floats(Tensor& dst, const Tensor& src, int64_t at, int64_t n) {

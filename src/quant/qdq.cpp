@@ -27,15 +27,17 @@ void qdq_minmax(Context& ctx, const QdqShape& sh, const float* W, float* wmin0, 
 
 void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, float* What, float* scale, float* zero) {
+  const cpu::Isa isa = cpu::kernel_isa();
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
-    qdq_fwd<float>(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1);
+    qdq_fwd_rows(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1, isa);
   }, ThreadPool::grain(4 * sh.in));
 }
 
 void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero) {
+  const cpu::Isa isa = cpu::kernel_isa();
   ctx.pool().parallel_for(sh.out, [&](int64_t r0, int64_t r1) {
-    qdq_fwd<float, uint16_t>(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1);
+    qdq_fwd_rows(sh, W, V, alpha, beta, wmin0, wmax0, What, scale, zero, r0, r1, isa);
   }, ThreadPool::grain(4 * sh.in));
 }
 

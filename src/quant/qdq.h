@@ -16,6 +16,15 @@ void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, c
 // The same with What written as bf16 (the --amp GEMM operand; equals f32_to_bf16 of the fp32 What).
 void qdq_fwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero);
+// qdq_fwd<float, Out> of qdq_ref.h over rows [r0, r1) on the calling thread at the given level's path:
+// 16 columns at a time on AVX-512, 8 on AVX2, else scalar (qdq_fwd_simd.cpp), the same bits on every
+// path. The Context forms above run cpu::kernel_isa()'s path over the pool.
+void qdq_fwd_rows(const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+                  const float* wmin0, const float* wmax0, float* What, float* scale, float* zero, int64_t r0,
+                  int64_t r1, cpu::Isa isa);
+void qdq_fwd_rows(const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
+                  const float* wmin0, const float* wmax0, uint16_t* What, float* scale, float* zero, int64_t r0,
+                  int64_t r1, cpu::Isa isa);
 void qdq_bwd(Context& ctx, const QdqShape& sh, const float* W, const float* V, const float* alpha, const float* beta,
              const float* wmin0, const float* wmax0, const float* dWhat, float* dV, float* dalpha, float* dbeta);
 // qdq_bwd<float> of qdq_ref.h over rows [r0, r1) on the calling thread, 16 columns at a time on

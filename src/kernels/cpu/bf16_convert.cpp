@@ -3,13 +3,14 @@
 //   NaN (|u| > 0x7f800000): (u >> 16) | 0x0040 (quiet, sign and top payload kept);
 //   otherwise (u + 0x7fff + ((u >> 16) & 1)) >> 16: ties to even, subnormals rounded like any value
 //   (no flush to zero), overflow carries into the exponent and gives +-inf.
-// The AVX-512 and AVX2 paths do the same integer arithmetic (VCVTNEPS2BF16 is not used: it treats
-// subnormal inputs as zero). bf16 -> fp32 is a 16-bit shift (exact).
+// The AVX-512 and AVX2 paths do the same integer arithmetic (bf16_round_simd.h). bf16 -> fp32 is a
+// 16-bit shift (exact).
 // Reference: ar::f32_to_bf16 / ar::bf16_to_f32, element by element (tests/test_kernels_bf16.cpp).
 #include <immintrin.h>
 
 #include "core/dtype.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "kernels/cpu/bf16_round_simd.h"
 
 namespace ar::cpu {
 
@@ -23,16 +24,10 @@ namespace {
 constexpr int64_t kGrain = int64_t(1) << 16;  // elements per chunk: memory-bound, keep wake-ups rare
 
 __attribute__((target("avx512f"))) void to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
-                bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(src + i);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
-    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q)));
+    const __m512i r = bf16_round16_avx512(_mm512_loadu_si512(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
   }
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
@@ -46,25 +41,12 @@ __attribute__((target("avx512f"))) void to_f32_avx512(const uint16_t* src, float
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// 8 lanes of the rounding above, as 32-bit integers (signed compares: |u| <= 0x7fffffff).
-__attribute__((target("avx2"))) inline __m256i round8_avx2(__m256i u) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
-                bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
-  const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
-  return _mm256_blendv_epi8(r, q, nan);
-}
-
 __attribute__((target("avx2"))) void to_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i lo = round8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-    const __m256i hi = round8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
-    // packus works within 128-bit halves (values are <= 0xffff, no saturation): restore the order
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+    const __m256i lo = bf16_round8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m256i hi = bf16_round8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_pack16_avx2(lo, hi));
   }
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
