@@ -6,14 +6,12 @@
 #include <immintrin.h>
 
 #include "quant/qdq.h"
+#include "kernels/cpu/avx512_headers.h"
 
 namespace ar::quant {
 
 namespace {
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC PR 105593 in the AVX-512 headers
-#endif
+AR_AVX512_HEADERS_BEGIN
 // _mm512_maskz_xor_ps is AVX512DQ; the rest is AVX512F.
 __attribute__((target("avx512f,avx512dq"))) void group_bwd_avx512(const QdqShape& sh, const GroupScale<float>& g,
                                                                   const float* W, const float* V, const float* dWhat,
@@ -41,9 +39,7 @@ __attribute__((target("avx512f,avx512dq"))) void group_bwd_avx512(const QdqShape
   ds = combine_lanes(a);
   dz = combine_lanes(b);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AR_AVX512_HEADERS_END
 
 // Eight columns of group_bwd: m selects the lanes that exist (all ones or zero per lane).
 __attribute__((target("avx2,fma"))) inline void lanes8_avx2(__m256 s, __m256 z, __m256 lo, __m256 hi, __m256i m,

@@ -11,16 +11,13 @@
 
 #include "kernels/cpu/bf16_round_simd.h"
 #include "quant/qdq.h"
+#include "kernels/cpu/avx512_headers.h"
 
 namespace ar::quant {
 
 namespace {
 
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* (GCC PR 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AR_AVX512_HEADERS_BEGIN
 
 struct GroupConsts {
   float s, z, lo, hi;  // the group's scale and zero point; the code range
@@ -51,9 +48,7 @@ __attribute__((target("avx512f"))) int64_t group_fwd_avx512(const GroupConsts& k
   return c;
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AR_AVX512_HEADERS_END
 
 __attribute__((target("avx2"))) inline __m256 qdq8_avx2(const GroupConsts& k, __m256 w, __m256 v) {
   const __m256 s = _mm256_set1_ps(k.s), z = _mm256_set1_ps(k.z);

@@ -11,15 +11,13 @@
 #include <cmath>
 
 #include "quant/sign_step.h"
+#include "kernels/cpu/avx512_headers.h"
 
 namespace ar::quant {
 
 namespace {
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC PR 105593 in the AVX-512 headers
-#endif
+AR_AVX512_HEADERS_BEGIN
 __attribute__((target("avx512f"))) int64_t step_avx512(float* p, const float* d, int64_t n, float rate, bool coef,
                                                        bool& ok) {
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f), r = _mm512_set1_ps(rate),
@@ -39,9 +37,7 @@ __attribute__((target("avx512f"))) int64_t step_avx512(float* p, const float* d,
   ok &= finite == 0xffff;
   return i;
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AR_AVX512_HEADERS_END
 
 __attribute__((target("avx2"))) int64_t step_avx2(float* p, const float* d, int64_t n, float rate, bool coef,
                                                   bool& ok) {

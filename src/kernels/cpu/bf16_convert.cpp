@@ -11,14 +11,11 @@
 #include "core/dtype.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/bf16_round_simd.h"
+#include "kernels/cpu/avx512_headers.h"
 
 namespace ar::cpu {
 
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* (GCC PR 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AR_AVX512_HEADERS_BEGIN
 
 namespace {
 constexpr int64_t kGrain = int64_t(1) << 16;  // elements per chunk: memory-bound, keep wake-ups rare
@@ -61,9 +58,7 @@ __attribute__((target("avx2"))) void to_f32_avx2(const uint16_t* src, float* dst
 }
 }  // namespace
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AR_AVX512_HEADERS_END
 
 void fp32_to_bf16_serial(const float* src, uint16_t* dst, int64_t n, Isa isa) {
   if (isa >= Isa::avx512) return to_bf16_avx512(src, dst, n);

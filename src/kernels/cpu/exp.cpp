@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/avx512_headers.h"
 
 namespace ar::cpu {
 
@@ -36,10 +37,7 @@ float exp_one(float x) {
   return y < kMinNormal ? 0.f : y;
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC PR 105593 in the AVX-512 headers
-#endif
+AR_AVX512_HEADERS_BEGIN
 // 16 lanes of exp_one (NaN lanes pass through).
 __attribute__((target("avx512f"))) inline __m512 exp16_avx512(__m512 v) {
   const __m512 c = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi));
@@ -62,9 +60,7 @@ __attribute__((target("avx512f"))) void exp_avx512(float* x, int64_t n) {
     _mm512_mask_storeu_ps(x + i, m, exp16_avx512(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AR_AVX512_HEADERS_END
 
 // 2^e for integer lanes e in [-126, 127].
 __attribute__((target("avx2"))) inline __m256 pow2_avx2(__m256i e) {
