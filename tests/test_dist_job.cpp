@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist_ranks.h"
+#include "slowloris.h"
 #include "io/mapped_file.h"
 #include "model/convert_llama2c.h"
 #include "model/synthetic.h"
@@ -393,6 +394,29 @@ TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
   EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
   EXPECT_NE(ends[0].log.find("authenticated by the job token"), std::string::npos) << ends[0].log;
   EXPECT_NE(ends[0].log.find("authentication failed"), std::string::npos) << ends[0].log;
+}
+
+// A slowloris on the rendezvous port from before rank 0 listens until the job ends, holding every slot
+// for connections awaiting authentication (8 from the ranks' own address, 8 from each of 7 more) and
+// reopening each one the store closes: the job finishes with the serial run's bytes. (Before the store
+// displaced the oldest waiting connection, a rank's connection was closed at accept and the rank failed.)
+TEST(DistJob, ASlowlorisOnTheRendezvousPortDoesNotStopTheJob) {
+  Fixture f("dj_slowloris", 2, 47);
+  auto args = quant_args(f.model, f.dir + "/serial", 30);
+  run_serial(args, f.dir);
+  args[3] = f.dir + "/job";
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) {
+    s.args = args;
+    s.env = {"AR_JOB_TOKEN=" + kJobToken};
+  }
+  const int port = ar::test::free_port();
+  ar::test::Slowloris strangers(port, ar::test::loopback_sources(7), 8);
+  auto ranks = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);
+  const auto ends = ar::test::wait_ranks(ranks, kJobTimeout);
+  expect_all_ok(ends, "a job behind a slowloris");
+  EXPECT_GE(strangers.opened(), 64) << "the strangers held every waiting slot";
+  EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ar::test::dir_files(f.dir + "/serial"));
 }
 
 // Ranks started with different tokens: rank 1 stops at once naming the token (exit 1); rank 0 logs the

@@ -26,6 +26,7 @@
 #include "distributed/auth.h"
 #include "distributed/store.h"
 #include "distributed/store_frame.h"
+#include "slowloris.h"
 
 extern char** environ;
 
@@ -682,29 +683,73 @@ TEST(StoreAuth, LargeLengthPrefixesAndHalfFramesAreBounded) {
   EXPECT_EQ(server.verdict(), "");
 }
 
-// Connections awaiting authentication are bounded per address and in all, and each gets
-// auth_deadline to finish; an authenticated member is served alongside.
-TEST(StoreAuth, PendingConnectionsAreBoundedAndExpire) {
+// Connections awaiting authentication are bounded per address and in all, and each gets auth_deadline
+// to finish; a newcomer past a bound displaces the oldest waiting connection (of its address; in all,
+// of the address with the most waiting), never a member's, which is served alongside.
+TEST(StoreAuth, PendingConnectionsAreBoundedByDisplacingTheOldest) {
   StoreLimits lim;
   lim.pending = 6;
   lim.pending_per_peer = 4;
   lim.auth_deadline = 3s;  // far from "at once", even on a loaded machine
   StoreServer server(kLocal, 0, 1, 8s, kToken, lim);
   StoreClient member(kLocal, server.port(), 2s, kToken);
+  // One at a time, each counted by the accept thread before the next: the order is the age.
+  auto open = [&](const char* source) {
+    const int fd = ar::test::connect_from(source, server.port());
+    std::this_thread::sleep_for(150ms);
+    return fd;
+  };
   std::vector<int> silent;
-  for (int i = 0; i < 4; ++i) silent.push_back(fr::connect_with_retries(kLocal, server.port(), 2s));
-  std::this_thread::sleep_for(200ms);  // the accept thread has counted them
-  const int fifth = fr::connect_with_retries(kLocal, server.port(), 2s);
-  const auto t0 = Clock::now();
-  EXPECT_TRUE(closed_by_server(fifth, 3s)) << "the fifth pending connection from one address";
-  EXPECT_LT(ms_since(t0), 1500) << "refused at once, not after the deadline";
-  ::close(fifth);
+  for (int i = 0; i < 4; ++i) silent.push_back(open("127.0.0.1"));
+  auto t0 = Clock::now();
+  silent.push_back(open("127.0.0.1"));
+  EXPECT_TRUE(closed_by_server(silent[0], 3s)) << "the oldest of 5 waiting from one address";
+  EXPECT_LT(ms_since(t0), 1500) << "displaced at once, not after the deadline";
+  ::close(silent[0]);
+  silent.erase(silent.begin());
+  // In all: 4 from 127.0.0.1 and 2 from 127.0.0.2 wait; a newcomer from 127.0.0.3 displaces the oldest
+  // of the address with the most (127.0.0.1).
+  silent.push_back(open("127.0.0.2"));
+  silent.push_back(open("127.0.0.2"));
+  t0 = Clock::now();
+  silent.push_back(open("127.0.0.3"));
+  EXPECT_TRUE(closed_by_server(silent[0], 3s)) << "the oldest of the address with the most waiting";
+  EXPECT_LT(ms_since(t0), 1500);
+  ::close(silent[0]);
+  silent.erase(silent.begin());
   for (int fd : silent) {
     EXPECT_TRUE(closed_by_server(fd, 6s)) << "a silent connection outlived the authentication deadline";
     ::close(fd);
   }
   member.set("k", {'v'});
   EXPECT_EQ(member.get("k"), std::vector<char>{'v'});
+}
+
+// A slowloris holding every waiting slot (8 from the ranks' own address, 8 from each of 7 more: the 64
+// in all), reopening each connection the store closes: ranks' store clients and liveness links still
+// authenticate, one after another, within the timeout. Before displacement, the ranks' connections
+// were closed at accept and each failed at once.
+TEST(StoreAuth, ASlowlorisCannotKeepRanksOut) {
+  const int world = 6;
+  StoreServer server("", 0, world, 20s, kToken);
+  ar::test::Slowloris strangers(server.port(), ar::test::loopback_sources(7), 8);
+  for (int i = 0; i < 400 && strangers.held() < 64; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(strangers.held(), 64) << "the strangers fill every waiting slot";
+  std::vector<std::unique_ptr<Liveness>> links;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < world; ++r) {
+    StoreClient c(kLocal, server.port(), 20s, kToken, r);
+    c.set(numbered("k", r), {'v'});
+    links.push_back(std::make_unique<Liveness>(kLocal, server.port(), r, "host", 100ms, 20s,
+                                               [](const std::string&) {}, kToken));
+  }
+  std::printf("%d ranks connected through a slowloris of 64 connections in %.0f ms (%d stranger connections)\n",
+              world, ms_since(t0), strangers.opened());
+  EXPECT_GT(strangers.opened(), 64) << "the store displaced strangers for the ranks";
+  EXPECT_LT(ms_since(t0), 5000) << "the ranks waited out the strangers' 10 s deadline instead of displacing them";
+  for (auto& l : links) l->finish();
+  EXPECT_TRUE(server.wait_all_bye(5s));
+  EXPECT_EQ(server.verdict(), "");
 }
 
 // An unauthenticated job's store listens on MASTER_ADDR's address only: the other loopback is closed.

@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -137,7 +139,7 @@ void client(int fd, std::string_view token, uint32_t rank, const std::string& wh
                                           "or rank 0 started with a different AR_JOB_TOKEN)");
 }
 
-Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd, const std::function<void()>& on_verified) {
+Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd, const std::function<bool()>& on_verified) {
   Outcome out;
   Message challenge;
   challenge.op = Op::Challenge;
@@ -160,7 +162,10 @@ Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd, const s
     send_all(fd, encode(refused("authentication failed")), dl, stop_fd);
     return out;
   }
-  if (on_verified) on_verified();
+  if (on_verified && !on_verified()) {
+    out.why = "closed for a newer connection while it authenticated";
+    return out;
+  }
   Message proof;
   proof.op = Op::Proof;
   proof.value = mac(token, "server", req.key, challenge.value);
@@ -170,6 +175,31 @@ Outcome server(int fd, std::string_view token, Deadline dl, int stop_fd, const s
   }
   out.ok = true;
   return out;
+}
+
+int connect(const std::string& host, int port, std::chrono::milliseconds timeout, std::string_view token,
+            uint32_t rank, const std::string& where) {
+  const Deadline dl = deadline_after(timeout);
+  std::chrono::milliseconds pause{20};
+  for (int attempt = 1;; ++attempt) {
+    // The first connection gets the whole timeout (its error names it); a retry what is left of it.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(dl - Clock::now());
+    const int fd = connect_with_retries(host, port, attempt == 1 ? timeout : std::max(left, std::chrono::milliseconds(1)));
+    try {
+      client(fd, token, rank, where, dl);
+      return fd;
+    } catch (const Error& e) {
+      ::close(fd);
+      const auto now = Clock::now();
+      if (e.kind() != ErrorKind::Io) throw;  // a token refused or unproven: another try says the same
+      if (now + pause >= dl)
+        fail(ErrorKind::Io, std::string(e.what()) + " (" + std::to_string(attempt) + " attempt" +
+                                (attempt > 1 ? "s" : "") + " within " + seconds_text(timeout) + ")");
+      if ((attempt & (attempt - 1)) == 0) log_warn(std::string(e.what()) + "; retrying");  // attempts 1, 2, 4, ...
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    }
+  }
 }
 
 }  // namespace auth

@@ -12,6 +12,7 @@
 // empty key, which proves nothing: such a job is unauthenticated, and its store listens on
 // MASTER_ADDR's interface only.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -55,9 +56,19 @@ struct Outcome {
   std::string why;                       // for the log when !ok
 };
 // on_verified runs once the client's proof checked out, before this side's own proof is sent (the
-// store counts the connection as a member's from then on, not as one awaiting authentication).
+// store counts the connection as a member's from then on, not as one awaiting authentication); when it
+// returns false (the store gave the connection up meanwhile) the exchange fails with no proof sent.
 Outcome server(int fd, std::string_view token, frame::Deadline dl, int stop_fd,
-               const std::function<void()>& on_verified = {});
+               const std::function<bool()>& on_verified = {});
+
+// A rank's connection to the store at host:port, authenticated: connects (retrying while nothing
+// listens) and runs client(), both until `timeout`. A connection the store closes before it is
+// authenticated (its table of connections awaiting authentication was full, or a stranger's newer
+// connection displaced it) is retried after a short pause, so strangers can delay a rank but not fail
+// it; a refused token is not retried (InvalidInput). After `timeout`: Io naming `where` and the last
+// reason. Returns the descriptor (the caller's to close).
+int connect(const std::string& host, int port, std::chrono::milliseconds timeout, std::string_view token,
+            uint32_t rank, const std::string& where);
 
 // Frees the calling thread's OpenSSL state (its error queue, allocated by every HMAC) now, while the
 // thread still runs: left to the thread-exit destructors, it races the leak checker's own (a false

@@ -149,10 +149,9 @@ Liveness::Liveness(const std::string& host, int port, int rank, const std::strin
   s.interval = interval;
   s.timeout = timeout;
   s.on_verdict = std::move(on_verdict);
-  s.fd = connect_with_retries(host, port, timeout);
+  s.fd = auth::connect(host, port, timeout, token, uint32_t(std::max(rank, 0)),
+                       "rendezvous at " + host_port(host, port) + " (rank " + std::to_string(rank) + ")");
   try {
-    auth::client(s.fd, token, uint32_t(std::max(rank, 0)),
-                 "rendezvous at " + host_port(host, port) + " (rank " + std::to_string(rank) + ")", deadline_after(timeout));
     s.hello(my_host);
   } catch (...) {
     ::close(s.fd);

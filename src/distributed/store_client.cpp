@@ -64,14 +64,8 @@ StoreClient::StoreClient(const std::string& host, int port, Millis timeout, cons
   impl_->host = host;
   impl_->port = port;
   impl_->timeout = timeout;
-  impl_->fd = connect_with_retries(host, port, timeout);
-  try {
-    const std::string who = rank < 0 ? "" : " (rank " + std::to_string(rank) + ")";
-    auth::client(impl_->fd, token, rank < 0 ? kPlainClient : uint32_t(rank), impl_->where() + who, deadline_after(timeout));
-  } catch (...) {
-    ::close(impl_->fd);
-    throw;
-  }
+  const std::string who = rank < 0 ? "" : " (rank " + std::to_string(rank) + ")";
+  impl_->fd = auth::connect(host, port, timeout, token, rank < 0 ? kPlainClient : uint32_t(rank), impl_->where() + who);
 }
 
 StoreClient::~StoreClient() {

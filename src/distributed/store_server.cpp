@@ -3,7 +3,10 @@
 // a thread each is simpler than a multiplexed loop and lets GET/WAIT block on a condition variable.
 // A connection's thread first runs the authentication (distributed/auth.h) within StoreLimits::auth_deadline;
 // only then does it read requests. The accept thread bounds how many connections may be waiting for
-// that (in all and per peer address), so strangers cannot exhaust threads or descriptors.
+// that (in all and per peer address), so strangers cannot exhaust threads or descriptors; a newcomer
+// past a bound displaces the oldest waiting connection (of its own address, or of the address waiting
+// with the most), never an authenticated one, so strangers cannot lock the ranks out either: a rank's
+// handshake takes one round trip, and a rank whose connection was displaced retries (auth::connect).
 // Shutdown: `stopping` wakes the condition waits, the StopLatch wakes every poll(); fds are closed only
 // after their threads are joined, so no thread ever uses a closed (or reused) descriptor.
 #include <arpa/inet.h>
@@ -38,12 +41,23 @@ namespace {
 // How often a GET/WAIT held by the server checks that its client is still there.
 constexpr Millis kWaitPoll{200};
 
+// A connection awaits authentication, is a member's, or was closed for a newer one (evicted). The
+// accept thread evicts and the connection's thread admits, each by one compare-exchange from Pending.
+enum class ConnState { Pending, Member, Evicted };
+
 struct Conn {
   int fd = -1;
   std::string peer;     // "10.0.0.2:41234", for log lines
   std::string address;  // "10.0.0.2": the per-peer bound
   std::thread thread;
-  std::atomic<bool> authenticated{false}, done{false};
+  std::atomic<ConnState> state{ConnState::Pending};
+  std::atomic<bool> done{false};
+  bool pending() const { return !done.load() && state.load() == ConnState::Pending; }
+  // Pending -> to; false when the other side's change came first.
+  bool leave_pending(ConnState to) {
+    ConnState expected = ConnState::Pending;
+    return state.compare_exchange_strong(expected, to);
+  }
 };
 
 // What this connection said about itself (HELLO / BYE); only its own thread touches it.
@@ -140,7 +154,7 @@ struct StoreServer::Impl {
   StoreLimits limits;
   int listen_fd = -1, port = 0;
   StopLatch stop;
-  size_t refused_conns = 0;        // the accept thread's
+  size_t refused_conns = 0, evicted_conns = 0;  // the accept thread's
   std::atomic<size_t> dropped{0};  // connections that failed authentication
   std::atomic<size_t> serving{0};  // connection threads not yet finished
 
@@ -158,7 +172,9 @@ struct StoreServer::Impl {
 
   void accept_loop();
   void accept_one();
-  std::string admission(const std::string& address) const;
+  std::string members_full() const;
+  Conn* eviction_victim(const std::string& address) const;
+  void evict_for(const std::string& address, const std::string& newcomer);
   bool authenticate(Conn& c);
   void set(const Message& req, Message& reply);
   void reap();
@@ -206,13 +222,14 @@ void StoreServer::Impl::accept_one() {
     return;
   }
   const auto [address, peer] = peer_name(addr, len);
-  if (const std::string full = admission(address); !full.empty()) {
+  if (const std::string full = members_full(); !full.empty()) {
     if (worth_logging(++refused_conns))
       log_warn("rendezvous: refused the connection from " + peer + ": " + full + " (" + std::to_string(refused_conns) +
                " refused so far)");
     ::close(fd);
     return;
   }
+  evict_for(address, peer);
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto c = std::make_unique<Conn>();
@@ -225,26 +242,51 @@ void StoreServer::Impl::accept_one() {
   ref.thread = std::thread([this, &ref] { serve(ref); });
 }
 
-// "" when a new connection from `address` may wait for authentication, else why not.
-std::string StoreServer::Impl::admission(const std::string& address) const {
-  size_t pending = 0, from_peer = 0, live = 0;
-  for (const auto& c : conns) {
-    if (c->done.load()) continue;
-    if (c->authenticated.load()) {
-      ++live;
-      continue;
-    }
-    ++pending;
-    from_peer += c->address == address;
-  }
+// "" while members (authenticated connections) may open another connection, else why not. Only
+// members count: strangers cannot fill this bound.
+std::string StoreServer::Impl::members_full() const {
+  size_t live = 0;
+  for (const auto& c : conns) live += !c->done.load() && c->state.load() == ConnState::Member;
   const size_t cap = limits.connections ? limits.connections : 4 * size_t(world) + 16;
   if (live >= cap) return std::to_string(live) + " authenticated connections open (limit " + std::to_string(cap) + ")";
-  if (pending >= limits.pending)
-    return std::to_string(pending) + " connections awaiting authentication (limit " + std::to_string(limits.pending) + ")";
-  if (from_peer >= limits.pending_per_peer)
-    return std::to_string(from_peer) + " connections from this address awaiting authentication (limit " +
-           std::to_string(limits.pending_per_peer) + ")";
   return "";
+}
+
+// The waiting connection a newcomer from `address` displaces, or nullptr while both bounds leave room:
+// at the per-address bound, that address's oldest; at the bound in all, the oldest of the address with
+// the most waiting (a flood from a few addresses displaces its own connections, not a rank's).
+Conn* StoreServer::Impl::eviction_victim(const std::string& address) const {
+  std::map<std::string, size_t> waiting;  // per address
+  size_t pending = 0;
+  for (const auto& c : conns)
+    if (c->pending()) ++waiting[c->address], ++pending;
+  std::string from;
+  if (waiting[address] >= limits.pending_per_peer) {
+    from = address;
+  } else if (pending >= limits.pending) {
+    for (const auto& [a, n] : waiting)
+      if (from.empty() || n > waiting[from]) from = a;
+  } else {
+    return nullptr;
+  }
+  for (const auto& c : conns)  // accept order: the first is the oldest
+    if (c->pending() && c->address == from) return c.get();
+  return nullptr;
+}
+
+// Makes room for a newcomer within the pending bounds: each victim's socket is shut down, which ends
+// its authentication at once (its thread then finishes and is reaped). A victim that authenticated in
+// the meantime stays, and the next one is taken.
+void StoreServer::Impl::evict_for(const std::string& address, const std::string& newcomer) {
+  while (Conn* v = eviction_victim(address)) {
+    if (!v->leave_pending(ConnState::Evicted)) continue;
+    ::shutdown(v->fd, SHUT_RDWR);
+    if (worth_logging(++evicted_conns))
+      log_warn("rendezvous: closed the unauthenticated connection from " + v->peer + " for a newer one from " +
+               newcomer + " (at most " + std::to_string(limits.pending) + " await authentication, " +
+               std::to_string(limits.pending_per_peer) + " per address; " + std::to_string(evicted_conns) +
+               " closed so far)");
+  }
 }
 
 void StoreServer::Impl::reap() {
@@ -274,8 +316,9 @@ void StoreServer::Impl::check_heartbeats() {
 
 bool StoreServer::Impl::authenticate(Conn& c) {
   const auth::Outcome a = auth::server(c.fd, token, deadline_after(std::min(timeout, limits.auth_deadline)), stop.fd(),
-                                       [&c] { c.authenticated.store(true); });
+                                       [&c] { return c.leave_pending(ConnState::Member); });
   if (a.ok) return true;
+  if (c.state.load() == ConnState::Evicted) return false;  // logged by evict_for
   if (const size_t n = ++dropped; worth_logging(n) && !stop.fired()) {
     const std::string claim =
         a.claimed_rank == kPlainClient ? "" : " (it claims rank " + std::to_string(a.claimed_rank) + ")";
