@@ -252,6 +252,30 @@ TEST(Cli, IsaLevelIsLoggedAndCapped) {
   fs::remove_all(q);
 }
 
+// The start estimate prices the searches it runs: --iters 0 (optimized RTN of the int scheme, a float
+// scheme's, a GGUF preset's) and a tuned GGUF preset's fixed scales, by a probe of one block; a tuned
+// int run has no search to price.
+TEST(Cli, TheTimeEstimatePricesTheSearches) {
+  std::string d = tmpdir("est"), q = d + "_q";
+  ar::write_synthetic_model(d, ar::tiny_llama_config(2), 9);
+  const std::string base = "--model " + d + " --nsamples 4 --seqlen 32 --overwrite --output_dir " + q;
+  for (const char* opts : {"--iters 0", "--iters 0 --scheme MXFP4 --act_bits 16", "--iters 0 --format gguf:q4_k_m",
+                           "--iters 2 --format gguf:q4_k_m"}) {
+    const CliResult r = run(base + " " + opts);
+    ASSERT_EQ(r.code, 0) << opts << "\n" << r.out;
+    const size_t at = r.out.find("estimated time: ~");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(line.find("'s search ~"), std::string::npos) << opts << ": " << line;
+    EXPECT_NE(line.find("s per block, measured now on "), std::string::npos) << opts << ": " << line;
+  }
+  const CliResult tuned = run(base + " --iters 2");
+  ASSERT_EQ(tuned.code, 0) << tuned.out;
+  EXPECT_EQ(tuned.out.find("'s search ~"), std::string::npos) << tuned.out;
+  fs::remove_all(d);
+  fs::remove_all(q);
+}
+
 TEST(Cli, ParallelQuantizationFlags) {
   std::string d = tmpdir("par"), q = d + "_q";
   ar::write_synthetic_model(d, ar::tiny_llama_config(1), 9);
@@ -328,6 +352,58 @@ TEST(Cli, SignalsRemoveTheTemporaryOutputAndExitWith128PlusSignal) {
           resume ? std::vector<std::string>{"m", "out.partial"} : std::vector<std::string>{"m"};
       EXPECT_EQ(left, expect) << "signal " << sig << (resume ? " with --resume" : "");
       fs::remove_all(out + ".partial");
+    }
+  }
+  fs::remove_all(d);
+}
+
+// `nohup autoround ... &`: a signal ignored when the CLI starts stays ignored (SIGHUP at logout, SIGINT
+// for a background job of a shell without job control), and the run finishes; a handled signal's message
+// starts on a line of its own, not with an escaped line feed.
+TEST(Cli, SignalsIgnoredAtStartStayIgnored) {
+  std::string d = tmpdir("nohup");
+  auto cfg = ar::tiny_llama_config(4);  // as above: long enough to be signalled mid-run
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  ar::write_synthetic_model(d + "/m", cfg, 3);
+  for (int sig : {SIGHUP, SIGINT}) {
+    for (bool ignored : {true, false}) {
+      const std::string out = d + "/out", err = d + "/stderr.txt";
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        if (!std::freopen(err.c_str(), "w", stderr)) _exit(126);
+        if (ignored) signal(sig, SIG_IGN);  // kept across exec, as nohup does for SIGHUP
+        std::vector<std::string> args = {AR_CLI_PATH, "--model", d + "/m", "--iters", "150", "--nsamples", "8",
+                                         "--seqlen", "64", "--output_dir", out};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(AR_CLI_PATH, argv.data());
+        _exit(127);
+      }
+      bool seen = false;
+      for (int i = 0; i < 12000 && !seen; ++i) {  // up to 120 s on a loaded machine
+        for (const auto& e : fs::directory_iterator(d))
+          if (e.path().string().rfind(out + ".autoround-tmp.", 0) == 0) seen = true;
+        if (!seen) usleep(10000);
+      }
+      ASSERT_TRUE(seen) << "the run never started writing";
+      kill(pid, sig);
+      int st = 0;
+      waitpid(pid, &st, 0);
+      ASSERT_TRUE(WIFEXITED(st)) << "signal " << sig;
+      const std::string said = ar::read_text_file(err);
+      if (ignored) {
+        EXPECT_EQ(WEXITSTATUS(st), 0) << "signal " << sig << " was ignored at start:\n" << said;
+        EXPECT_TRUE(fs::exists(out + "/model.safetensors")) << "signal " << sig;
+      } else {
+        EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+        EXPECT_NE(said.find(std::string("\ninterrupted by ") + strsignal(sig) + "\n"), std::string::npos) << said;
+        EXPECT_EQ(said.find("\\x0a"), std::string::npos) << said;
+        EXPECT_FALSE(fs::exists(out));
+      }
+      fs::remove_all(out);
     }
   }
   fs::remove_all(d);

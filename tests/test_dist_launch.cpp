@@ -341,6 +341,32 @@ TEST_F(Launcher, ForwardsSigtermAndReturns128PlusSignal) {
   EXPECT_LT(seconds, 5.0);
 }
 
+// `nohup autoround launch ...`: a signal ignored when the launcher starts is neither handled nor
+// forwarded, and the ranks inherit it ignored, so a logout's SIGHUP to all of them ends nothing.
+TEST_F(Launcher, ASignalIgnoredAtStartStaysIgnored) {
+  struct sigaction ignore = {}, before = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGHUP, &ignore, &before);
+  const std::string script =
+      "echo $$ > $D/ready_$LOCAL_RANK\n"
+      "while [ ! -e $D/go ]; do sleep 0.02; done\n"
+      "exit 0\n";
+  std::thread sender([this] {
+    for (int i = 0; i < 500 && (pid_in("ready_0") <= 0 || pid_in("ready_1") <= 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (const char* f : {"ready_0", "ready_1"})
+      if (pid_in(f) > 0) kill(pid_in(f), SIGHUP);
+    kill(getpid(), SIGHUP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ofstream(dir_ + "/go") << "go\n";
+  });
+  const auto [rc, seconds] = timed(sh(script));
+  sender.join();
+  sigaction(SIGHUP, &before, nullptr);
+  EXPECT_EQ(rc, 0) << "SIGHUP, ignored at start, stopped the job";
+  EXPECT_LT(seconds, 10.0);
+}
+
 TEST_F(Launcher, RanksDieWithAKilledLauncher) {
   // The launcher runs in a forked copy of this test, which is SIGKILLed once both ranks sleep.
   const LaunchOptions o = sh("echo $$ > $D/tmp_$LOCAL_RANK; mv $D/tmp_$LOCAL_RANK $D/pid_$LOCAL_RANK; exec sleep 100");

@@ -53,10 +53,12 @@ void remove_now(const std::string& path) {
 }
 
 // Prints `header`, removes (or names, when kept) every registered temporary output and ends the process.
-[[noreturn]] void clean_up_and_exit(const std::string& header, int code) {
+// `header` may quote a peer's words: it is printed through printable(), after a line break of our own when
+// `new_line` (a progress line may be open when a signal arrives).
+[[noreturn]] void clean_up_and_exit(const std::string& header, int code, bool new_line) {
   Registry& r = registry();
   r.m.lock();  // never unlocked: the process ends below, and no commit may start meanwhile
-  std::fprintf(stderr, "%s\n", printable(header).c_str());  // may quote a peer's words
+  std::fprintf(stderr, "%s%s\n", new_line ? "\n" : "", printable(header).c_str());
   for (const auto& [id, e] : r.entries) {
     if (e.keep) {
       std::fprintf(stderr, "resume state kept in %s (rerun the same command with --resume to continue)\n", e.path.c_str());
@@ -74,11 +76,11 @@ void remove_now(const std::string& path) {
   while (::read(read_fd, &b, 1) != 1) {
   }
   const int sig = b;
-  clean_up_and_exit(std::string("\ninterrupted by ") + strsignal(sig), 128 + sig);
+  clean_up_and_exit(std::string("interrupted by ") + strsignal(sig), 128 + sig, /*new_line=*/true);
 }
 }  // namespace
 
-void exit_with_cleanup(const std::string& message, int code) { clean_up_and_exit(message, code); }
+void exit_with_cleanup(const std::string& message, int code) { clean_up_and_exit(message, code, false); }
 
 void install_interrupt_cleanup() {
   Registry& r = registry();
@@ -92,7 +94,13 @@ void install_interrupt_cleanup() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  // A signal ignored when the process started stays ignored: `nohup autoround ... &` (SIGHUP) and a
+  // shell's background job without job control (SIGINT) must survive what their caller shielded them from.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old = {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
   r.installed = true;
 }
 

@@ -13,7 +13,8 @@
 
 namespace ar {
 
-// Installs the SIGINT/SIGTERM/SIGHUP handlers and starts the watcher. Idempotent.
+// Installs the SIGINT/SIGTERM/SIGHUP handlers (except for a signal ignored at start, as under nohup: it
+// stays ignored) and starts the watcher. Idempotent.
 void install_interrupt_cleanup();
 
 // While alive, `path` (a file or directory) is removed if the process is interrupted; with keep=true it

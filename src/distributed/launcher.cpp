@@ -68,7 +68,12 @@ class SignalScope {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+    for (int i = 0; i < kNumSignals; ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      // A signal ignored at start stays ignored (`nohup autoround launch`): neither handled nor forwarded.
+      if (kSignals[i] != SIGCHLD && was_ignored(i)) continue;
+      sigaction(kSignals[i], &sa, nullptr);
+    }
   }
   ~SignalScope() {
     for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &old_[i], nullptr);
