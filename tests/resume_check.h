@@ -1,7 +1,7 @@
 // A --resume run interrupted and resumed must write what an uninterrupted run writes: `o` is run into
 // o.output_dir (the reference), then with --resume into `q`, SIGKILLed once block 1 is checkpointed
-// (kill_after_block.h), and resumed; every listed output subdirectory's model.safetensors and
-// config.json must be byte-identical to the reference's, and the resumed run must not redo finished
+// (kill_after_block.h), and resumed; every listed output subdirectory's model.safetensors, config.json
+// and quantization_config.json must be byte-identical to the reference's, and the resumed run must not redo finished
 // blocks (fewer than `blocks` reported).
 #pragma once
 #include <gtest/gtest.h>
@@ -28,6 +28,9 @@ inline void expect_resume_matches_uninterrupted(QuantizeOptions o, const std::st
   for (const auto& sub : subdirs) {
     EXPECT_EQ(read_text_file(q + sub + "/model.safetensors"), read_text_file(ref + sub + "/model.safetensors")) << sub;
     EXPECT_EQ(read_text_file(q + sub + "/config.json"), read_text_file(ref + sub + "/config.json")) << sub;
+    EXPECT_EQ(read_text_file(q + sub + "/quantization_config.json"),
+              read_text_file(ref + sub + "/quantization_config.json"))
+        << sub;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "pipeline/run_summary.h"
 #include "quant/qdq.h"
 #include "quantize_options.h"
+#include "resume_check.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -128,6 +129,14 @@ TEST(LayerConfig, RefusesWhatItCannotHonour) {
            {"{mlp: {bits: 8}", "unexpected end"},
            {"[1, 2]", "must be a dict"},
            {"{a: {b: {c: 1}}}", "nest at most two deep"},
+           // 2^64-1 read as an int64 would wrap to -1 (per channel)
+           {R"({"q_proj":{"group_size":18446744073709551615}})", "group_size 18446744073709551615 is out of range"},
+           {R"({"q_proj":{"bits":9223372036854775808}})", "bits 9223372036854775808 is out of range"},
+           // a repeated key would take its last value silently
+           {R"({"q_proj":{"bits":4},"q_proj":{"bits":8}})", "layer 'q_proj' appears twice"},
+           {R"({"q_proj":{"bits":4,"bits":8}})", "key 'bits' appears twice"},
+           {"{q_proj: {bits: 4}, q_proj: W8A16}", "layer 'q_proj' appears twice"},
+           {"{q_proj: {bits: 4, bits: 8}}", "key 'bits' appears twice"},
            // libstdc++ reads a back-reference's digits into a long: 20 digits overflowed it (UBSan, the fuzzer)
            {R"({"mlp.*\\64666666666666666666": {"bits": 8}})", "escaped digit"},
            {R"({"(x)\\1": {"bits": 8}})", "escaped digit"},
@@ -363,6 +372,25 @@ TEST(PipelineLayerConfig, WorldsWriteTheSerialBytes) {
   }
   EXPECT_TRUE(bytes[0] == bytes[1]) << "world 2 wrote other bytes than serial";
   fs::remove_all(m);
+}
+
+// --resume: extra_config lists its Linears in the order an uninterrupted run writes them (block by block,
+// each block's in its own order: q_proj before down_proj, which sorted keys would reverse), so the
+// resumed config.json and quantization_config.json are the same bytes.
+TEST(PipelineLayerConfig, ResumeKeepsTheExtraConfigOrder) {
+  const std::string m = test::temp_path("lc_resume_m"), ref = test::temp_path("lc_resume_ref"),
+                    q = test::temp_path("lc_resume_q");
+  auto cfg = tiny_llama_config(4);
+  cfg["hidden_size"] = 128;
+  cfg["intermediate_size"] = 256;
+  write_synthetic_model(m, cfg, 31);
+  auto o = run_opts(m, ref, 30, "auto_round,auto_gptq", "{q_proj: {bits: 8}, down_proj: {bits: 2, group_size: 64}}");
+  test::expect_resume_matches_uninterrupted(o, q, 4, {"/auto-round", "/auto-gptq"});
+  const nlohmann::ordered_json extra =
+      nlohmann::ordered_json::parse(read_text_file(q + "/auto-round/config.json"))["quantization_config"]["extra_config"];
+  ASSERT_GE(extra.size(), 2u);
+  EXPECT_EQ(extra.begin().key(), "model.layers.0.self_attn.q_proj") << extra.dump();
+  for (const auto& d : {m, ref, q}) fs::remove_all(d);
 }
 
 TEST(PipelineLayerConfig, AnEntryMatchingNothingIsNoted) {

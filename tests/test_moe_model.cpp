@@ -37,18 +37,26 @@ std::string copy_case(const std::string& c, const std::string& layout, const std
 }
 
 
-// The checkpoint's tensors with `edit` applied (by name; return false to drop the tensor).
-void rewrite_tensors(const std::string& dir, const std::function<bool(StEntry&)>& edit) {
+// The tensors of a checkpoint directory's model.safetensors, copied into memory.
+std::vector<StEntry> read_tensors(const std::string& dir) {
   Context ctx;
   std::vector<StEntry> out;
-  {
-    auto f = SafetensorsFile::open(dir + "/model.safetensors");
-    for (const auto& t : f->header().tensors) {
-      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
-      std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
-      if (edit(e)) out.push_back(std::move(e));
-    }
+  auto f = SafetensorsFile::open(dir + "/model.safetensors");
+  for (const auto& t : f->header().tensors) {
+    StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
+    std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
+    out.push_back(std::move(e));
   }
+  return out;
+}
+
+// The checkpoint's tensors with `edit` applied (by name; return false to drop the tensor), and those of
+// `also` appended (another checkpoint's, say).
+void rewrite_tensors(const std::string& dir, const std::function<bool(StEntry&)>& edit, std::vector<StEntry> also = {}) {
+  std::vector<StEntry> out;
+  for (StEntry& e : read_tensors(dir))
+    if (edit(e)) out.push_back(std::move(e));
+  for (StEntry& e : also) out.push_back(std::move(e));
   write_safetensors(dir + "/model.safetensors", out);
 }
 
@@ -184,6 +192,49 @@ TEST(MoeModel, RefusesMissingOrMisshapenExpertTensors) {
     rewrite_tensors(d, [](StEntry& e) { return e.name != "model.layers.3.mlp.experts.down_proj"; });
     const std::string err = error_of([&] { HfModel::open(d); });
     EXPECT_NE(err.find("'model.layers.3.mlp.experts.down_proj' is missing"), std::string::npos) << err;
+    fs::remove_all(d);
+  }
+  {  // both layouts in one layer: the fused tensors beside the per-expert ones (read with the fused
+     // ones, the rest ignored, before the check)
+    const std::string d = copy_case("qwen3_moe", "per_expert", "both");
+    std::vector<StEntry> fused;
+    for (StEntry& e : read_tensors(kDir + "qwen3_moe/fused"))
+      if (e.name.rfind("model.layers.1.mlp.experts.", 0) == 0) fused.push_back(std::move(e));
+    ASSERT_EQ(fused.size(), 2u);
+    rewrite_tensors(d, [](StEntry&) { return true; }, std::move(fused));
+    const std::string err = error_of([&] { HfModel::open(d); });
+    EXPECT_NE(err.find("and the fused 'model.layers.1.mlp.experts.gate_up_proj' both hold layer 1's experts"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("tensor 'model.layers.1.mlp.experts."), std::string::npos) << err;
+    fs::remove_all(d);
+  }
+  {  // an expert past the config's count (a checkpoint of a larger sibling, or a config edited down)
+    for (const char* layout : {"per_expert", "fused"}) {
+      const std::string d = copy_case("qwen3_moe", layout, "extra");
+      const int64_t E = read_config(d)["num_local_experts"].get<int64_t>();
+      Context ctx;
+      std::vector<StEntry> extra;
+      extra.push_back({"model.layers.2.mlp.experts." + std::to_string(E) + ".up_proj.weight",
+                       Tensor::zeros({16, 32}, DType::BF16, ctx)});
+      rewrite_tensors(d, [](StEntry&) { return true; }, std::move(extra));
+      const std::string err = error_of([&] { HfModel::open(d); });
+      const std::string want = "is expert " + std::to_string(E) + ", but config.json says " + std::to_string(E) + " experts";
+      EXPECT_NE(err.find(want), std::string::npos) << layout << ": " << err;
+      fs::remove_all(d);
+    }
+  }
+  {  // expert tensors in a layer the config makes dense (qwen3_moe's mlp_only_layers [0])
+    const std::string d = copy_case("qwen3_moe", "per_expert", "dense");
+    Context ctx;
+    std::vector<StEntry> extra;
+    extra.push_back({"model.layers.0.mlp.experts.0.gate_proj.weight", Tensor::zeros({16, 32}, DType::BF16, ctx)});
+    rewrite_tensors(d, [](StEntry&) { return true; }, std::move(extra));
+    const std::string err = error_of([&] { HfModel::open(d); });
+    EXPECT_NE(err.find("'model.layers.0.mlp.experts.0.gate_proj.weight' is an expert's, but config.json makes layer 0 a "
+                       "dense feed-forward"),
+              std::string::npos)
+        << err;
     fs::remove_all(d);
   }
   {  // the shared expert's gate missing (Qwen2-MoE)

@@ -187,9 +187,18 @@ TEST(Validation, LibraryEntryPointsRefuseBadCounts) {
   EXPECT_EQ(bad([](QuantizeOptions& q) { q.tune.gradient_accumulate_steps = 0; }),
             "--gradient_accumulate_steps 0 is out of range (1 to 65536)");
   EXPECT_EQ(bad([](QuantizeOptions& q) { q.fmt.group_size = 0; }), "--group_size 0 is not supported (-1 or > 0)");
-  EXPECT_EQ(bad([](QuantizeOptions& q) { q.tune.lr = -1; }), "--lr -1 must be a finite number >= 0");
+  EXPECT_EQ(bad([](QuantizeOptions& q) { q.tune.lr = -1; }), "--lr -1 is out of range (0 to 1e+06)");
   EXPECT_NE(bad([](QuantizeOptions& q) { q.tune.minmax_lr = std::nan(""); }).find("--minmax_lr nan"),
             std::string::npos);
+  EXPECT_EQ(bad([](QuantizeOptions& q) { q.tune.lr = 1e308; }), "--lr 1e+308 is out of range (0 to 1e+06)");
+  EXPECT_EQ(bad([](QuantizeOptions& q) { q.tune.lr = kMaxRate; }), "");
+  // --seed: every 64-bit value and nothing past it
+  EXPECT_EQ(check_seed_text("0"), "");
+  EXPECT_EQ(check_seed_text("18446744073709551615"), "");
+  EXPECT_EQ(check_seed_text("18446744073709551616"), "18446744073709551616 is out of range (0 to 2^64-1)");
+  EXPECT_EQ(check_seed_text("-0"), "-0 is out of range (0 to 2^64-1)");
+  EXPECT_EQ(check_seed_text(""), "'' is not an integer (0 to 2^64-1)");
+  EXPECT_EQ(check_seed_text("+5"), "+5 is not an integer (0 to 2^64-1)");
   // quantize_model checks before touching the model or the output.
   QuantizeOptions q;
   q.model_dir = "/nonexistent_model";

@@ -402,8 +402,7 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--lr", q.tune.lr, "learning rate of V (default 1/iters)");
   sub->add_option("--minmax_lr", q.tune.minmax_lr, "learning rate of alpha/beta (default lr)");
   sub->add_option("--seed", q.tune.seed, "seed for sampling")
-      ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? v + " is out of range (0 to 2^64-1)" : ""; },
-                             "SEED", "non-negative"));
+      ->check(CLI::Validator([](std::string& v) { return check_seed_text(v); }, "SEED", "0 to 2^64-1"));
   sub->add_option("--dataset", q.calib.dataset, "PATH[:concat=true][:num=N][:field=F],... (default: built-in corpus)");
   sub->add_option("--format", q.format,
                   "auto_round (default), auto_gptq, auto_awq, llm_compressor (float schemes: compressed-tensors) "

@@ -75,6 +75,7 @@ class HfModel {
  private:
   void check_tensors() const;                  // model_check.cpp
   void check_layer_count() const;              // model_check.cpp
+  void check_expert_tensors() const;           // model_check.cpp
   void check_values() const;                   // model_check.cpp
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;

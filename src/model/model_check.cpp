@@ -2,6 +2,8 @@
 // every tensor the computation will read is present, has the shape config.json implies and a dtype
 // that fits its role and holds no NaN/Inf (an integer scan of the stored bytes, no conversion); no
 // tensor name is held by two shards; the tokenizer's ids fit the embeddings.
+#include <cstring>
+
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/dequant_float.h"
@@ -104,6 +106,24 @@ int64_t stored_layer(const std::string& name) {
   return i > n && i < name.size() && name[i] == '.' ? layer : -1;
 }
 
+// The expert index of a stored per-expert name "model.layers.<l>.mlp.experts.<e>.<rest>" (Mixtral:
+// block_sparse_moe.experts.<e>.), with its layer; {-1, -1} for any other name.
+std::pair<int64_t, int64_t> stored_expert(const std::string& name) {
+  const int64_t layer = stored_layer(name);
+  if (layer < 0) return {-1, -1};
+  const size_t after = HfModel::layer_prefix(layer).size();
+  for (const char* module : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    const size_t n = std::strlen(module);
+    if (name.compare(after, n, module) != 0) continue;
+    size_t i = after + n;
+    int64_t expert = 0;
+    for (; i < name.size() && i < after + n + 9 && name[i] >= '0' && name[i] <= '9'; ++i)
+      expert = expert * 10 + (name[i] - '0');
+    if (i > after + n && i < name.size() && name[i] == '.') return {layer, expert};
+  }
+  return {-1, -1};
+}
+
 bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 const std::string kWeight = ".weight";
@@ -153,8 +173,32 @@ void HfModel::check_layer_count() const {
                                       std::to_string(cfg_.num_layers));
 }
 
+// Per-expert tensors the computation would not read: an expert past the config's count, one in a layer
+// the config makes dense, or one beside the fused tensors of its layer (both layouts in one layer: the
+// loader would read the fused ones and ignore the rest, a plausible but wrong model).
+void HfModel::check_expert_tensors() const {
+  for (const auto& [name, shard] : where_) {
+    const auto [layer, expert] = stored_expert(name);
+    if (layer < 0 || layer >= cfg_.num_layers) continue;
+    const std::string& file = shards_[shard]->path();
+    const std::string stored = file + ": tensor '" + name + "'";
+    if (!cfg_.is_moe_layer(layer))
+      fail(ErrorKind::InvalidInput, stored + " is an expert's, but config.json makes layer " + std::to_string(layer) +
+                                        " a dense feed-forward" + (cfg_.is_moe() ? " (mlp_only_layers, decoder_sparse_step)" : ""));
+    if (expert >= cfg_.moe.num_experts)
+      fail(ErrorKind::InvalidInput, stored + " is expert " + std::to_string(expert) + ", but config.json says " +
+                                        std::to_string(cfg_.moe.num_experts) + " experts (0.." +
+                                        std::to_string(cfg_.moe.num_experts - 1) + ")");
+    if (fused_experts(layer))
+      fail(ErrorKind::InvalidInput, stored + " and the fused '" + fused_experts_name(layer, ExpertProj::Gate) +
+                                        "' both hold layer " + std::to_string(layer) +
+                                        "'s experts: which one is the model is ambiguous (keep one layout)");
+  }
+}
+
 void HfModel::check_tensors() const {
   check_layer_count();
+  check_expert_tensors();
   const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed");
   if (!cfg_.tie_word_embeddings && !has_lm_head)
     fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");

@@ -1,6 +1,7 @@
 #include "parallel/plan.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -15,9 +16,11 @@ ParallelSetting ParallelSetting::parse(const std::string& s) {
     return p;
   }
   char* end = nullptr;
+  errno = 0;
   const long v = std::strtol(s.c_str(), &end, 10);
-  if (*end || v < 1 || v > 1024)
-    fail(ErrorKind::InvalidInput, "--parallel_quantization '" + s + "': expected off, auto or a world size >= 1");
+  if (*end || end == s.c_str() || errno == ERANGE || v < 1 || v > kMaxWorld)
+    fail(ErrorKind::InvalidInput, "--parallel_quantization '" + s + "': expected off, auto or a world size from 1 to " +
+                                      std::to_string(kMaxWorld));
   p.mode = v == 1 ? Off : Explicit;
   p.world = int(v);
   return p;

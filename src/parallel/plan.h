@@ -26,6 +26,7 @@
 namespace ar::parallel {
 
 struct ParallelSetting {
+  static constexpr int kMaxWorld = 1024;  // replicas of one process's lane
   enum Mode { Off, Auto, Explicit } mode = Off;
   int world = 1;  // Explicit only
   static ParallelSetting parse(const std::string& s);  // "off" | "auto" | N >= 1

@@ -29,6 +29,11 @@ std::string named(const std::string& key) {
   return s;
 }
 
+// A key given twice in one dict (depth 0: a layer name or pattern; 1: a layer's key).
+std::string duplicate(const std::string& key, int depth) {
+  return (depth == 0 ? "layer " : "key ") + named(key) + " appears twice (which one applies would be a guess)";
+}
+
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -141,10 +146,11 @@ class LooseParser {
         return d;
       }
       const json key = scalar(take());
+      const std::string name = key.is_string() ? key.get<std::string>() : key.dump(-1, ' ', false, json::error_handler_t::replace);
+      if (d.contains(name)) refuse(duplicate(name, depth));
       take(":");
       const std::string* v = peek();
-      json value = v && *v == "{" ? dict(depth + 1) : scalar(take());
-      d[key.is_string() ? key.get<std::string>() : key.dump(-1, ' ', false, json::error_handler_t::replace)] = std::move(value);
+      d[name] = v && *v == "{" ? dict(depth + 1) : scalar(take());
       if (peek() && *peek() == ",") take();
     }
   }
@@ -152,10 +158,29 @@ class LooseParser {
   size_t pos_ = 0;
 };
 
+// JSON text, with every object's keys unique; discarded when it is not JSON. A repeated key would
+// otherwise take its last value silently, where AutoRound's reader may take another.
+json parse_json(const std::string& text) {
+  std::vector<std::set<std::string>> open;  // keys seen so far in each enclosing object
+  std::string repeated;
+  int repeated_depth = 0;
+  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) open.emplace_back();
+    if (ev == json::parse_event_t::object_end && !open.empty()) open.pop_back();
+    if (ev == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>(), repeated_depth = depth - 1;
+    return true;
+  };
+  json j = json::parse(text, cb, /*allow_exceptions=*/false);
+  if (!j.is_discarded() && !repeated.empty()) refuse(duplicate(repeated, repeated_depth));
+  return j;
+}
+
 json parse_text(const std::string& text) {
   const std::string s = strip_quotes(text);
   for (const std::string& attempt : {s, repair_backslashes(s)}) {
-    json j = json::parse(attempt, nullptr, /*allow_exceptions=*/false);
+    json j = parse_json(attempt);
     if (!j.is_discarded()) {
       if (!j.is_object()) refuse("the text must be a dict of layer names or patterns to schemes");
       return normalize(j);
@@ -187,6 +212,9 @@ void apply_preset(LayerConfigEntry& e, const json& v) {
 
 int64_t integer(const LayerConfigEntry& e, const std::string& k, const json& v) {
   if (!v.is_number_integer()) refuse(named(e.key) + ": " + k + " must be an integer (got " + show(v) + ")");
+  // JSON reads 2^63 and above as unsigned: as int64_t they would wrap (2^64-1 to -1, per channel).
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    refuse(named(e.key) + ": " + k + " " + show(v) + " is out of range");
   return v.get<int64_t>();
 }
 

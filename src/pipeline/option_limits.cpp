@@ -1,5 +1,6 @@
 #include "pipeline/option_limits.h"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -15,10 +16,19 @@ std::string check_limit(const IntLimit& l, int64_t v) {
 }
 
 std::string check_rate(const char* option, double v) {
-  if (std::isfinite(v) && v >= 0) return "";
+  if (v >= 0 && v <= kMaxRate) return "";  // false for NaN
   std::ostringstream s;
-  s << option << " " << v << " must be a finite number >= 0";
+  s << option << " " << v << " is out of range (0 to " << kMaxRate << ")";
   return s.str();
+}
+
+std::string check_seed_text(const std::string& v) {
+  uint64_t seed = 0;
+  const char* end = v.data() + v.size();
+  const auto [at, ec] = std::from_chars(v.data(), end, seed);
+  if (!v.empty() && v[0] != '-' && v[0] != '+' && at == end && ec == std::errc()) return "";
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-' ? 1 : 0) == std::string::npos;
+  return (v.empty() ? "''" : v) + (digits ? " is out of range (0 to 2^64-1)" : " is not an integer (0 to 2^64-1)");
 }
 
 void validate_quantize_options(const QuantizeOptions& o) {

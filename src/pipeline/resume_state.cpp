@@ -48,16 +48,29 @@ int64_t layer_of(const std::string& name) {
   return block;
 }
 
-// extra_config entries may only name Linears of blocks already written, with a 16-bit or int setting.
+// An extra_config entry as OutputSet writes one: a 16-bit Linear's (bits, data_type; the float schemes'
+// also act_bits, act_data_type) or a --layer_config format's keys that differ from the global config
+// (bits, group_size, sym), each of its type.
+bool well_formed_extra(const nlohmann::json& v) {
+  if (!v.is_object() || v.empty() || v.size() > 6) return false;
+  for (const auto& [k, x] : v.items()) {
+    const bool ok = k == "bits" || k == "group_size" || k == "act_bits" ? x.is_number_integer()
+                    : k == "sym"                                         ? x.is_boolean()
+                    : k == "data_type" || k == "act_data_type"           ? x.is_string()
+                                                                         : false;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// extra_config entries may only name Linears of blocks already written, with a well-formed setting.
 void check_extra(const nlohmann::json& extra, int64_t next_block, const std::function<void(const std::string&)>& bad) {
   if (!extra.is_object()) bad("'extra' is not an object");
   for (const auto& [k, v] : extra.items()) {
     const int64_t block = layer_of(k);
     if (block < 0 || block >= next_block)
       bad("'extra' names '" + k.substr(0, 80) + "', not a layer of a written block");
-    if (!v.is_object() || !v.contains("bits") || !v["bits"].is_number_integer() || !v.contains("data_type") ||
-        !v["data_type"].is_string() || v.size() > 6)
-      bad("'extra' entry of '" + k + "' is malformed");
+    if (!well_formed_extra(v)) bad("'extra' entry of '" + k + "' is malformed");
   }
 }
 // The writer may only hold tensors of what is written so far: the embeddings and blocks < next_block
@@ -153,13 +166,17 @@ ResumeState parse_resume_state(const std::string& bytes, const std::string& stat
   const auto& outs = j["outputs"];
   if (!outs.is_array() || outs.size() != expect.outputs)
     bad("'outputs' must be an array of " + std::to_string(expect.outputs) + " (one per --format entry)");
-  for (const auto& o : outs) {
+  // extra_config keeps the order its entries were written in (nlohmann::json sorts keys): the resumed
+  // run's config.json must be the uninterrupted run's bytes.
+  const auto in_order = nlohmann::ordered_json::parse(bytes);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto& o = outs[i];
     if (!o.is_object() || o.size() != 2 || !o.contains("writer") || !o.contains("extra"))
       bad("an 'outputs' entry must hold exactly 'writer' and 'extra'");
     if (!o["writer"].is_object()) bad("'writer' is not an object");
     check_writer_names(o["writer"], s.next_block, expect, bad);
     check_extra(o["extra"], s.next_block, bad);
-    s.outputs.push_back({o["writer"], nlohmann::ordered_json::parse(o["extra"].dump())});
+    s.outputs.push_back({o["writer"], in_order["outputs"][i]["extra"]});
   }
   return s;
 }
