@@ -2,7 +2,7 @@
 """Do our float-scheme outputs (issue 25) load where compressed-tensors checkpoints load?
 
 Not part of the test suite. Needs the venv outside the repository (torch, transformers,
-compressed-tensors, auto-round); measured with torch 2.15.0, transformers 5.24.0,
+compressed-tensors, auto-round); measured with torch 2.15.0, transformers 5.25.0,
 compressed-tensors 0.20.1. The CLI must already be built. Command (repository root):
 
     /work/arvenv/bin/python tools/check_float_export.py --autoround build/src/cli/autoround \\
@@ -13,10 +13,10 @@ and each scheme (MXFP4, MXFP8, NVFP4, FPW8A16, FP8 per channel; SignRound, --ite
   1. ours: `autoround --format llm_compressor,fake ...`, then `autoround logits` of the
      llm_compressor output (our reader, dequantizing on load);
   2. compressed-tensors: transformers loads the llm_compressor output (quantization_config
-     compressed-tensors, decompressed: run_compressed=False) on the CPU at the model's dtype (bf16, as
-     our reader decodes too), then runs it in float32 (as our eval does); every quantized Linear's
-     weight is compared with our `fake` output's (fp16 of our fp32 QDQ weights) and with our
-     reader's decoding (bf16 of the same product), and its logits with ours. FP8_STATIC is W8A8:
+     compressed-tensors, decompressed: run_compressed=False) on the CPU in float32 (as our eval
+     computes; MX / NVFP4 decompress to bf16 at any dtype, FP8 to the fp32 product e4m3 * scale, as our
+     reader does); every quantized Linear's weight is compared with our `fake` output's (fp16 of our
+     fp32 QDQ weights), and its logits with ours. FP8_STATIC is W8A8:
      transformers decompresses its weights only, so forward pre-hooks put each quantized Linear's input
      through torch's E4M3 cast at the checkpoint's input_scale (what vLLM's static FP8 kernels compute),
      and the row also says how far the weight-only logits are from that.
@@ -49,7 +49,7 @@ def ct_model(d):
     from transformers.utils.quantization_config import CompressedTensorsConfig
 
     return AutoModelForCausalLM.from_pretrained(
-        d, quantization_config=CompressedTensorsConfig(run_compressed=False), dtype=torch.bfloat16).float()
+        d, quantization_config=CompressedTensorsConfig(run_compressed=False), dtype=torch.float32)
 
 
 def static_activation_hooks(m, d):

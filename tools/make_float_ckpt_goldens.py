@@ -11,11 +11,20 @@ torch, transformers 5, compressed-tensors and auto-round 0.16.1 (made with torch
 It writes tests/data/float_ckpt/<scheme>_<format>/ for each case below: AutoRound's config.json and
 model.safetensors (RTN: iters=0, disable_opt_rtn, 4 x 32 random calibration tokens) of a tiny random
 Llama (vocab 64, hidden 64, 1 layer, 4 heads / 2 KV heads, intermediate 128, bfloat16), and
-expected.safetensors: every Linear's weight (and lm_head's) as transformers loads it (compressed-tensors decompression,
-`CompressedTensorsConfig(run_compressed=False)`), in bfloat16. AutoRound's own fp8_static packing is not
-read by transformers; its expected weights are e4m3(weight).bf16 * weight_scale[:, None] in bfloat16, what
-AutoRound's inference code computes; its llm_compressor packing holds the same tensors as the
-llm_compressor format (checked here), so it shares that case's expected weights. Tokenizer files are not kept (the tests read weights only).
+expected.safetensors: every Linear's weight (and lm_head's) as transformers loads it into an fp32 model
+(`dtype=torch.float32`, the precision `eval` computes in). FP8 (FP8_STATIC, FP8_BLOCK): transformers'
+default load (compressed-tensors' forward, which decompresses on the first call: `decompress_model`),
+one fp32 product e4m3(weight) * weight_scale, kept in float32; these checkpoints store their scales in
+bfloat16, where `CompressedTensorsConfig(dequantize=True)` would compute the product in bfloat16
+instead. MXFP4 / MXFP8 / NVFP4: compressed-tensors decompression (`dequantize=True`), bfloat16 at any
+model dtype (the decompressors compute in bfloat16), kept in bfloat16. AutoRound's own fp8_static
+packing is not read by transformers; its expected weights are e4m3(weight) * weight_scale[:, None] in
+float32, what AutoRound's inference code (`weight.to(dtype) * weight_scale`) computes in an fp32 model;
+its llm_compressor packing holds the same tensors as the llm_compressor format (checked here), so it
+shares that case's expected weights. Tokenizer files are not kept (the tests read weights only).
+
+`--expected-only` recomputes expected.safetensors from the committed checkpoints under --out (no
+auto-round needed).
 """
 from __future__ import annotations
 
@@ -72,34 +81,56 @@ def quantize(src: str, scheme: str, fmt: str, out: str) -> str:
 
 def expected_weights(d: str, fmt: str) -> dict:
     names = [f"model.layers.0.{n}.weight" for n in LINEARS] + ["lm_head.weight"]
-    if fmt == "auto_round" and json.load(open(os.path.join(d, "config.json")))["quantization_config"].get(
-            "packing_format") == "auto_round:fp8_static":
+    qc = json.load(open(os.path.join(d, "config.json")))["quantization_config"]
+    if fmt == "auto_round" and qc.get("packing_format") == "auto_round:fp8_static":
         f = safe_open(os.path.join(d, "model.safetensors"), "pt")
         res = {}
         for n in names:
             w = f.get_tensor(n)
             if w.dtype == torch.float8_e4m3fn:
-                s = f.get_tensor(n + "_scale")
-                w = w.to(torch.bfloat16) * s.to(torch.bfloat16).reshape(-1, 1)
-            res[n] = w.to(torch.bfloat16)
+                w = w.float() * f.get_tensor(n + "_scale").float().reshape(-1, 1)
+                res[n] = w.contiguous()
+            else:
+                res[n] = w.to(torch.bfloat16)
         return res
     if fmt == "auto_round":  # transformers reads these through AutoRound's own integration
         raise ValueError("auto_round packing other than fp8_static: use the llm_compressor sibling's expected")
     from transformers import AutoModelForCausalLM
     from transformers.utils.quantization_config import CompressedTensorsConfig
-    kw = {}
-    if json.load(open(os.path.join(d, "config.json")))["quantization_config"]["quant_method"] == "compressed-tensors":
-        kw["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
-    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, **kw)
+    fp8 = any(g["weights"]["type"] == "float" and g["weights"]["num_bits"] == 8 and g["weights"].get("group_size") != 32
+              for g in qc["config_groups"].values())
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=not fp8))
+    if fp8:  # what the first forward does (a forward itself fails on FP8_BLOCK's 128-wide activation groups here)
+        m.hf_quantizer.compressor.decompress_model(m)
     sd = m.state_dict()
-    return {n: sd[n].to(torch.bfloat16).contiguous() for n in names}
+    ckpt = safe_open(os.path.join(d, "model.safetensors"), "pt")
+    # A Linear stored dense though the config targets it (AutoRound's FP8_STATIC lm_head: `ignore` is
+    # empty) is read as stored: the default load would multiply it by an uninitialized scale.
+    return {n: (sd[n].float() if n + "_scale" in ckpt.keys() else ckpt.get_tensor(n).float()).contiguous()
+            if fp8 else sd[n].to(torch.bfloat16).contiguous() for n in names}
+
+
+def expected_only(out: str) -> None:
+    for scheme, fmt in CASES:
+        name = f"{scheme.lower()}_{fmt}"
+        d = os.path.join(out, name)
+        packing = json.load(open(os.path.join(d, "config.json")))["quantization_config"].get("packing_format")
+        if fmt == "auto_round" and packing == "auto_round:llm_compressor":
+            src = os.path.join(out, f"{scheme.lower()}_llm_compressor", "expected.safetensors")
+            shutil.copy(src, os.path.join(d, "expected.safetensors"))
+        else:
+            save_file(expected_weights(d, fmt), os.path.join(d, "expected.safetensors"))
+        print(f"{name}: expected.safetensors")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer", default="tests/data/autoround_golden/tokenizer")
+    ap.add_argument("--expected-only", action="store_true")
     args = ap.parse_args()
+    if args.expected_only:
+        return expected_only(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "model_fp")
         make_model(src, args.tokenizer)

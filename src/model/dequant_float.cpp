@@ -162,9 +162,13 @@ Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, cons
     const Tiles t = mx ? Tiles{1, 32} : fp8_tiles(m, prefix, out, in);
     const std::vector<float> s = values(m, prefix + ".weight_scale", mx);
     const int64_t across = cdiv(in, t.bc);
+    // MXFP8 as compressed-tensors computes it, in bf16 (exact but below bf16's normal range); FP8 one
+    // fp32 product, as its forward in an fp32 model computes it (the scale widened exactly to fp32).
     for (int64_t r = 0; r < out; ++r)
-      for (int64_t c = 0; c < in; ++c)
-        dst[r * in + c] = bf16_to_f32(f32_to_bf16(v[size_t(r * in + c)] * s[size_t((r / t.br) * across + c / t.bc)]));
+      for (int64_t c = 0; c < in; ++c) {
+        const float p = v[size_t(r * in + c)] * s[size_t((r / t.br) * across + c / t.bc)];
+        dst[r * in + c] = mx ? bf16_to_f32(f32_to_bf16(p)) : p;
+      }
   }
   check_finite(m, prefix, w);
   return w;

@@ -4,7 +4,10 @@
 //   MXFP4  e2m1(code) * 2^(e8m0 - 127)                     exact (both fit bf16)
 //   MXFP8  e4m3(weight) * 2^(e8m0 - 127)                   rounded to bf16
 //   NVFP4  bf16(e2m1(code) * (e4m3(weight_scale) / weight_global_scale))   (fp32 products, as torch)
-//   FP8    bf16(e4m3(weight) * weight_scale)               per channel, per tensor or per block
+//   FP8    e4m3(weight) * weight_scale                     one fp32 product; per channel, per tensor or
+//                                                          per block
+// FP8 is what compressed-tensors' forward reads in an fp32 model (transformers' default load): the
+// scale (F32, BF16 or F16) is widened to fp32 and the product rounded once to fp32, never to bf16.
 // Packed E2M1 pairs hold element 2k in the low nibble and 2k+1 in the high one. A Linear of an
 // ignored layer is stored dense (".weight" in F32/BF16/F16) and is read as such.
 #pragma once
