@@ -352,6 +352,20 @@ bool probe(int port, const std::string& bytes, std::chrono::milliseconds hold) {
   close(fd);
   return up;
 }
+
+// The serial run of f's model into f.dir/serial (the reference bytes), then the specs of a 2-rank job
+// with a job token writing the same run into f.dir/job.
+std::vector<RankSpec> serial_then_token_job(const Fixture& f) {
+  auto args = quant_args(f.model, f.dir + "/serial", 30);
+  run_serial(args, f.dir);
+  args[3] = f.dir + "/job";
+  std::vector<RankSpec> specs(2);
+  for (auto& s : specs) {
+    s.args = args;
+    s.env = {"AR_JOB_TOKEN=" + kJobToken};
+  }
+  return specs;
+}
 }  // namespace
 
 // Strangers on the rendezvous port of a 2-rank job with a job token, from before rank 0 listens until
@@ -361,14 +375,7 @@ bool probe(int port, const std::string& bytes, std::chrono::milliseconds hold) {
 // HELLO alone took rank 1's place and the FAIL frame stopped the job.)
 TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
   Fixture f("dj_hostile", 2, 43);
-  auto args = quant_args(f.model, f.dir + "/serial", 30);
-  run_serial(args, f.dir);
-  args[3] = f.dir + "/job";
-  std::vector<RankSpec> specs(2);
-  for (auto& s : specs) {
-    s.args = args;
-    s.env = {"AR_JOB_TOKEN=" + kJobToken};
-  }
+  const std::vector<RankSpec> specs = serial_then_token_job(f);
   const int port = ar::test::free_port();
   const std::string fields_hello = le32(1) + le32(8) + "stranger";
   const std::vector<std::pair<std::string, std::chrono::milliseconds>> probes = {
@@ -402,14 +409,7 @@ TEST(DistJob, StrangersOnTheRendezvousPortDoNotDisturbTheJob) {
 // displaced the oldest waiting connection, a rank's connection was closed at accept and the rank failed.)
 TEST(DistJob, ASlowlorisOnTheRendezvousPortDoesNotStopTheJob) {
   Fixture f("dj_slowloris", 2, 47);
-  auto args = quant_args(f.model, f.dir + "/serial", 30);
-  run_serial(args, f.dir);
-  args[3] = f.dir + "/job";
-  std::vector<RankSpec> specs(2);
-  for (auto& s : specs) {
-    s.args = args;
-    s.env = {"AR_JOB_TOKEN=" + kJobToken};
-  }
+  const std::vector<RankSpec> specs = serial_then_token_job(f);
   const int port = ar::test::free_port();
   ar::test::Slowloris strangers(port, ar::test::loopback_sources(7), 8);
   auto ranks = ar::test::start_ranks(specs, port, f.dir, AR_CLI_PATH);

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <csignal>
 #include <cstdio>
@@ -28,6 +29,8 @@
 #include "io/output_guard.h"
 #include "pipeline/outputs.h"
 #include "pipeline/quantize.h"
+#include "kernels/cpu/bf16_ops.h"
+#include "pipeline/estimate_search.h"
 #include "pipeline/run_estimate.h"
 #include "pipeline/run_summary.h"
 #include "model/config.h"
@@ -630,6 +633,18 @@ TEST(Pipeline, LeafPricesIterationsAndPasses) {
   EXPECT_DOUBLE_EQ(leaf.per_sample_s, 0.3);
   EXPECT_NEAR(leaf.fixed_s, 0.2, 1e-15);
   EXPECT_NEAR(estimate_seconds(w, leaf), 60 * (0.2 + 4 * 0.3) + 72 * 0.3 / 3, 1e-12);
+  // The start's probes: a measured pass prices the passes (72 samples) instead of a third of the leaf's
+  // sample, and the searches are added; the FLOP model keeps only the iterations' share.
+  StartProbes probes;
+  probes.pass_sample_s = 0.05;
+  probes.search.seconds = 7;
+  EXPECT_NEAR(estimate_seconds(w, leaf, probes), 60 * (0.2 + 4 * 0.3) + 72 * 0.05 + 7, 1e-12);
+  const MachineRates rates{100, 2};
+  EXPECT_GT(w.tune_gflop, 0);
+  EXPECT_LT(w.tune_gflop, w.gflop);
+  EXPECT_NEAR(estimate_seconds(w, rates, probes),
+              w.tune_gflop / (100 * 0.75) + w.tune_score_giga * 36 / 2 + 72 * 0.05 + 7, 1e-12);
+  EXPECT_NEAR(estimate_seconds(w, rates), w.gflop / (100 * 0.75) + w.score_giga * 36 / 2, 1e-12);
   // Noise that makes n samples as fast as one still leaves a sample a tenth of the measured time.
   leaf = fit_leaf(0.8, 0.7, 2);
   EXPECT_DOUBLE_EQ(leaf.per_sample_s, 0.1 * 0.7 / 2);
@@ -649,6 +664,63 @@ TEST(Pipeline, LeafPricesIterationsAndPasses) {
   EXPECT_FALSE(leaf_worthwhile(run_work(cfg, o, 8, 32, 3, 2), d));
   o.tune.iters = 0;
   EXPECT_FALSE(leaf_worthwhile(run_work(cfg, o, 8, 32, 3, 2), d));
+}
+
+// The search probe (pipeline/estimate_search.h): a block's Linears cut to their first rows (the rest of
+// the block shared), and a search timed on growing slices until one takes kMinProbeSeconds, its time
+// scaled by the share of the weights searched. Stand-in searches sleep: 40 ms never reaches the
+// threshold (every slice, up to the whole block, is searched), 150 ms does at once.
+TEST(Pipeline, SearchProbeTimesRowSlicesAndScalesThem) {
+  Context ctx(Device{}, 2);
+  const std::string m = tmpdir("search_probe");
+  write_synthetic_model(m, tiny_llama_config(2), 5);
+  auto model = HfModel::open(m);
+  const BlockWeights block = model->load_block(0, ctx);
+  double kept = 0;
+  const BlockWeights quarter = first_rows(ctx, block, 0.25, &kept);
+  const int64_t q = block.wq.dim(0), g = block.wg.dim(0);
+  ASSERT_EQ(quarter.wq.dim(0), (q + 3) / 4);
+  EXPECT_EQ(quarter.wq.dim(1), block.wq.dim(1));
+  EXPECT_EQ(std::memcmp(quarter.wq.f32(), block.wq.f32(), size_t(quarter.wq.numel()) * 4), 0);
+  EXPECT_EQ(quarter.wg.dim(0), (g + 3) / 4);
+  EXPECT_EQ(quarter.ln1.f32(), block.ln1.f32()) << "the norms are shared, not copied";
+  EXPECT_GE(kept, 0.25);
+  EXPECT_LT(kept, 0.3);
+  EXPECT_EQ(first_rows(ctx, block, 1e-9).wd.dim(0), 1) << "at least one row";
+  for (const int sleep_ms : {40, 150}) {
+    std::vector<int64_t> rows;  // wq's rows in each search
+    const SearchProbe p = measure_search(ctx, block, [&](BlockWeights& slice) {
+      rows.push_back(slice.wq.dim(0));
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    });
+    if (sleep_ms == 40) {
+      EXPECT_EQ(rows, (std::vector<int64_t>{(q + 63) / 64, (q + 15) / 16, (q + 3) / 4, q}));
+      EXPECT_DOUBLE_EQ(p.share, 1.0);
+      EXPECT_GE(p.block_s, 0.04);
+    } else {
+      EXPECT_EQ(rows, std::vector<int64_t>{(q + 63) / 64});
+      EXPECT_LT(p.share, 0.1);
+      EXPECT_GE(p.block_s, 0.15 / p.share);
+    }
+    EXPECT_GE(p.wall_s, double(rows.size()) * sleep_ms / 1000.0);
+  }
+  // The pass probe runs the collection pass (with and without the imatrix, fp32 and amp operands) and
+  // leaves none of its buffers cached.
+  const BlockDims d = model->config().block_dims(0);
+  const int64_t T = 16;
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+  std::vector<float> cs(size_t(T * d.D / 2), 1.f), sn(cs.size(), 0.f);
+  const BlockAux<float> aux{1, T, pos.data(), cs.data(), sn.data(), nullptr};
+  Tensor x = Tensor::empty({5, T, d.C}, DType::F32, ctx);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float(i % 13) / 13.f;
+  for (const bool amp : {false, cpu::bf16_gemm_supported()})
+    for (const bool imatrix : {false, true}) {
+      EXPECT_GT(measure_pass(ctx, d, block, aux, x, amp, imatrix), 0) << amp << imatrix;
+      EXPECT_EQ(ctx.allocator().cached(), 0u);
+    }
+  model.reset();
+  fs::remove_all(m);
 }
 
 // The leaf runs the real tuner on a model's block and inputs: a dense Llama block under W4G32 and

@@ -7,6 +7,7 @@
 
 #include "core/malloc_policy.h"
 #include "model/loader.h"
+#include "pipeline/block_passes.h"
 
 namespace ar {
 
@@ -72,6 +73,23 @@ LeafTimes fit_leaf(double t1, double tn, int64_t n) {
   r.per_sample_s = std::max((tn - t1) / double(n - 1), 0.1 * tn / double(n));
   r.fixed_s = std::max(tn - double(n) * r.per_sample_s, 0.0);
   return r;
+}
+
+double measure_pass(Context& ctx, const BlockDims& d, const BlockWeights& block, const BlockAux<float>& aux,
+                    const Tensor& x, bool amp, bool imatrix) {
+  const int64_t n = std::min<int64_t>(x.dim(0), 8);
+  Tensor y = Tensor::empty({n, x.dim(1), x.dim(2)}, x.dtype(), ctx);
+  Imatrix im;
+  auto sweep = [&](int64_t samples) {
+    const auto ts = Clock::now();
+    block_forward_all(ctx, quant::TuneLane{}, d, block, aux, x, y, samples, 1, amp, {imatrix ? &im : nullptr});
+    return std::chrono::duration<double>(Clock::now() - ts).count();
+  };
+  sweep(1);  // cold: the first sweep pays the allocator's and the GEMM library's first use (x1.6 here)
+  const double per_sample = sweep(n) / double(n);
+  y = Tensor();
+  ctx.allocator().trim();
+  return per_sample;
 }
 
 LeafTimes measure_leaf(Context& ctx, const BlockDims& d, BlockWeights block, const quant::QuantFormat& fmt,

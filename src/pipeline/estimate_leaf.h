@@ -54,6 +54,16 @@ LeafTimes measure_leaf(Context& ctx, const BlockDims& d, BlockWeights block, con
                        const quant::SignRoundOptions& tune, const BlockAux<float>& aux, const Tensor& x,
                        int64_t samples, const LeafTuner& tuner = {});
 
+// The start estimate's measured pass (issue 54, item 7): seconds per sample of `block` run forward over
+// the first samples of x (one to warm up, then up to 8 timed), one sample per micro-batch as the run's
+// collection passes do, with the imatrix statistics when a track asks for them. The sweep's fixed work
+// (the weights' bf16 copies) is counted per sample: a two-point fit of 1 and 4 samples was noisier than
+// that share. It reads 8-14% below the run's own passes (docs/benchmarks.md, "The start estimate of the
+// searches"); priced by FLOPs at a tuning iteration's GEMM share instead, the FP pass of a 135M-shaped
+// model at seqlen 2048 was off by +40%.
+double measure_pass(Context& ctx, const BlockDims& d, const BlockWeights& block, const BlockAux<float>& aux,
+                    const Tensor& x, bool amp, bool imatrix);
+
 // The two-point fit of the measured iteration times (t1 of 1 sample, tn of n); the slope is floored
 // at a tenth of tn's per-sample share so that noise cannot make a sample free.
 LeafTimes fit_leaf(double t1, double tn, int64_t n);

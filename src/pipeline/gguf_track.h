@@ -27,6 +27,8 @@ class GgufTrack : public SchemeTrack {
   std::string phase_prefix() const override { return "gguf_"; }
   const quant::QuantFormat& format() const override { return env_.opt.fmt; }  // replaced per Linear
   bool wants_imatrix() const override { return !env_.opt.disable_opt_rtn; }
+  // --iters 0 searches each block; a tuned block's scales are fixed by the same search (fix_params).
+  bool searches_every_block() const override { return true; }
   std::string summary_line() const override;
   void open(const std::string& dir) override;
   void embeddings(const Tensor& emb, const std::function<void(const Tensor&, Tensor&)>& embed) override;

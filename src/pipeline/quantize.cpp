@@ -214,21 +214,28 @@ void QuantizeRun::summary_tail() {
 // A SignRound run in one process is priced by a measured leaf, one of its blocks on its first samples,
 // tuned where the run tunes (the CPU, or the GPU of --device cuda:N); other runs by FLOPs
 // (pipeline/run_estimate.h). In a multi-process job the ranks would measure at once on shared cores, and
-// a long leaf on one would hold the others at their next collective.
+// a long leaf on one would hold the others at their next collective. Searches (--iters 0, GGUF's scales)
+// are priced by a short probe of the same block on the CPU, where they run (pipeline/estimate_search.h).
 std::string QuantizeRun::estimate_line() {
   const ModelConfig& cfg = model_->config();
   const RunWork work = run_work(cfg, opt_, n_, T_, cfg.num_layers - start_block_, tracks());
   const MachineRates rates = measure_rates(*ctx_, cfg, opt_.tune.amp);
-  if (job_ || start_block_ >= cfg.num_layers) return time_estimate_line(work, rates, opt_.tune.amp);
-  // The leaf is a block of the kind most of the remaining layers are (with a tie, MoE): the few dense
+  if (start_block_ >= cfg.num_layers) return time_estimate_line(work, rates, opt_.tune.amp, StartProbes{});
+  // The measured block is of the kind most of the remaining layers are (with a tie, MoE): the few dense
   // layers of a MoE model (Qwen3-MoE's mlp_only_layers) are priced as its MoE ones.
   int64_t moe_layers = 0, pick = start_block_;
   for (int64_t l = start_block_; l < cfg.num_layers; ++l) moe_layers += cfg.is_moe_layer(l);
   const bool moe = 2 * moe_layers >= cfg.num_layers - start_block_;
   while (cfg.is_moe_layer(pick) != moe) ++pick;
   const BlockDims d = cfg.block_dims(pick);
-  if (!leaf_worthwhile(work, d)) return time_estimate_line(work, rates, opt_.tune.amp);
+  BlockWeights block = model_->load_block(pick, *ctx_);
   const BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  StartProbes probes;
+  probes.search = price_searches(*ctx_, tracks_, block, d, pick, cfg.num_layers - start_block_, processes());
+  if (!gpu_)  // a GPU runs the passes where no track asks for statistics; their FLOP price stands there
+    probes.pass_sample_s = measure_pass(*ctx_, d, block, aux, x_fp_, opt_.tune.amp,
+                               std::any_of(tracks_.begin(), tracks_.end(), [](const auto& t) { return t->wants_imatrix(); }));
+  if (job_ || !leaf_worthwhile(work, d)) return time_estimate_line(work, rates, opt_.tune.amp, probes);
   LeafTuner on_gpu;
   quant::SignRoundOptions tune = opt_.tune;
   if (gpu_) {
@@ -237,9 +244,9 @@ std::string QuantizeRun::estimate_line() {
       gpu_->tune(*ctx_, d, w, opt_.fmt, aux, x, x, mask, o, {});
     };
   }
-  return time_estimate_line(work, measure_leaf(*ctx_, d, model_->load_block(pick, *ctx_), opt_.fmt, tune, aux, x_fp_,
-                                               leaf_samples(int64_t(work.batch)), on_gpu),
-                            pick);
+  const LeafTimes leaf = measure_leaf(*ctx_, d, std::move(block), opt_.fmt, tune, aux, x_fp_,
+                                      leaf_samples(int64_t(work.batch)), on_gpu);
+  return time_estimate_line(work, leaf, pick, probes);
 }
 
 std::vector<size_t> QuantizeRun::shard_bytes() const {

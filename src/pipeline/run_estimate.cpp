@@ -49,8 +49,10 @@ RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, in
     w.iterations = double(blocks) * double(tunings) * double(opt.tune.iters);
     w.batch = double(std::min<int64_t>(n, opt.tune.batch_size * std::max(1, opt.tune.gradient_accumulate_steps)));
   }
-  w.gflop = double(blocks) * (tokens + 3.0 * tuned_tokens) * per_token / 1e9;
-  w.score_giga = double(blocks) * (tokens / 3.0 + tuned_tokens) * scores_per_token / 1e9;  // a pass: 1/3 of fwd+bwd
+  w.tune_gflop = double(blocks) * 3.0 * tuned_tokens * per_token / 1e9;
+  w.tune_score_giga = double(blocks) * tuned_tokens * scores_per_token / 1e9;
+  w.gflop = double(blocks) * tokens * per_token / 1e9 + w.tune_gflop;
+  w.score_giga = double(blocks) * tokens / 3.0 * scores_per_token / 1e9 + w.tune_score_giga;  // a pass: 1/3 of fwd+bwd
   return w;
 }
 
@@ -78,16 +80,25 @@ MachineRates measure_rates(Context& ctx, const ModelConfig& cfg, bool amp) {
   return r;
 }
 
-double estimate_seconds(const RunWork& w, const MachineRates& r) {
-  return w.gflop / (r.gemm_gflops * kIterationShareOfGemm) + w.score_giga * kExpsPerScore / r.exp_giga;
+namespace {
+double flop_seconds(double gflop, double score_giga, const MachineRates& r) {
+  return gflop / (r.gemm_gflops * kIterationShareOfGemm) + score_giga * kExpsPerScore / r.exp_giga;
+}
+double pass_seconds(const RunWork& w, const StartProbes& probes) { return w.pass_samples * probes.pass_sample_s; }
+}  // namespace
+
+double estimate_seconds(const RunWork& w, const MachineRates& r, const StartProbes& probes) {
+  if (probes.pass_sample_s <= 0) return flop_seconds(w.gflop, w.score_giga, r) + probes.search.seconds;
+  return flop_seconds(w.tune_gflop, w.tune_score_giga, r) + pass_seconds(w, probes) + probes.search.seconds;
 }
 
 bool leaf_worthwhile(const RunWork& w, const BlockDims& d) {
   return w.iterations > 0 && leaf_flops(d, w.T, leaf_samples(int64_t(w.batch))) <= kLeafShareOfRun * w.gflop * 1e9;
 }
 
-double estimate_seconds(const RunWork& w, const LeafTimes& leaf) {
-  return w.iterations * (leaf.fixed_s + w.batch * leaf.per_sample_s) + w.pass_samples * leaf.per_sample_s / 3;
+double estimate_seconds(const RunWork& w, const LeafTimes& leaf, const StartProbes& probes) {
+  const double passes = probes.pass_sample_s > 0 ? pass_seconds(w, probes) : w.pass_samples * leaf.per_sample_s / 3;
+  return w.iterations * (leaf.fixed_s + w.batch * leaf.per_sample_s) + passes + probes.search.seconds;
 }
 
 std::string human_duration(double s) {
@@ -98,25 +109,47 @@ std::string human_duration(double s) {
   return b;
 }
 
-std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp) {
-  char b[320];
-  std::snprintf(b, sizeof b,
-                "estimated time: ~%s (%.0f GFLOP of matrix products at this machine's %s GEMM rate, measured now "
-                "at %.0f GFLOP/s, and %.1fG attention scores; the run ETA follows the first iterations)",
-                human_duration(estimate_seconds(w, r)).c_str(), w.gflop, amp ? "bf16" : "fp32", r.gemm_gflops,
-                w.score_giga);
-  return b;
+namespace {
+// "estimated time: ~<seconds> (<what>; <passes>; <searches>; the run ETA ...)", empty parts left out.
+std::string with_probes(const RunWork& w, double seconds, const std::string& what, const StartProbes& probes) {
+  std::string parts = what;
+  auto add = [&](const std::string& part) {
+    if (part.empty()) return;
+    if (!parts.empty()) parts += "; ";
+    parts += part;
+  };
+  if (probes.pass_sample_s > 0) {
+    char b[160];
+    std::snprintf(b, sizeof b, "%.0f forward passes of a sample at %.4f s, measured now", w.pass_samples,
+                  probes.pass_sample_s);
+    add(b);
+  }
+  add(probes.search.what);
+  add(std::string("the run ETA follows the first ") + (w.iterations > 0 ? "iterations" : "blocks"));
+  return "estimated time: ~" + human_duration(seconds) + " (" + parts + ")";
+}
+}  // namespace
+
+std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp, const StartProbes& probes) {
+  const bool tuned_only = probes.pass_sample_s > 0;  // the passes are priced by their own line
+  const double gflop = tuned_only ? w.tune_gflop : w.gflop, scores = tuned_only ? w.tune_score_giga : w.score_giga;
+  char b[320] = "";
+  if (gflop > 0 || !tuned_only)
+    std::snprintf(b, sizeof b,
+                  "%.0f GFLOP of %s at this machine's %s GEMM rate, measured now at %.0f GFLOP/s, and %.1fG attention "
+                  "scores",
+                  gflop, tuned_only ? "SignRound iterations" : "matrix products", amp ? "bf16" : "fp32", r.gemm_gflops,
+                  scores);
+  return with_probes(w, estimate_seconds(w, r, probes), b, probes);
 }
 
-std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block) {
+std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block, const StartProbes& probes) {
   char b[400];
   std::snprintf(b, sizeof b,
-                "estimated time: ~%s (%.0f SignRound iterations of %.0f samples at %.3f s + %.3f s per sample, "
-                "measured now in %.1f s on block %lld and the first samples; the run ETA follows the first "
-                "iterations)",
-                human_duration(estimate_seconds(w, leaf)).c_str(), w.iterations, w.batch, leaf.fixed_s,
-                leaf.per_sample_s, leaf.wall_s, (long long)(block + 1));
-  return b;
+                "%.0f SignRound iterations of %.0f samples at %.3f s + %.3f s per sample, measured now in %.1f s on "
+                "block %lld and the first samples",
+                w.iterations, w.batch, leaf.fixed_s, leaf.per_sample_s, leaf.wall_s, (long long)(block + 1));
+  return with_probes(w, estimate_seconds(w, leaf, probes), b, probes);
 }
 
 }  // namespace ar

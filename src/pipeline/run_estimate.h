@@ -2,7 +2,8 @@
 // by a measured tuning leaf (pipeline/estimate_leaf.h: one of its blocks on its first samples): the run's iterations at the
 // leaf's seconds per iteration, plus its forward-only passes at a third of a sample's forward +
 // backward. Everything else (RTN and --iters 0 searches, GPU tuning, multi-process jobs, and runs so
-// short that the leaf would cost more than 15% of them) by the FLOP model:
+// short that the leaf would cost more than 15% of them) by the FLOP model; searches (--iters 0, GGUF's
+// scales) by a probe of one block (pipeline/estimate_search.h), added to either:
 // two kinds of work counted from the model's shapes and the options, each at a rate of this machine
 // measured at the start:
 //   - matrix products (the Linears, QK^T and PV) at the block-shaped GEMM rate, times the share of it
@@ -17,6 +18,7 @@
 #include "core/context.h"
 #include "model/config.h"
 #include "pipeline/estimate_leaf.h"
+#include "pipeline/estimate_search.h"
 #include "pipeline/quantize.h"
 
 namespace ar {
@@ -27,7 +29,14 @@ struct RunWork {
   double iterations = 0;     // SignRound iterations over the run (blocks x tunings x iters)
   double batch = 0;          // samples per iteration
   double pass_samples = 0;   // samples through forward-only passes (FP targets, q-chains)
+  double tune_gflop = 0, tune_score_giga = 0;  // the SignRound iterations' share of gflop and score_giga
   int64_t T = 0;
+};
+
+// What the start measured besides the machine's rates: a collection pass of one block, the searches.
+struct StartProbes {
+  double pass_sample_s = 0;  // measure_pass (0: not measured, the passes priced by FLOPs)
+  SearchPrice search;
 };
 // The run's work: per block (a MoE block's active weights: router, top_k experts, shared expert), the FP pass (and with SignRound the q-chain pass) over every sample and,
 // with SignRound, `iters` forward + backward passes over a batch (backward = 2 forward). `blocks` of
@@ -43,13 +52,14 @@ struct MachineRates {
 // and the softmax's exp kernel.
 MachineRates measure_rates(Context& ctx, const ModelConfig& cfg, bool amp);
 
-double estimate_seconds(const RunWork& w, const MachineRates& r);
-// The leaf's price of the run.
-double estimate_seconds(const RunWork& w, const LeafTimes& leaf);
+double estimate_seconds(const RunWork& w, const MachineRates& r, const StartProbes& probes = {});
+// The leaf's price of the run (its passes at a third of the leaf's sample unless the pass was measured).
+double estimate_seconds(const RunWork& w, const LeafTimes& leaf, const StartProbes& probes = {});
 
-// "estimated time: ~1 h 05 min (...)" for the log.
-std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp);
-std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block);  // block: 0-based
+// "estimated time: ~1 h 05 min (...)" for the log, the searches' price added.
+std::string time_estimate_line(const RunWork& w, const MachineRates& r, bool amp, const StartProbes& probes);
+std::string time_estimate_line(const RunWork& w, const LeafTimes& leaf, int64_t block,  // block: 0-based
+                               const StartProbes& probes);
 // Whether the leaf is worth measuring: at most kLeafShareOfRun of the run's matrix products.
 inline constexpr double kLeafShareOfRun = 0.15;
 bool leaf_worthwhile(const RunWork& w, const BlockDims& d);

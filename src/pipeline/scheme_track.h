@@ -76,6 +76,9 @@ class SchemeTrack {
   // --iters 0: its search (or RTN) of the selected Linears; their QDQ values are left in w.
   virtual quant::BlockTuneResult search(const quant::TuneLane& lane, BlockWeights& w,
                                         const quant::LayerFormats& selected, const BlockStats& st) = 0;
+  // Whether every block runs search() or a search of the same cost (the start estimate prices it with a
+  // probe, pipeline/estimate_search.h): --iters 0, or a search whose result SignRound starts from.
+  virtual bool searches_every_block() const = 0;
   // SignRound: called for each tuned Linear once its tunables are made (empty: nothing to fix).
   virtual std::function<void(Context&, quant::TunedLinear&)> tuning_hook(const BlockStats&) { return {}; }
   // Whether the run needs its chain after the last block (lm_head's tuning, the resume state).

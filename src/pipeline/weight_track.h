@@ -21,6 +21,7 @@ class WeightTrack : public SchemeTrack {
   std::string label() const override;
   std::string phase_prefix() const override { return ""; }
   const quant::QuantFormat& format() const override { return env_.opt.fmt; }
+  bool searches_every_block() const override { return env_.opt.tune.iters == 0; }
   bool wants_imatrix() const override;
   bool wants_act_max() const override { return env_.opt.fmt.act_static(); }
   bool follows_layer_rules() const override { return true; }
