@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "model/block_tensors.h"
 #include "model/loader.h"
 
 namespace ar::bench {
@@ -94,6 +95,7 @@ inline BenchBlock make_block(Context& ctx, int argc, char** argv, int64_t hidden
     w.wu = rnd(ctx, {d.I, d.C}, 10, 1.f / std::sqrt(float(d.C)));
     w.wd = rnd(ctx, {d.C, d.I}, 11, 1.f / std::sqrt(float(d.I)));
   }
+  w.tensors = block_tensors(d);
   b.x = rnd(ctx, {b.n, b.T, d.C}, 12, 1.f);
   b.y = rnd(ctx, {b.n, b.T, d.C}, 13, 1.f);
   b.cs.resize(size_t(b.T * d.D / 2));

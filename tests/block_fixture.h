@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "model/block_tensors.h"
 #include "quant/signround.h"
 #include "test_util.h"
 
@@ -45,6 +46,7 @@ struct Fixture {
     w.wq = rnd({64, 64}, 3, 0.125); w.wk = rnd({32, 64}, 4, 0.125); w.wv = rnd({32, 64}, 5, 0.125);
     w.wo = rnd({64, 64}, 6, 0.125); w.wg = rnd({128, 64}, 7, 0.125); w.wu = rnd({128, 64}, 8, 0.125);
     w.wd = rnd({64, 128}, 9, 0.09);
+    w.tensors = block_tensors(dims);
     rope_tables(T, dims.D, cs, sn);
     for (int64_t i = 0; i < n * T; ++i) pos.push_back(int32_t(i % T));
     x = rnd({n, T, 64}, 10, 1.0);
@@ -75,7 +77,7 @@ struct Fixture {
     }
     return s / double(cnt);
   }
-  BlockWeights copy() { return {w.ln1, w.wq.clone(ctx), w.wk.clone(ctx), w.wv.clone(ctx), {}, {}, {}, {}, {}, w.wo.clone(ctx), {}, w.ln2, w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}, false}; }
+  BlockWeights copy() { return quant::clone_block(w, ctx); }
   quant::BlockTuneResult tune(BlockWeights& bw, const quant::QuantFormat& f, int iters, uint64_t seed = 42,
                               quant::SignRoundOptions o = {}, const quant::TuneLane& lane = {}) {
     o.iters = iters;

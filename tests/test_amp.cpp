@@ -163,16 +163,14 @@ struct WideBlock {
     w.wq = rnd({256, 256}, 3, 0.06); w.wk = rnd({128, 256}, 4, 0.06); w.wv = rnd({128, 256}, 5, 0.06);
     w.wo = rnd({256, 256}, 6, 0.06); w.wg = rnd({1024, 256}, 7, 0.06); w.wu = rnd({1024, 256}, 8, 0.06);
     w.wd = rnd({256, 1024}, 9, 0.03);
+    w.tensors = block_tensors(d);
     test::rope_tables(T, d.D, cs, sn);
     for (int64_t i = 0; i < n * T; ++i) pos.push_back(int32_t(i % T));
     mask.assign(size_t(n * T), 1);
     x = rnd({n, T, 256}, 10, 1.0).to(DType::BF16, ctx);  // stored in bf16, as the pipeline does under amp
     y = rnd({n, T, 256}, 11, 1.0).to(DType::BF16, ctx);
   }
-  BlockWeights copy() {
-    return {w.ln1, w.wq.clone(ctx), w.wk.clone(ctx), w.wv.clone(ctx), {}, {}, {}, {}, {}, w.wo.clone(ctx), {}, w.ln2,
-            w.wg.clone(ctx), w.wu.clone(ctx), w.wd.clone(ctx), {}, {}, {}, {}, {}, {}, {}, {}, false};
-  }
+  BlockWeights copy() { return quant::clone_block(w, ctx); }
   std::vector<float> tune(Context& c, const quant::TuneLane& lane = {}) {
     BlockWeights b = copy();
     quant::SignRoundOptions o;

@@ -62,25 +62,28 @@ TEST(CpuKernels, RmsNorm) {
 TEST(CpuKernels, Rope) {
   Context ctx;
   const int64_t rows = 13, heads = 3, D = 16, maxpos = 32;
-  std::vector<double> cd(maxpos * D / 2), sd(maxpos * D / 2);
-  for (int64_t p = 0; p < maxpos; ++p)
-    for (int64_t i = 0; i < D / 2; ++i) {
-      double a = p * std::pow(500000.0, -2.0 * i / D);
-      cd[p * D / 2 + i] = std::cos(a);
-      sd[p * D / 2 + i] = std::sin(a);
-    }
-  auto cf = cast<float>(cd), sf = cast<float>(sd);
-  cd = cast<double>(cf); sd = cast<double>(sf);
-  std::vector<int32_t> pos(rows);
-  for (int64_t r = 0; r < rows; ++r) pos[r] = int32_t((r * 7) % maxpos);
-  auto x = cast<float>(randn<double>(rows * heads * D, 8));
-  auto xd = cast<double>(x);
-  cpu::rope_fwd(ctx, x.data(), pos.data(), cf.data(), sf.data(), rows, heads, D);
-  ref::rope_fwd(xd.data(), pos.data(), cd.data(), sd.data(), rows, heads, D);
-  expect_close("fwd", x, xd);
-  cpu::rope_bwd(ctx, x.data(), pos.data(), cf.data(), sf.data(), rows, heads, D);
-  ref::rope_bwd(xd.data(), pos.data(), cd.data(), sd.data(), rows, heads, D);
-  expect_close("bwd", x, xd);
+  for (const RopeDims rd : {RopeDims::full(D), RopeDims{D, 0, 8, false}, RopeDims{D, 8, 8, true}}) {
+    const int64_t half = rd.dims / 2;
+    std::vector<double> cd(maxpos * half), sd(maxpos * half);
+    for (int64_t p = 0; p < maxpos; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        double a = p * std::pow(500000.0, -2.0 * i / rd.dims);
+        cd[p * half + i] = std::cos(a);
+        sd[p * half + i] = std::sin(a);
+      }
+    auto cf = cast<float>(cd), sf = cast<float>(sd);
+    cd = cast<double>(cf); sd = cast<double>(sf);
+    std::vector<int32_t> pos(rows);
+    for (int64_t r = 0; r < rows; ++r) pos[r] = int32_t((r * 7) % maxpos);
+    auto x = cast<float>(randn<double>(rows * heads * D, 8));
+    auto xd = cast<double>(x);
+    cpu::rope_fwd(ctx, x.data(), pos.data(), cf.data(), sf.data(), rows, heads, rd);
+    ref::rope_fwd(xd.data(), pos.data(), cd.data(), sd.data(), rows, heads, rd);
+    expect_close("fwd", x, xd);
+    cpu::rope_bwd(ctx, x.data(), pos.data(), cf.data(), sf.data(), rows, heads, rd);
+    ref::rope_bwd(xd.data(), pos.data(), cd.data(), sd.data(), rows, heads, rd);
+    expect_close("bwd", x, xd);
+  }
 }
 
 class CpuAttention : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};

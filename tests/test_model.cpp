@@ -81,8 +81,12 @@ TEST(Config, RejectsMissingContradictoryAndUnsupportedFields) {
   EXPECT_HAS(config_error(k), "field 'architectures'");
   k = j; k["hidden_act"] = "gelu";
   EXPECT_HAS(config_error(k), "field 'hidden_act'");
+  k = j; k["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  EXPECT_HAS(config_error(k), "rope_type 'longrope' is not supported (default, llama3, yarn)");
   k = j; k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_HAS(config_error(k), "rope_type 'yarn' is not supported");
+  EXPECT_HAS(config_error(k), "rope_scaling.original_max_position_embeddings': missing (rope_type yarn needs it)");
+  k = j; k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", -4.0}, {"original_max_position_embeddings", 16}};
+  EXPECT_HAS(config_error(k), "rope_scaling.factor': must be a number in [0, 2^53]");
   k = j; k["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   EXPECT_HAS(config_error(k), "rope_scaling.low_freq_factor");
   k = j; k["vocab_size"] = "big";
@@ -126,8 +130,8 @@ TEST(Config, RopeParametersOfTransformers5) {
   k["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e4}}}, {"sliding_attention", {{"rope_theta", 1e6}}}};
   EXPECT_HAS(config_error(k), "per-layer-type RoPE parameters are not supported");
   k = j;
-  k["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e4}, {"factor", 4.0}};
-  EXPECT_HAS(config_error(k), "rope_type 'yarn' is not supported");
+  k["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1e4}, {"factor", 4.0}};
+  EXPECT_HAS(config_error(k), "rope_type 'dynamic' is not supported");
   k = j;
   k["rope_parameters"]["rope_theta"] = -1;
   EXPECT_HAS(config_error(k), "rope_parameters.rope_theta': must be a positive number");

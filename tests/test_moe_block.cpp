@@ -2,7 +2,9 @@
 // reference backward against central finite differences for the input and every weight (router,
 // experts, shared expert and gate, attention), the fp32 CPU block against the double one, the routing
 // tie rule, and experts that receive no token. Variants: Qwen3-MoE (top-3 of 8, renormalized, q/k norm),
-// Qwen2-MoE (top-2 of 6 not renormalized, shared expert, q/k/v bias), Mixtral (top-2 of 4).
+// Qwen2-MoE (top-2 of 6 not renormalized, shared expert, q/k/v bias), Mixtral (top-2 of 4), DeepSeek-V3's
+// routing (sigmoid, score-correction bias, 2 of 4 groups, scaled, an ungated shared expert; and without
+// groups or renormalization), gpt-oss's (top-2 of the biased logits, then softmax).
 #include <map>
 
 #include "block_case.h"
@@ -21,6 +23,10 @@ struct Variant {
   const char* name;
   int64_t E, K, Is;
   bool norm_topk, qk_norm, bias;
+  Routing routing = Routing::SoftmaxTopK;
+  int64_t groups = 1, topk_groups = 1;
+  double scaling = 1;
+  bool shared_gate = true, router_bias = false, score_bias = false;
 };
 
 template <class V>
@@ -32,7 +38,7 @@ BlockPtrs<P> ptrs(Named<V>& m, int64_t E) {
   auto get = [&](const std::string& k) -> P { auto it = m.find(k); return it == m.end() ? nullptr : it->second.data(); };
   p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
   p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.ln2 = get("ln2");
-  p.router = get("router"); p.sg = get("sg"); p.su = get("su"); p.sd = get("sd"); p.sgate = get("sgate");
+  p.router = get("router"); p.router_bias = get("router_bias"); p.score_bias = get("score_bias"); p.sg = get("sg"); p.su = get("su"); p.sd = get("sd"); p.sgate = get("sgate");
   for (int64_t e = 0; e < E; ++e) {
     p.eg.push_back(get("eg" + std::to_string(e)));
     p.eu.push_back(get("eu" + std::to_string(e)));
@@ -52,7 +58,7 @@ struct MoeCase {
                    int64_t batch = 2)
       : B(batch), T(tokens) {
     d.C = width; d.I = 0; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
-    d.moe = {v.E, v.K, expert_width, v.Is, v.norm_topk};
+    d.moe = {v.E, v.K, expert_width, v.Is, v.norm_topk, v.routing, v.groups, v.topk_groups, v.scaling, v.shared_gate};
     const int64_t QD = d.H * d.D, KD = d.Hkv * d.D, C = d.C, I = d.moe.I;
     uint32_t seed = 300;
     auto add = [&](const std::string& k, int64_t n, double scale, double mean = 0) {
@@ -65,12 +71,15 @@ struct MoeCase {
     if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); }
     if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
     add("router", v.E * C, 0.8);
+    if (v.router_bias) add("router_bias", v.E, 0.5);
+    if (v.score_bias) add("score_bias", v.E, 0.3);
     for (int64_t e = 0; e < v.E; ++e) {
       add("eg" + std::to_string(e), I * C, 0.4);
       add("eu" + std::to_string(e), I * C, 0.4);
       add("ed" + std::to_string(e), C * I, 0.3);
     }
-    if (v.Is) { add("sg", v.Is * C, 0.4); add("su", v.Is * C, 0.4); add("sd", C * v.Is, 0.3); add("sgate", C, 0.4); }
+    if (v.Is) { add("sg", v.Is * C, 0.4); add("su", v.Is * C, 0.4); add("sd", C * v.Is, 0.3); }
+    if (v.Is && v.shared_gate) add("sgate", C, 0.4);
     x = randn<double>(size_t(B * T * C), 7);
     R = randn<double>(x.size(), 8);
     rope_inputs(B, T, d.D, cs, sn, pos);
@@ -320,7 +329,13 @@ TEST_P(MoeBlockTest, CpuBlockWithActivationQdqMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Variants, MoeBlockTest,
                          ::testing::Values(Variant{"qwen3_moe", 8, 3, 0, true, true, false},
                                            Variant{"qwen2_moe", 6, 2, 8, false, false, true},
-                                           Variant{"mixtral", 4, 2, 0, true, false, false}),
+                                           Variant{"mixtral", 4, 2, 0, true, false, false},
+                                           Variant{"deepseek_v3", 8, 2, 8, true, false, false, Routing::SigmoidGroups,
+                                                   4, 2, 2.5, false, false, true},
+                                           Variant{"sigmoid_plain", 6, 3, 0, false, false, false,
+                                                   Routing::SigmoidGroups, 1, 1, 1.5, true, false, true},
+                                           Variant{"gpt_oss", 4, 2, 0, false, false, true, Routing::TopKSoftmax, 1,
+                                                   1, 1, true, true, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 // Equal router logits: the lower expert index wins, and the weights split evenly.
@@ -625,5 +640,52 @@ TEST(MoeExpertTree, LeafTreeStepsAreTheTunersTree) {
   EXPECT_TRUE(same(quant::leaf_tree_steps(8), {S{0, false, {}}, S{0, true, {}}, S{1, false, {}}, S{1, true, {0}},
                                                S{2, false, {}}, S{2, true, {}}, S{0, false, {}},
                                                S{0, true, {2, 1}}}));
+}
+}  // namespace
+
+namespace {
+double logit(double s) { return std::log(s / (1 - s)); }
+
+// DeepSeek-V3's router: only the best topk_groups groups (by the sum of their two best choice scores)
+// compete, so the single best expert can lose; the correction bias moves the choice, not the weights.
+TEST(MoeRouting, SigmoidGroupsPickWithinTheBestGroups) {
+  MoeDims m;
+  m.E = 8; m.K = 2; m.norm_topk = true; m.routing = Routing::SigmoidGroups; m.groups = 4; m.topk_groups = 2;
+  m.scaling = 2.5;
+  const double s[8] = {0.9, 0.1, 0.6, 0.6, 0.5, 0.55, 0.2, 0.3};  // group sums 1.0, 1.2, 1.05, 0.5
+  std::vector<double> pr(8);
+  int32_t idx[2];
+  double wt[2];
+  MoeRouter<double> router(m);
+  for (int e = 0; e < 8; ++e) pr[size_t(e)] = logit(s[e]);
+  router.route(pr.data(), nullptr, idx, wt);
+  EXPECT_EQ(idx[0], 2);  // groups 1 and 2 win; expert 0 (0.9) is out; 2 and 3 tie, the lower first
+  EXPECT_EQ(idx[1], 3);
+  EXPECT_NEAR(wt[0], 0.5 * 2.5, 1e-12);
+  const double bias[8] = {0, 0, 0, 0, 0.2, 0, 0, 0};  // expert 4's choice score 0.7: group 2 first
+  for (int e = 0; e < 8; ++e) pr[size_t(e)] = logit(s[e]);
+  router.route(pr.data(), bias, idx, wt);
+  EXPECT_EQ(idx[0], 4);
+  EXPECT_EQ(idx[1], 2);
+  EXPECT_NEAR(wt[0], 0.5 / 1.1 * 2.5, 1e-12);  // the weights are the sigmoid scores, not the biased ones
+  EXPECT_NEAR(wt[1], 0.6 / 1.1 * 2.5, 1e-12);
+}
+
+// gpt-oss's router: the top-K logits, then a softmax over them alone; ties to the lower index.
+TEST(MoeRouting, TopKThenSoftmax) {
+  MoeDims m;
+  m.E = 4; m.K = 2; m.routing = Routing::TopKSoftmax;
+  std::vector<double> pr = {1, 3, 2, 3};
+  int32_t idx[2];
+  double wt[2];
+  MoeRouter<double>(m).route(pr.data(), nullptr, idx, wt);
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 3);
+  EXPECT_EQ(wt[0], 0.5);
+  pr = {0, 1, 2, -1};
+  MoeRouter<double>(m).route(pr.data(), nullptr, idx, wt);
+  EXPECT_EQ(idx[0], 2);
+  EXPECT_EQ(idx[1], 1);
+  EXPECT_NEAR(wt[0], 1 / (1 + std::exp(-1.0)), 1e-15);
 }
 }  // namespace

@@ -35,25 +35,37 @@ TEST(RefFd, RmsNorm) {
   expect_grad_matches_fd("dw", w, dw, loss);
 }
 
+// Every RopeDims layout: whole heads, a head's first dims (partial RoPE), the last dims interleaved (MLA).
 TEST(RefFd, Rope) {
   const int64_t rows = 3, heads = 2, D = 8, maxpos = 10;
-  auto x = randn<double>(rows * heads * D, 8), R = randn<double>(rows * heads * D, 9);
-  std::vector<double> cs(maxpos * D / 2), sn(maxpos * D / 2);
-  for (int64_t p = 0; p < maxpos; ++p)
-    for (int64_t i = 0; i < D / 2; ++i) {
-      double a = p * std::pow(10000.0, -2.0 * i / D);
-      cs[p * D / 2 + i] = std::cos(a);
-      sn[p * D / 2 + i] = std::sin(a);
-    }
-  std::vector<int32_t> pos = {0, 4, 9};
-  auto loss = [&] {
+  for (const RopeDims rd : {RopeDims::full(D), RopeDims{D, 0, 4, false}, RopeDims{D, 4, 4, true}, RopeDims{D, 0, D, true}}) {
+    auto x = randn<double>(rows * heads * D, 8), R = randn<double>(rows * heads * D, 9);
+    const int64_t half = rd.dims / 2;
+    std::vector<double> cs(maxpos * half), sn(maxpos * half);
+    for (int64_t p = 0; p < maxpos; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        double a = p * std::pow(10000.0, -2.0 * i / rd.dims);
+        cs[p * half + i] = std::cos(a);
+        sn[p * half + i] = std::sin(a);
+      }
+    std::vector<int32_t> pos = {0, 4, 9};
+    auto loss = [&] {
+      auto y = x;
+      ref::rope_fwd(y.data(), pos.data(), cs.data(), sn.data(), rows, heads, rd);
+      return dot(y, R);
+    };
+    auto dx = R;
+    ref::rope_bwd(dx.data(), pos.data(), cs.data(), sn.data(), rows, heads, rd);
+    expect_grad_matches_fd("dx off " + std::to_string(rd.off) + " dims " + std::to_string(rd.dims), x, dx, loss);
+    // The elements outside the rotated range pass through.
     auto y = x;
-    ref::rope_fwd(y.data(), pos.data(), cs.data(), sn.data(), rows, heads, D);
-    return dot(y, R);
-  };
-  auto dx = R;
-  ref::rope_bwd(dx.data(), pos.data(), cs.data(), sn.data(), rows, heads, D);
-  expect_grad_matches_fd("dx", x, dx, loss);
+    ref::rope_fwd(y.data(), pos.data(), cs.data(), sn.data(), rows, heads, rd);
+    for (int64_t r = 0; r < rows * heads; ++r)
+      for (int64_t e = 0; e < D; ++e)
+        if (e < rd.off || e >= rd.off + rd.dims) {
+          EXPECT_EQ(y[r * D + e], x[r * D + e]);
+        }
+  }
 }
 
 TEST(RefFd, AttentionGqaWithMask) {

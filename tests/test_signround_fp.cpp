@@ -45,7 +45,7 @@ std::vector<float> reference_qdq(const QuantFormat& fmt, const Tensor& W, const 
 // The maxima |x| of the four Linear inputs (q/k/v, o, gate/up, down) of the FP block over the pool.
 std::array<float, 4> input_maxima(Fixture& f) {
   const auto c = test::fp_linear_inputs(f);
-  const float* in[] = {c.h1o.x, c.oo.x, c.h2o.x, c.ao.x};
+  const float* in[] = {c.h1o.x, c.attn.oo.x, c.h2o.x, c.mlp.ao.x};
   const int64_t width[] = {64, 64, 64, 128};
   std::array<float, 4> m{};
   for (int k = 0; k < 4; ++k)

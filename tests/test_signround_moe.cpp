@@ -38,6 +38,7 @@ struct MoeFixture {
       w.eu.push_back(rnd({32, 64}, 21 + 3 * e, 0.125));
       w.ed.push_back(rnd({64, 32}, 22 + 3 * e, 0.18));
     }
+    w.tensors = block_tensors(dims);
     test::rope_tables(T, dims.D, cs, sn);
     for (int64_t i = 0; i < n * T; ++i) pos.push_back(int32_t(i % T));
     x = rnd({n, T, 64}, 10, 1.0);
@@ -214,7 +215,7 @@ struct MoeFp8Static {
     };
     const int64_t N = f.n * f.T;
     for (const char* q : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) amax[q] = mx(c.h1o.x, N * 64);
-    amax["self_attn.o_proj"] = mx(c.oo.x, N * 64);
+    amax["self_attn.o_proj"] = mx(c.attn.oo.x, N * 64);
     float top_in = 0, top_down = 0;
     for (int e = 0; e < 4; ++e) {
       const auto& x = c.moe.ex[size_t(e)];

@@ -7,19 +7,43 @@
 
 namespace ar {
 
+// How a mixture-of-experts feed-forward picks and weighs its experts (model/moe_router.h).
+enum class Routing : uint8_t { SoftmaxTopK, TopKSoftmax, SigmoidGroups };
+
 // A mixture-of-experts feed-forward (model/moe_ffn.h): E experts of intermediate I, top-K routing,
-// a shared expert of intermediate Is (0: none). E = 0: the dense SwiGLU MLP.
+// a shared expert of intermediate Is (0: none), behind a sigmoid gate or not. E = 0: the dense SwiGLU MLP.
 struct MoeDims {
   int64_t E = 0, K = 0, I = 0, Is = 0;
   bool norm_topk = false;
+  Routing routing = Routing::SoftmaxTopK;
+  int64_t groups = 1, topk_groups = 1;  // SigmoidGroups: expert groups, and how many of them a token may use
+  double scaling = 1;                   // SigmoidGroups: the routed weights' factor (routed_scaling_factor)
+  bool shared_gate = true;              // the shared expert's output times sigmoid(h Wsg^T) (Qwen2-MoE)
+};
+
+// The block's attention module: grouped-query attention (model/attention_gqa.h) or multi-head latent
+// attention (model/attention_mla.h).
+enum class AttnKind : uint8_t { Gqa, Mla };
+
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): q through a rank-q_lora bottleneck (0: a plain
+// q_proj), keys and values from a rank-kv_lora latent plus one shared RoPE key of `rope` dims; a query/key
+// head is nope + rope wide, a value head v wide (v <= nope + rope).
+struct MlaDims {
+  int64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0;
+  bool interleave = true;  // rope_interleave: RoPE pairs (2i, 2i + 1)
+  double scale = 0;        // the softmax scale (YaRN's mscale folded in); 0: 1/sqrt(nope + rope)
 };
 
 struct BlockDims {
   int64_t C = 0, I = 0, H = 0, Hkv = 0, D = 0;
   double eps = 1e-6;
   bool qk_norm = false;
+  AttnKind attn = AttnKind::Gqa;
+  MlaDims mla;
   MoeDims moe;
   bool is_moe() const { return moe.E > 0; }
+  // How many quantizable Linears the attention module has: the feed-forward's linear_slot start there.
+  size_t attn_linears() const { return attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4; }
 };
 
 // The static activation scale of each Linear, by linear_slot (q, k, v, o, then the dense MLP's gate, up,
@@ -37,21 +61,41 @@ struct BlockPtrs {
   P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
   P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
     wd = nullptr;
-  // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C]; expert e's gate and up [I, C] and
-  // down [C, I]; the shared expert's gate/up/down and its gate [1, C].
-  P router = nullptr;
+  // MLA (BlockDims::mla; wo is o_proj, wq the q_proj of a model without q_lora): q_a_proj [q_lora, C],
+  // q_a_layernorm, q_b_proj [H (nope + rope), q_lora], kv_a_proj_with_mqa [kv_lora + rope, C],
+  // kv_a_layernorm, kv_b_proj [H (nope + v), kv_lora].
+  P q_a = nullptr, q_a_norm = nullptr, q_b = nullptr, kv_a = nullptr, kv_a_norm = nullptr, kv_b = nullptr;
+  // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C] and its bias [E] (gpt-oss); the
+  // score-correction bias [E] (SigmoidGroups: selection only, no gradient); expert e's gate and up [I, C]
+  // and down [C, I]; the shared expert's gate/up/down and its gate [1, C].
+  P router = nullptr, router_bias = nullptr, score_bias = nullptr;
   std::vector<P> eg, eu, ed;
   P sg = nullptr, su = nullptr, sd = nullptr, sgate = nullptr;
+  // The attention module these pointers belong to (linear_slot's order depends on it).
+  AttnKind attn = AttnKind::Gqa;
+  bool q_lora = false;  // MLA: q through q_a/q_b (else wq)
+  std::vector<P*> attn_linears() {
+    if (attn == AttnKind::Gqa) return {&wq, &wk, &wv, &wo};
+    if (q_lora) return {&q_a, &q_b, &kv_a, &kv_b, &wo};
+    return {&wq, &kv_a, &kv_b, &wo};
+  }
+  // The same module, no pointer set (a gradient set to fill).
+  template <class Q>
+  void same_kind(const BlockPtrs<Q>& o) {
+    attn = o.attn;
+    q_lora = o.q_lora;
+  }
 };
 
-// The pointer of quantizable Linear `slot`, in quant::block_linears' order: q, k, v, o, then gate, up,
-// down of the dense MLP, or in a MoE block (non-empty eg) each expert's gate, up, down followed by the
-// shared expert's. The router and the shared expert's gate are not slots (they stay in 16 bit).
+// The pointer of quantizable Linear `slot`, in quant::block_linears' order: the attention module's
+// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o), then gate, up, down of the dense MLP, or in a MoE block
+// (non-empty eg) each expert's gate, up, down followed by the shared expert's. The router and the shared
+// expert's gate are not slots (they stay in 16 bit).
 template <class P>
 P& linear_slot(BlockPtrs<P>& p, size_t slot) {
-  P* attn[] = {&p.wq, &p.wk, &p.wv, &p.wo};
-  if (slot < 4) return *attn[slot];
-  slot -= 4;
+  const std::vector<P*> attn = p.attn_linears();
+  if (slot < attn.size()) return *attn[slot];
+  slot -= attn.size();
   if (p.eg.empty()) {
     P* mlp[] = {&p.wg, &p.wu, &p.wd};
     return *mlp[slot];

@@ -46,6 +46,35 @@ int64_t token_id(const nlohmann::json& j, const char* key) {
 // transformers 5 (`rope_parameters` holding `rope_theta`, `rope_type` and the scaling fields). Both may
 // be present (configs converted between versions); when they disagree the run is refused, since either
 // choice could silently run the wrong positions.
+// YaRN (DeepSeek-V3, Kimi K2, Qwen long-context configs): factor and original_max_position_embeddings
+// are required; beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor and truncate as transformers
+// reads them (null: its default).
+void parse_yarn(const nlohmann::json& rs, const std::string& path, const std::string& field, RopeScaling& out) {
+  out.type = "yarn";
+  auto num = [&](const char* k, double def, bool required) {
+    if (!rs.contains(k) || rs[k].is_null()) {
+      if (required) bad_field(path, field + "." + k, "missing (rope_type yarn needs it)");
+      return def;
+    }
+    if (!rs[k].is_number() || !(rs[k].get<double>() >= 0) || !(rs[k].get<double>() <= 0x1p53))
+      bad_field(path, field + "." + k, "must be a number in [0, 2^53]");
+    return rs[k].get<double>();
+  };
+  out.factor = num("factor", 1, true);
+  const double omp = num("original_max_position_embeddings", 0, true);
+  if (omp < 1 || omp != std::floor(omp)) bad_field(path, field + ".original_max_position_embeddings", "must be a positive whole number");
+  out.original_max_position_embeddings = int64_t(omp);
+  out.beta_fast = num("beta_fast", 32, false);
+  out.beta_slow = num("beta_slow", 1, false);
+  if (out.beta_fast == 0) out.beta_fast = 32;  // transformers: `or 32`, `or 1`
+  if (out.beta_slow == 0) out.beta_slow = 1;
+  out.mscale = num("mscale", 0, false);
+  out.mscale_all_dim = num("mscale_all_dim", 0, false);
+  out.attention_factor = num("attention_factor", 0, false);
+  if (out.factor <= 0) bad_field(path, field + ".factor", "must be positive");
+  if (rs.contains("truncate") && !rs["truncate"].is_null()) out.truncate = JsonIn(rs, path, field).boolean("truncate", true);
+}
+
 void parse_scaling(const nlohmann::json& rs, const std::string& path, const std::string& field, RopeScaling& out) {
   if (!rs.is_object()) bad_field(path, field, "must be an object or null");
   const JsonIn in(rs, path, field);
@@ -53,7 +82,9 @@ void parse_scaling(const nlohmann::json& rs, const std::string& path, const std:
                            : rs.contains("type")    ? in.at("type").str()
                                                     : std::string("default");
   if (type == "default") return;
-  if (type != "llama3") bad_field(path, field, "rope_type '" + printable(type) + "' is not supported (default, llama3)");
+  if (type == "yarn") return parse_yarn(rs, path, field, out);
+  if (type != "llama3")
+    bad_field(path, field, "rope_type '" + printable(type) + "' is not supported (default, llama3, yarn)");
   out.type = type;
   for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0) || !(rs[k].get<double>() <= 0x1p53))
@@ -68,9 +99,12 @@ void parse_scaling(const nlohmann::json& rs, const std::string& path, const std:
 }
 
 bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
-  return a.type == b.type && (a.type == "default" || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
-                                                      a.high_freq_factor == b.high_freq_factor &&
-                                                      a.original_max_position_embeddings == b.original_max_position_embeddings));
+  return a.type == b.type &&
+         (a.type == "default" ||
+          (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings && a.beta_fast == b.beta_fast &&
+           a.beta_slow == b.beta_slow && a.mscale == b.mscale && a.mscale_all_dim == b.mscale_all_dim &&
+           a.attention_factor == b.attention_factor && a.truncate == b.truncate));
 }
 
 void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
@@ -103,7 +137,7 @@ void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
-  if (!is_moe()) return false;
+  if (!is_moe() || layer < moe.first_dense) return false;
   for (int64_t l : moe.mlp_only_layers)
     if (l == layer) return false;
   return (layer + 1) % moe.sparse_step == 0;
@@ -118,14 +152,37 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
   d.D = head_dim;
   d.eps = rms_norm_eps;
   d.qk_norm = qk_norm;
+  if (is_mla()) {
+    d.attn = AttnKind::Mla;
+    d.Hkv = num_heads;
+    d.D = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    d.mla = {mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim,
+             mla.rope_interleave, attention_scale()};
+  }
   if (is_moe_layer(layer)) {
     d.moe.E = moe.num_experts;
     d.moe.K = moe.top_k;
     d.moe.I = moe.expert_intermediate;
     d.moe.Is = moe.shared_intermediate;
     d.moe.norm_topk = moe.norm_topk_prob;
+    d.moe.routing = moe.routing;
+    d.moe.groups = moe.n_group;
+    d.moe.topk_groups = moe.topk_group;
+    d.moe.scaling = moe.routed_scaling_factor;
+    d.moe.shared_gate = moe.shared_gate;
   }
   return d;
+}
+
+double ModelConfig::attention_scale() const {
+  if (!is_mla()) return 0;
+  double scale = 1 / std::sqrt(double(mla.qk_nope_head_dim + mla.qk_rope_head_dim));
+  const RopeScaling& r = rope_scaling;
+  if (r.type == "yarn" && r.mscale_all_dim != 0 && r.factor > 1) {  // transformers' yarn_apply_mscale
+    const double m = 0.1 * r.mscale_all_dim * std::log(r.factor) + 1;
+    scale *= m * m;
+  }
+  return scale;
 }
 
 static ModelConfig parse_checked(const nlohmann::json& j, const std::string& path) {

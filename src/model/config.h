@@ -14,9 +14,20 @@
 namespace ar {
 
 struct RopeScaling {
-  std::string type = "default";  // "default" | "llama3"
+  std::string type = "default";  // "default" | "llama3" | "yarn"
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
+  // yarn (transformers' _compute_yarn_parameters): the ramp's bounds, the cos/sin factor (0: from factor,
+  // mscale and mscale_all_dim), whether the correction range is rounded outwards.
+  double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0, attention_factor = 0;
+  bool truncate = true;
+};
+
+// Multi-head latent attention's sizes (DeepSeek-V2/V3, Kimi K2: model/attention_mla.h); kv_lora_rank = 0
+// for every other model.
+struct MlaConfig {
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = true;
 };
 
 // quantization_config of a directory written by a quantizer (ours or AutoRound/GPTQ/llm-compressor);
@@ -82,6 +93,16 @@ struct MoeConfig {
   // and transformers 5 + auto-round read back): HfModel::open detects which.
   bool mixtral_names = false;
   bool mixtral_w_names = true;
+  // Routing (model/moe_router.h): softmax top-k, or DeepSeek's sigmoid over expert groups with a
+  // score-correction bias (mlp.gate.e_score_correction_bias) and a routed scaling factor.
+  Routing routing = Routing::SoftmaxTopK;
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1;
+  // The shared expert's module ("shared_expert": Qwen2-MoE, behind shared_expert_gate; "shared_experts":
+  // DeepSeek, ungated) and the layers before first_dense that keep a dense MLP (first_k_dense_replace).
+  std::string shared_module = "shared_expert";
+  bool shared_gate = true;
+  int64_t first_dense = 0;
 };
 
 struct ModelConfig {
@@ -96,8 +117,17 @@ struct ModelConfig {
   int64_t bos_token_id = -1, eos_token_id = -1;
   QuantConfig quant;
   MoeConfig moe;
+  MlaConfig mla;
+  // Multi-token-prediction layers stored past num_layers (DeepSeek's num_nextn_predict_layers): not run,
+  // copied unchanged into every output.
+  int64_t mtp_layers = 0;
 
   bool is_moe() const { return moe.num_experts > 0; }
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // The rotated dims of a head, which the RoPE tables cover (MLA: qk_rope_head_dim).
+  int64_t rope_dims() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }
+  // The softmax's scale of q k^T (0: 1/sqrt of the query head; MLA with YaRN folds mscale_all_dim in).
+  double attention_scale() const;
   bool is_moe_layer(int64_t layer) const;
   // The block's shapes; a MoE layer's carry its experts (BlockDims::moe).
   BlockDims block_dims(int64_t layer) const;

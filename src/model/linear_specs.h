@@ -1,7 +1,6 @@
 // The quantizable Linears of a decoder layer as the configuration gives them, before any weight is
-// read: names and shapes in the order of quant::block_linears and linear_slot (model/block_dims.h):
-// q, k, v, o, then gate, up, down of the dense MLP, or of each expert (mlp.experts.<e>.gate_proj, Mixtral
-// block_sparse_moe.experts.<e>.w1/w3/w2) and the shared expert. A MoE router and shared_expert_gate are
+// read: the Linears of the layer's table (model/block_tensors.h), names and shapes in the order of
+// quant::block_linears and linear_slot (model/block_dims.h). A MoE router and shared_expert_gate are
 // not Linears to quantize (they stay in 16 bit, as AutoRound keeps them).
 #pragma once
 #include <cstdint>

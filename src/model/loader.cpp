@@ -6,6 +6,7 @@
 #include "io/json_unique.h"
 #include "io/gptq_pack.h"
 #include "io/mapped_file.h"
+#include "model/block_tensors.h"
 #include "model/dequant_float.h"
 
 #include <cstring>
@@ -18,7 +19,12 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   r.ln1 = p(ln1); r.wq = p(wq); r.wk = p(wk); r.wv = p(wv); r.bq = p(bq); r.bk = p(bk); r.bv = p(bv);
   r.q_norm = p(q_norm); r.k_norm = p(k_norm); r.wo = p(wo); r.bo = p(bo); r.ln2 = p(ln2); r.wg = p(wg);
   r.wu = p(wu); r.wd = p(wd);
-  r.router = p(router); r.sg = p(sg); r.su = p(su); r.sd = p(sd); r.sgate = p(sgate);
+  r.q_a = p(q_a); r.q_a_norm = p(q_a_norm); r.q_b = p(q_b); r.kv_a = p(kv_a); r.kv_a_norm = p(kv_a_norm);
+  r.kv_b = p(kv_b);
+  r.attn = attn;
+  r.q_lora = q_a.defined();
+  r.router = p(router); r.router_bias = p(router_bias); r.score_bias = p(score_bias);
+  r.sg = p(sg); r.su = p(su); r.sd = p(sd); r.sgate = p(sgate);
   for (size_t e = 0; e < eg.size(); ++e) {
     r.eg.push_back(p(eg[e]));
     r.eu.push_back(p(eu[e]));
@@ -29,11 +35,8 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
 
 size_t BlockWeights::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&ln1, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &bo, &ln2, &wg, &wu, &wd,
-                          &router, &sg, &su, &sd, &sgate})
-    if (t->defined()) n += t->nbytes();
-  for (const auto* v : {&eg, &eu, &ed})
-    for (const Tensor& t : *v) n += t.nbytes();
+  for (const BlockTensor& t : tensors)
+    if (t.in(*this).defined()) n += t.in(*this).nbytes();
   return n;
 }
 
@@ -187,37 +190,30 @@ Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx)
   return shard.load_f32(name, ctx);
 }
 
+// Every tensor of the layer's table (model/block_tensors.h), a fused expert as its slice of the stored tensor.
 BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
   if (layer < 0 || layer >= cfg_.num_layers)
     fail(ErrorKind::InvalidInput, "layer " + std::to_string(layer) + " out of range");
   const std::string p = layer_prefix(layer);
-  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, QD = cfg_.num_heads * cfg_.head_dim,
-                KD = cfg_.num_kv_heads * cfg_.head_dim, D = cfg_.head_dim;
+  const bool moe = cfg_.is_moe_layer(layer);
   BlockWeights w;
-  w.ln1 = load(p + "input_layernorm.weight", {C}, ctx);
-  w.wq = load(p + "self_attn.q_proj.weight", {QD, C}, ctx);
-  w.wk = load(p + "self_attn.k_proj.weight", {KD, C}, ctx);
-  w.wv = load(p + "self_attn.v_proj.weight", {KD, C}, ctx);
-  w.wo = load(p + "self_attn.o_proj.weight", {C, QD}, ctx);
-  if (cfg_.qkv_bias) {
-    w.bq = load(p + "self_attn.q_proj.bias", {QD}, ctx);
-    w.bk = load(p + "self_attn.k_proj.bias", {KD}, ctx);
-    w.bv = load(p + "self_attn.v_proj.bias", {KD}, ctx);
+  w.tensors = block_tensors(cfg_, layer, moe && fused_experts(layer));
+  w.attn = cfg_.is_mla() ? AttnKind::Mla : AttnKind::Gqa;
+  w.mixtral_names = moe && cfg_.moe.mixtral_names;
+  if (moe)
+    for (auto* v : {&w.eg, &w.eu, &w.ed}) v->resize(size_t(cfg_.moe.num_experts));
+  for (const BlockTensor& t : w.tensors) {
+    const std::string stored = t.stored.empty() ? p + t.name : t.stored;
+    t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);
   }
-  if (cfg_.o_bias) w.bo = load(p + "self_attn.o_proj.bias", {C}, ctx);
-  if (cfg_.qk_norm) {
-    w.q_norm = load(p + "self_attn.q_norm.weight", {D}, ctx);
-    w.k_norm = load(p + "self_attn.k_norm.weight", {D}, ctx);
-  }
-  w.ln2 = load(p + "post_attention_layernorm.weight", {C}, ctx);
-  if (cfg_.is_moe_layer(layer)) {
-    load_moe(layer, w, ctx);
-    return w;
-  }
-  w.wg = load(p + "mlp.gate_proj.weight", {I, C}, ctx);
-  w.wu = load(p + "mlp.up_proj.weight", {I, C}, ctx);
-  w.wd = load(p + "mlp.down_proj.weight", {C, I}, ctx);
   return w;
+}
+
+std::vector<std::string> HfModel::stored_names(const std::string& prefix) const {
+  std::vector<std::string> r;
+  for (auto it = where_.lower_bound(prefix); it != where_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    r.push_back(it->first);
+  return r;
 }
 
 Tensor HfModel::load_embeddings(Context& ctx) const {

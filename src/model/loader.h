@@ -13,22 +13,11 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "model/block_impl.h"
+#include "model/block_weights.h"
 #include "model/config.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace ar {
-
-// fp32 tensors of one decoder block (HF names in block_tensor_names()).
-struct BlockWeights {
-  Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
-  // A MoE layer's feed-forward (model/moe_names.h): router, experts (one Tensor per expert Linear, in
-  // either checkpoint layout), Qwen2-MoE's shared expert and its gate.
-  Tensor router, sg, su, sd, sgate;
-  std::vector<Tensor> eg, eu, ed;
-  bool mixtral_names = false;  // the experts' Linears are block_sparse_moe.experts.<e>.gate_proj ... (Mixtral)
-  BlockPtrs<const float*> ptrs() const;
-  size_t bytes() const;
-};
 
 // Tensors of a model stored in another container than safetensors (a GGUF file: model/gguf_source.h),
 // served by HF name in fp32; the source checks presence, shapes and byte ranges when it is built.
@@ -69,6 +58,8 @@ class HfModel {
   Tensor load_final_norm(Context& ctx) const;  // [hidden]
   Tensor load_lm_head(Context& ctx) const;     // [vocab, hidden]; the embeddings when tied
   static std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+  // The stored tensors whose names start with `prefix` (sorted; a GGUF-backed model: none).
+  std::vector<std::string> stored_names(const std::string& prefix) const;
   // Header entry of a tensor (nullptr if absent); `file` gets the shard's path.
   const StTensorInfo* info(const std::string& name, std::string* file = nullptr) const;
 
@@ -79,7 +70,6 @@ class HfModel {
   void check_values() const;                   // model_check.cpp
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;
-  void load_moe(int64_t layer, BlockWeights& w, Context& ctx) const;  // moe_load.cpp
   void detect_mixtral_spelling();  // moe_load.cpp: cfg_.moe.mixtral_w_names from the tensor names
   // Elements [offset, offset + numel(shape)) of a stored tensor as fp32 `shape` (an expert of a fused tensor).
   Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;

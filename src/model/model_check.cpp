@@ -3,9 +3,11 @@
 // that fits its role and holds no NaN/Inf (an integer scan of the stored bytes, no conversion); no
 // tensor name is held by two shards; the tokenizer's ids fit the embeddings.
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "model/loader.h"
+#include "model/block_tensors.h"
 #include "model/dequant_float.h"
 #include "model/moe_names.h"
 
@@ -32,55 +34,22 @@ const char* role_name(Role r) {
   return "a weight";
 }
 
-// A MoE layer's feed-forward, in the layout the checkpoint stores (model/moe_names.h).
-void add_moe(std::vector<Expected>& out, const HfModel& m, int64_t layer) {
-  const ModelConfig& c = m.config();
-  const int64_t C = c.hidden_size, E = c.moe.num_experts, I = c.moe.expert_intermediate, Is = c.moe.shared_intermediate;
-  const bool fused = m.fused_experts(layer);
-  out.push_back({router_weight_name(c, layer, fused), {E, C}, Role::Linear});
-  if (fused) {
-    out.push_back({fused_experts_name(layer, ExpertProj::Gate), {E, 2 * I, C}, Role::Experts});
-    out.push_back({fused_experts_name(layer, ExpertProj::Down), {E, C, I}, Role::Experts});
-  } else {
-    for (int64_t e = 0; e < E; ++e) {
-      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Gate), {I, C}, Role::Linear});
-      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Up), {I, C}, Role::Linear});
-      out.push_back({expert_weight_name(c, layer, e, ExpertProj::Down), {C, I}, Role::Linear});
-    }
-  }
-  if (Is) {
-    out.push_back({shared_expert_name(layer, ExpertProj::Gate), {Is, C}, Role::Linear});
-    out.push_back({shared_expert_name(layer, ExpertProj::Up), {Is, C}, Role::Linear});
-    out.push_back({shared_expert_name(layer, ExpertProj::Down), {C, Is}, Role::Linear});
-    out.push_back({shared_gate_name(layer), {1, C}, Role::Linear});
-  }
-}
-
+// The layer's table (model/block_tensors.h) as the checkpoint stores it: a fused expert tensor once.
 void add_block(std::vector<Expected>& out, const HfModel& m, int64_t layer) {
   const ModelConfig& c = m.config();
   const std::string p = HfModel::layer_prefix(layer);
-  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
-                KD = c.num_kv_heads * c.head_dim;
-  out.push_back({p + "input_layernorm.weight", {C}, Role::Norm});
-  out.push_back({p + "self_attn.q_proj.weight", {QD, C}, Role::Linear});
-  out.push_back({p + "self_attn.k_proj.weight", {KD, C}, Role::Linear});
-  out.push_back({p + "self_attn.v_proj.weight", {KD, C}, Role::Linear});
-  out.push_back({p + "self_attn.o_proj.weight", {C, QD}, Role::Linear});
-  if (c.qkv_bias) {
-    out.push_back({p + "self_attn.q_proj.bias", {QD}, Role::Bias});
-    out.push_back({p + "self_attn.k_proj.bias", {KD}, Role::Bias});
-    out.push_back({p + "self_attn.v_proj.bias", {KD}, Role::Bias});
+  const bool fused = c.is_moe_layer(layer) && m.fused_experts(layer);
+  std::set<std::string> fused_seen;
+  for (const BlockTensor& t : block_tensors(c, layer, fused)) {
+    if (t.offset >= 0) {
+      if (fused_seen.insert(t.stored).second) out.push_back({t.stored, t.stored_shape, Role::Experts});
+      continue;
+    }
+    const Role role = t.role == TensorRole::Norm || t.role == TensorRole::Buffer ? Role::Norm
+                      : t.role == TensorRole::Bias                                ? Role::Bias
+                                                                                  : Role::Linear;
+    out.push_back({t.stored.empty() ? p + t.name : t.stored, t.shape, role});
   }
-  if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {C}, Role::Bias});
-  if (c.qk_norm) {
-    out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, Role::Norm});
-    out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Role::Norm});
-  }
-  out.push_back({p + "post_attention_layernorm.weight", {C}, Role::Norm});
-  if (c.is_moe_layer(layer)) return add_moe(out, m, layer);
-  out.push_back({p + "mlp.gate_proj.weight", {I, C}, Role::Linear});
-  out.push_back({p + "mlp.up_proj.weight", {I, C}, Role::Linear});
-  out.push_back({p + "mlp.down_proj.weight", {C, I}, Role::Linear});
 }
 
 // The tensors load_embeddings/load_block/load_final_norm/load_lm_head read, as load_block names them.
@@ -163,14 +132,15 @@ void HfModel::check_layer_count() const {
   int64_t first_layer = 0;
   for (const auto& [name, shard] : where_) {
     const int64_t l = stored_layer(name);
-    if (l < cfg_.num_layers || (first && l >= first_layer)) continue;
+    if (l < cfg_.num_layers + cfg_.mtp_layers || (first && l >= first_layer)) continue;
     first = &name;
     first_layer = l;
   }
   if (first)
     fail(ErrorKind::InvalidInput, shards_[where_.at(*first)]->path() + ": tensor '" + *first +
                                       "' is stored but config.json says num_hidden_layers " +
-                                      std::to_string(cfg_.num_layers));
+                                      std::to_string(cfg_.num_layers) +
+                                      (cfg_.mtp_layers ? " (+ " + std::to_string(cfg_.mtp_layers) + " MTP)" : ""));
 }
 
 // Per-expert tensors the computation would not read: an expert past the config's count, one in a layer

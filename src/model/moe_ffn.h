@@ -1,12 +1,13 @@
-// The mixture-of-experts feed-forward of a decoder block (Qwen3-MoE, Qwen2-MoE, Mixtral), forward and
-// backward, over the same op-table policies as the block (model/block_impl.h). With h = rmsnorm(x1) [N, C]:
-//   logits = h Wr^T [N, E] (fp32);  p = softmax(logits);  S(n) = the top-K experts of p[n]
-//     (descending probability, ties to the lower expert index);  w[n,k] = p[n,S_k] (/ sum_k p[n,S_k] when
-//     norm_topk: Qwen's norm_topk_prob, always for Mixtral)
+// The mixture-of-experts feed-forward of a decoder block (Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, ...),
+// forward and backward, over the same op-table policies as the block (model/block_impl.h). With
+// h = rmsnorm(x1) [N, C]:
+//   logits = h Wr^T (+ br) [N, E] (fp32);  S(n), w[n, k]: the K experts the routing picks for token n and
+//     their weights (model/moe_router.h)
 //   expert e on its routed rows X_e = h[rows(e)]:  Y_e = (silu(X_e Wg_e^T) * (X_e Wu_e^T)) Wd_e^T
 //   y[n] = sum_{k=0..K-1} w[n,k] Y_{S_k}[n]   (in k order, so the bits do not depend on threads or on
 //     which other tokens share the batch)
-//   Qwen2-MoE: y += sigmoid(h Wsg^T) * SwiGLU_shared(h)
+//   a shared expert: y += SwiGLU_shared(h), times sigmoid(h Wsg^T) behind a gate (Qwen2-MoE)
+//   Routing (which experts, their weights w and the gradient back to the logits): model/moe_router.h
 // FP8_STATIC (ActQdq, by linear_slot: expert e's gate/up/down at 4 + 3e + 0/1/2, the shared expert's
 // after the experts): each quantized Linear reads the QDQ of its input (gate and up each their own), and
 // its backward goes through that QDQ as the dense block's does, adding dL/ds to dscale[slot].
@@ -26,6 +27,7 @@
 #include "core/error.h"
 #include "model/act_qdq_linear.h"
 #include "model/block_dims.h"
+#include "model/moe_router.h"
 
 namespace ar {
 
@@ -85,30 +87,19 @@ class MoeFfn {
     c.h = h;
     c.act = act;
     c.probs = ops_.alloc(N * E);
-    ops_.linear_fwd(h, w.router, nullptr, p(c.probs), N, d_.C, E);
+    ops_.linear_fwd(h, w.router, w.router_bias, p(c.probs), N, d_.C, E);
     c.idx.assign(size_t(N * K), 0);
     c.row.assign(size_t(N * K), 0);
     c.wt = ops_.alloc(N * K);
     c.ex.assign(size_t(E), Expert{});
-    std::vector<int32_t> order(static_cast<size_t>(E));
+    MoeRouter<T> router(m_);
     for (int64_t n = 0; n < N; ++n) {
-      T* pr = p(c.probs) + n * E;
-      const T mx = *std::max_element(pr, pr + E);
-      T sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += pr[e] = std::exp(pr[e] - mx);
-      for (int64_t e = 0; e < E; ++e) pr[e] /= sum;
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                        [pr](int32_t a, int32_t b) { return pr[a] > pr[b] || (pr[a] == pr[b] && a < b); });
-      T top = 0;
-      for (int64_t k = 0; k < K; ++k) top += pr[order[size_t(k)]];
+      router.route(p(c.probs) + n * E, w.score_bias, c.idx.data() + n * K, p(c.wt) + n * K);
       for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = order[size_t(k)];
         const size_t s = size_t(n * K + k);
-        c.idx[s] = e;
-        p(c.wt)[n * K + k] = m_.norm_topk ? pr[e] / top : pr[e];
-        c.row[s] = c.ex[size_t(e)].rows();
-        c.ex[size_t(e)].slots.push_back(int64_t(s));
+        Expert& x = c.ex[size_t(c.idx[s])];
+        c.row[s] = x.rows();
+        x.slots.push_back(int64_t(s));
       }
     }
   }
@@ -246,7 +237,7 @@ class MoeFfn {
     const int64_t C = d_.C, K = m_.K, E = m_.E;
     Buf dlogits = ops_.alloc(N * E);
     route_bwd(c, p(c.dw), p(dlogits), N);
-    ops_.linear_bwd(ops_.operand(p(dlogits), N * E), c.h, w.router, dh, false, g.router, acc, nullptr, N, C, E);
+    ops_.linear_bwd(ops_.operand(p(dlogits), N * E), c.h, w.router, dh, false, g.router, acc, g.router_bias, N, C, E);
     if (m_.Is) shared_bwd(w, c.h, N, dy, dh, g, acc, c, dscale);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) {
@@ -261,7 +252,8 @@ class MoeFfn {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
-  static size_t expert_slot(int64_t e) { return size_t(4 + 3 * e); }  // linear_slot of expert e's gate
+  // linear_slot of expert e's gate: after the attention module's Linears.
+  size_t expert_slot(int64_t e) const { return d_.attn_linears() + size_t(3 * e); }
   size_t shared_slot() const { return expert_slot(m_.E); }
   // Whether an expert's GEMMs may take several batches' rows in one call with the bits of each batch's
   // own calls (cpu::CpuOps::experts_stack_rows: GEMMs whose rows do not depend on the call's other rows).
@@ -351,26 +343,12 @@ class MoeFfn {
     return p(c.ex[size_t(c.idx[s])].y) + c.row[s] * d_.C;
   }
 
-  // dL/dw [N, K] -> dL/dlogits [N, E] through the normalization and the softmax.
+  // dL/dw [N, K] -> dL/dlogits [N, E] (MoeRouter::backward, token by token).
   void route_bwd(Cache& c, const T* dw, T* dlogits, int64_t N) const {
     const int64_t E = m_.E, K = m_.K;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* pr = p(c.probs) + n * E;
-      const T* wt = p(c.wt) + n * K;
-      const int32_t* idx = c.idx.data() + n * K;
-      T* dl = dlogits + n * E;
-      std::fill(dl, dl + E, T(0));
-      T top = 0, dot = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        top += pr[idx[k]];
-        dot += dw[n * K + k] * wt[k];
-      }
-      for (int64_t k = 0; k < K; ++k)  // dL/dp of the chosen experts (dl holds dp for now)
-        dl[idx[k]] = m_.norm_topk ? (dw[n * K + k] - dot) / top : dw[n * K + k];
-      T pdp = 0;
-      for (int64_t k = 0; k < K; ++k) pdp += dl[idx[k]] * pr[idx[k]];
-      for (int64_t e = 0; e < E; ++e) dl[e] = pr[e] * (dl[e] - pdp);
-    }
+    const MoeRouter<T> router(m_);
+    for (int64_t n = 0; n < N; ++n)
+      router.backward(p(c.probs) + n * E, c.idx.data() + n * K, p(c.wt) + n * K, dw + n * K, dlogits + n * E);
   }
 
   // The activation QDQ scale of Linear `slot` (FP8_STATIC; 0: none).
@@ -412,11 +390,13 @@ class MoeFfn {
 
   static T sigmoid(T z) { return T(1) / (T(1) + std::exp(-z)); }
 
+  // y += g * SwiGLU_shared(h), g = sigmoid(h Wsg^T) behind a shared gate (MoeDims::shared_gate), else 1.
   void shared_fwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
     const int64_t C = d_.C;
     c.sy = ops_.alloc(N * C);
-    c.sz = ops_.alloc(N);
     swiglu_fwd(ops_, c.act, shared_slot(), h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, c.sq, p(c.sy));
+    if (!m_.shared_gate) return ops_.add(y, p(c.sy), y, N * C);
+    c.sz = ops_.alloc(N);
     ops_.linear_fwd(h, w.sgate, nullptr, p(c.sz), N, C, 1);
     for (int64_t n = 0; n < N; ++n) {
       const T s = sigmoid(p(c.sz)[n]);
@@ -427,19 +407,22 @@ class MoeFfn {
   void shared_bwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, const T* dy, T* dh,
                   const BlockPtrs<T*>& g, bool acc, Cache& c, T* dscale) {
     const int64_t C = d_.C;
-    Buf dsy = ops_.alloc(N * C), dz = ops_.alloc(N), dxs = ops_.alloc(N * C);
-    for (int64_t n = 0; n < N; ++n) {
-      const T s = sigmoid(p(c.sz)[n]);
-      T dot = 0;
-      for (int64_t i = 0; i < C; ++i) {
-        dot += dy[n * C + i] * p(c.sy)[n * C + i];
-        p(dsy)[n * C + i] = s * dy[n * C + i];
+    Buf dsy = ops_.alloc(m_.shared_gate ? N * C : 1), dxs = ops_.alloc(N * C);
+    if (m_.shared_gate) {
+      Buf dz = ops_.alloc(N);
+      for (int64_t n = 0; n < N; ++n) {
+        const T s = sigmoid(p(c.sz)[n]);
+        T dot = 0;
+        for (int64_t i = 0; i < C; ++i) {
+          dot += dy[n * C + i] * p(c.sy)[n * C + i];
+          p(dsy)[n * C + i] = s * dy[n * C + i];
+        }
+        p(dz)[n] = dot * s * (T(1) - s);
       }
-      p(dz)[n] = dot * s * (T(1) - s);
+      ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
     }
-    ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
-    swiglu_bwd(ops_, c.act, shared_slot(), ops_.operand(p(dsy), N * C), h, c.sao, c.sq, c.sg, c.su, w.sg, w.su, w.sd,
-               p(dxs), g.sg, g.su, g.sd, acc, N, m_.Is, dscale);
+    swiglu_bwd(ops_, c.act, shared_slot(), ops_.operand(m_.shared_gate ? p(dsy) : dy, N * C), h, c.sao, c.sq, c.sg,
+               c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N, m_.Is, dscale);
     ops_.add(dh, p(dxs), dh, N * C);
   }
 

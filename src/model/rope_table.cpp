@@ -1,13 +1,43 @@
 #include "model/rope_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 namespace ar {
 
+namespace {
+// transformers' _compute_yarn_parameters: each frequency between the interpolated (inv / factor) and the
+// original one, by a linear ramp over the dims between the correction range's bounds.
+void yarn_blend(std::vector<double>& inv, int64_t dim, double theta, const RopeScaling& s) {
+  const double omp = double(s.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return double(dim) * std::log(omp / (rotations * 2 * std::numbers::pi)) / (2 * std::log(theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0), extrapolate = 1 - ramp;
+    inv[i] = inv[i] / s.factor * (1 - extrapolate) + inv[i] * extrapolate;
+  }
+}
+}  // namespace
+
+double rope_attention_factor(const RopeScaling& s) {
+  if (s.type != "yarn") return 1;
+  if (s.attention_factor > 0) return s.attention_factor;
+  auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1; };
+  if (s.mscale != 0 && s.mscale_all_dim != 0) return mscale(s.mscale) / mscale(s.mscale_all_dim);
+  return mscale(1);
+}
+
 std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& s) {
   std::vector<double> inv(size_t(head_dim / 2));
   for (size_t i = 0; i < inv.size(); ++i) inv[i] = 1.0 / std::pow(theta, double(2 * i) / double(head_dim));
+  if (s.type == "yarn") yarn_blend(inv, head_dim, theta, s);
   if (s.type != "llama3") return inv;
   const double old_ctx = double(s.original_max_position_embeddings);
   const double low_wl = old_ctx / s.low_freq_factor, high_wl = old_ctx / s.high_freq_factor;
@@ -26,15 +56,16 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
 RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos) {
   RopeTable t;
   t.max_pos = max_pos;
-  t.half = cfg.head_dim / 2;
-  auto inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling);
+  t.half = cfg.rope_dims() / 2;
+  auto inv = rope_inv_freq(cfg.rope_dims(), cfg.rope_theta, cfg.rope_scaling);
+  const double af = rope_attention_factor(cfg.rope_scaling);
   t.cos.resize(size_t(max_pos * t.half));
   t.sin.resize(t.cos.size());
   for (int64_t p = 0; p < max_pos; ++p)
     for (int64_t i = 0; i < t.half; ++i) {
       double a = double(p) * inv[size_t(i)];
-      t.cos[size_t(p * t.half + i)] = float(std::cos(a));
-      t.sin[size_t(p * t.half + i)] = float(std::sin(a));
+      t.cos[size_t(p * t.half + i)] = float(std::cos(a) * af);
+      t.sin[size_t(p * t.half + i)] = float(std::sin(a) * af);
     }
   return t;
 }

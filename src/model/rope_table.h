@@ -1,6 +1,7 @@
-// Rotary tables for a config: inv_freq[i] = theta^(-2i/D) (optionally llama3-scaled, HF
-// `_compute_llama3_parameters`), cos/sin[pos, i] = cos/sin(pos * inv_freq[i]) for pos < max_pos,
-// computed in double and stored in fp32.
+// Rotary tables for a config: inv_freq[i] = theta^(-2i/D) over the rotated dims D (ModelConfig::rope_dims),
+// optionally llama3-scaled (HF `_compute_llama3_parameters`) or YaRN-blended (`_compute_yarn_parameters`),
+// cos/sin[pos, i] = cos/sin(pos * inv_freq[i]) times YaRN's attention factor for pos < max_pos, computed in
+// double and stored in fp32.
 #pragma once
 #include <vector>
 
@@ -9,6 +10,8 @@
 namespace ar {
 
 std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling);
+// The factor YaRN applies to cos and sin (1 for every other scaling).
+double rope_attention_factor(const RopeScaling& scaling);
 
 struct RopeTable {
   int64_t max_pos = 0, half = 0;

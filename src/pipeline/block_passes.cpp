@@ -70,9 +70,16 @@ struct StatRows {
   int64_t token(int64_t i, int64_t K) const { return slots ? (*slots)[size_t(i)] / K : i; }
 };
 std::vector<StatRows> stat_rows(const BlockDims& d, const BlockRunner<cpu::CpuOps>::Cache& c, int64_t N) {
-  std::vector<StatRows> r = {{c.h1o.x, N}, {c.oo.x, N}, {c.h2o.x, N}};
+  std::vector<StatRows> r = {{c.h1o.x, N}};
+  if (d.attn == AttnKind::Mla) {
+    if (d.mla.q_lora) r.push_back({c.mla.qan.x, N});
+    r.insert(r.end(), {{c.mla.latn.x, N}, {c.mla.ov.x, N}});
+  } else {
+    r.push_back({c.attn.oo.x, N});
+  }
+  r.push_back({c.h2o.x, N});
   if (!d.is_moe()) {
-    r.push_back({c.ao.x, N});
+    r.push_back({c.mlp.ao.x, N});
     return r;
   }
   for (const auto& e : c.moe.ex) {
@@ -90,7 +97,14 @@ void dispatch(Context& home, const quant::TuneLane& lane, const std::function<vo
 }  // namespace
 
 std::vector<StatInput> stat_inputs(const BlockDims& d) {
-  std::vector<StatInput> r = {{"attn_in", d.C}, {"o_in", d.H * d.D}, {"mlp_in", d.C}};
+  std::vector<StatInput> r = {{"attn_in", d.C}};
+  if (d.attn == AttnKind::Mla) {
+    if (d.mla.q_lora) r.push_back({"q_b_in", d.mla.q_lora});
+    r.insert(r.end(), {{"kv_b_in", d.mla.kv_lora}, {"o_in", d.H * d.mla.v}});
+  } else {
+    r.push_back({"o_in", d.H * d.D});
+  }
+  r.push_back({"mlp_in", d.C});
   if (!d.is_moe()) {
     r.push_back({"down_in", d.I});
     return r;
@@ -210,8 +224,10 @@ std::string linear_input_key(const std::string& linear) {
     const std::string e = linear.substr(ex + 8, dot - ex - 8), proj = linear.substr(dot + 1);
     return "expert." + e + (proj == "down_proj" || proj == "w2" ? ".down" : ".in");
   }
-  if (linear == "mlp.shared_expert.down_proj") return "shared.down";
+  if (linear == "mlp.shared_expert.down_proj" || linear == "mlp.shared_experts.down_proj") return "shared.down";
   if (linear == "self_attn.o_proj") return "o_in";
+  if (linear == "self_attn.q_b_proj") return "q_b_in";
+  if (linear == "self_attn.kv_b_proj") return "kv_b_in";
   if (linear == "mlp.down_proj") return "down_in";
   if (linear.rfind("mlp.", 0) == 0) return "mlp_in";
   return "attn_in";

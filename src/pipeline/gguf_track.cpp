@@ -152,17 +152,10 @@ std::map<std::string, int> GgufTrack::write_tensors(BlockWeights& w, const std::
     count(prefix + L.name + ".weight");
     done.insert(L.name);
   }
-  const std::pair<const char*, const Tensor*> rest[] = {
-      {"input_layernorm.weight", &w.ln1}, {"post_attention_layernorm.weight", &w.ln2},
-      {"self_attn.q_proj.bias", &w.bq}, {"self_attn.k_proj.bias", &w.bk}, {"self_attn.v_proj.bias", &w.bv},
-      {"self_attn.o_proj.bias", &w.bo}, {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}};
-  for (const auto& [nm, t] : rest)
-    if (t->defined()) add(prefix + nm, *t), count(prefix + nm);
-  if (w.router.defined()) {  // MoE: the router and Qwen2-MoE's shared expert gate, f32
-    const std::string router = prefix + (w.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
-    add(router, w.router), count(router);
+  for (const BlockTensor& t : w.tensors) {  // norms, biases and 16-bit Linears (a MoE router), f32
+    if (t.role == TensorRole::Linear) continue;
+    add(prefix + t.name, t.in(w)), count(prefix + t.name);
   }
-  if (w.sgate.defined()) add(prefix + "mlp.shared_expert_gate.weight", w.sgate), count(prefix + "mlp.shared_expert_gate.weight");
   for (auto& [nm, t] : quant::block_linears(w))  // untuned: float fallbacks, or every Linear of a plain RTN run
     if (!done.count(nm)) add(prefix + nm + ".weight", *t), count(prefix + nm + ".weight");
   return types;

@@ -283,9 +283,8 @@ quant::LayerFormats plan_block_layers(BlockWeights& w, const std::string& prefix
     *tuned_elems += t->numel();
   }
   // A MoE router and shared_expert_gate stay in 16 bit, as AutoRound keeps them (and lists them so).
-  if (w.router.defined())
-    br.kept_fp.push_back(prefix + (w.mixtral_names ? "block_sparse_moe.gate" : "mlp.gate") + " (MoE router)");
-  if (w.sgate.defined()) br.kept_fp.push_back(prefix + "mlp.shared_expert_gate (MoE shared expert gate)");
+  for (const BlockTensor& t : w.tensors)
+    if (t.role == TensorRole::Kept) br.kept_fp.push_back(prefix + t.module() + " (" + t.why + ")");
   return selected;
 }
 
@@ -301,21 +300,6 @@ void record_tuning(const quant::BlockTuneResult& tr, BlockReport& br) {
   br.best_iter = tr.best_iter;
 }
 
-// The checkpoint's names of a layer's Linear weights in block_linears' order (Mixtral's w1/w3/w2).
-std::vector<std::string> stored_linear_names(const HfModel& model, int64_t layer) {
-  const ModelConfig& cfg = model.config();
-  const std::string prefix = HfModel::layer_prefix(layer);
-  std::vector<std::string> r;
-  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
-  size_t e = 0, j = 0;
-  for (const auto& s : block_linear_specs(cfg, layer)) {
-    const bool expert = s.group.find(".*.") != std::string::npos;
-    r.push_back(expert ? expert_weight_name(cfg, layer, int64_t(e), projs[j]) : prefix + s.name + ".weight");
-    if (expert && ++j == 3) j = 0, ++e;
-  }
-  return r;
-}
-
 // Streams a finished block into every output: its tuned Linears packed (or fake-QDQ), the Linears
 // kept in 16 bit recorded, every other tensor of the block copied unchanged. A MoE layer's experts are
 // written one tensor per expert Linear under their per-expert names in either input layout (as
@@ -323,7 +307,6 @@ std::vector<std::string> stored_linear_names(const HfModel& model, int64_t layer
 // in the stored dtype (exact: the values came from it).
 void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockWeights& w,
                  const quant::BlockTuneResult& tr, const BlockReport& br, OutputSet& outputs) {
-  const ModelConfig& cfg = model.config();
   const std::string prefix = HfModel::layer_prefix(layer);
   std::set<std::string> packed;
   for (const auto& L : tr.layers) {
@@ -331,25 +314,21 @@ void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockW
     outputs.add_linear(ctx, prefix + L.name, L);
   }
   for (const auto& k : br.kept_fp) outputs.keep_fp(k.substr(0, k.find(' ')));
-  auto copy = [&](const std::string& name) {
-    if (model.has(name)) outputs.copy_tensor(model, name, ctx);
-  };
-  for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
-                        "self_attn.k_norm.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                        "self_attn.v_proj.bias", "self_attn.o_proj.bias"})
-    copy(prefix + t);
-  const bool fused = cfg.is_moe_layer(layer) && model.fused_experts(layer);
-  const DType fused_dtype = fused ? model.info(fused_experts_name(layer, ExpertProj::Gate))->dtype : DType::F32;
-  const std::vector<std::string> stored = stored_linear_names(model, layer);  // the checkpoint's spelling
-  size_t k = 0;
-  for (const auto& [nm, t] : quant::block_linears(w)) {
-    const std::string name = prefix + nm + ".weight", src = stored[k++];
-    if (packed.count(nm)) continue;
-    if (fused && !model.has(src)) outputs.add_tensor(ctx, name, *t, fused_dtype);
-    else outputs.copy_tensor(model, src, ctx, name);
+  // The table (model/block_tensors.h): norms, biases and buffers, then the untuned Linears under their
+  // in-block names, then the 16-bit Linears under their stored names.
+  const auto stored = [&](const BlockTensor& t) { return t.stored.empty() ? prefix + t.name : t.stored; };
+  for (const BlockTensor& t : w.tensors)
+    if (t.role == TensorRole::Norm || t.role == TensorRole::Bias || t.role == TensorRole::Buffer)
+      outputs.copy_tensor(model, stored(t), ctx);
+  for (const BlockTensor& t : w.tensors) {
+    if (t.role != TensorRole::Linear || packed.count(t.module())) continue;
+    if (t.offset >= 0)  // a fused expert: written alone, from its fp32 copy in the stored dtype (exact)
+      outputs.add_tensor(ctx, prefix + t.name, t.in(w), model.info(t.stored)->dtype);
+    else
+      outputs.copy_tensor(model, stored(t), ctx, prefix + t.name);
   }
-  if (w.router.defined()) copy(router_weight_name(cfg, layer, fused));
-  if (w.sgate.defined()) copy(shared_gate_name(layer));
+  for (const BlockTensor& t : w.tensors)
+    if (t.role == TensorRole::Kept) outputs.copy_tensor(model, stored(t), ctx);
 }
 
 // A MoE block's routing in the log: how many experts the calibration tokens never reached.

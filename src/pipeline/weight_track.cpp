@@ -62,6 +62,10 @@ void WeightTrack::write_block(BlockWeights& w, int64_t layer, quant::BlockTuneRe
 void WeightTrack::finish(const TrackFinish& in) {
   if (!env_.root) return;
   outputs_->copy_tensor(env_.model, "model.norm.weight", env_.ctx);
+  const ModelConfig& cfg = env_.model.config();
+  for (int64_t l = cfg.num_layers; l < cfg.num_layers + cfg.mtp_layers; ++l)  // MTP layers: unchanged
+    for (const std::string& name : env_.model.stored_names(HfModel::layer_prefix(l)))
+      outputs_->copy_tensor(env_.model, name, env_.ctx);
   if (lm_head_q_) {
     steps::tune_lm_head(env_.ctx, env_.model, env_.opt, in.x_fp, x_q_, in.seqlen, in.loss_mask, *outputs_,
                         env_.rep);

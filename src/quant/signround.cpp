@@ -27,20 +27,9 @@
 namespace ar::quant {
 
 std::vector<std::pair<std::string, Tensor*>> block_linears(BlockWeights& w) {
-  std::vector<std::pair<std::string, Tensor*>> r = {
-      {"self_attn.q_proj", &w.wq}, {"self_attn.k_proj", &w.wk}, {"self_attn.v_proj", &w.wv}, {"self_attn.o_proj", &w.wo}};
-  if (w.eg.empty()) {
-    r.insert(r.end(), {{"mlp.gate_proj", &w.wg}, {"mlp.up_proj", &w.wu}, {"mlp.down_proj", &w.wd}});
-    return r;
-  }
-  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
-  for (size_t e = 0; e < w.eg.size(); ++e) {
-    Tensor* t[3] = {&w.eg[e], &w.eu[e], &w.ed[e]};
-    for (int j = 0; j < 3; ++j) r.emplace_back(expert_linear_name(w.mixtral_names, int64_t(e), projs[j]), t[j]);
-  }
-  if (w.sg.defined())
-    r.insert(r.end(), {{shared_linear_name(ExpertProj::Gate), &w.sg}, {shared_linear_name(ExpertProj::Up), &w.su},
-                       {shared_linear_name(ExpertProj::Down), &w.sd}});
+  std::vector<std::pair<std::string, Tensor*>> r;
+  for (const BlockTensor& t : w.tensors)
+    if (t.role == TensorRole::Linear) r.emplace_back(t.module(), &t.in(w));
   return r;
 }
 
@@ -59,17 +48,11 @@ void TuneLane::run(const std::function<void(int)>& fn) const {
 
 BlockWeights clone_block(const BlockWeights& w, Context& ctx) {
   BlockWeights m;
-  Tensor BlockWeights::*all[] = {&BlockWeights::ln1, &BlockWeights::wq, &BlockWeights::wk, &BlockWeights::wv,
-                                 &BlockWeights::bq,  &BlockWeights::bk, &BlockWeights::bv, &BlockWeights::q_norm,
-                                 &BlockWeights::k_norm, &BlockWeights::wo, &BlockWeights::bo, &BlockWeights::ln2,
-                                 &BlockWeights::wg, &BlockWeights::wu, &BlockWeights::wd};
-  for (auto f : all)
-    if ((w.*f).defined()) m.*f = (w.*f).clone(ctx);
-  for (auto f : {&BlockWeights::router, &BlockWeights::sg, &BlockWeights::su, &BlockWeights::sd, &BlockWeights::sgate})
-    if ((w.*f).defined()) m.*f = (w.*f).clone(ctx);
-  for (auto f : {&BlockWeights::eg, &BlockWeights::eu, &BlockWeights::ed})
-    for (const Tensor& t : w.*f) (m.*f).push_back(t.clone(ctx));
+  m.tensors = w.tensors;
+  m.attn = w.attn;
   m.mixtral_names = w.mixtral_names;
+  for (auto f : {&BlockWeights::eg, &BlockWeights::eu, &BlockWeights::ed}) (m.*f).resize((w.*f).size());
+  for (const BlockTensor& t : w.tensors) t.in(m) = t.in(w).clone(ctx);
   return m;
 }
 
@@ -359,7 +342,8 @@ void BlockTuner::select_layers(const QuantFormat& fmt, const LayerFormats* layer
     if (opt_.fix_params) opt_.fix_params(ctx_, res_.layers.back());
   }
   share_fused_global_scales(res_.layers);
-  const size_t first_expert = 4, experts = 3 * w_.eg.size();  // linear_slot: q k v o, then the experts
+  // linear_slot: the attention module's Linears, then the experts
+  const size_t first_expert = dims_.attn_linears(), experts = 3 * w_.eg.size();
   g_.w.assign(res_.layers.size(), 0);
   for (size_t l = 0; l < res_.layers.size(); ++l)
     g_.expert.push_back(lin_[l] >= first_expert && lin_[l] < first_expert + experts ? int64_t(lin_[l] - first_expert)
@@ -531,6 +515,7 @@ void BlockTuner::leaf_loss(Replica& R, LeafPass& L) const {
 // expert's pointer only marks its gradient as wanted (its products go to R.deferred).
 BlockPtrs<float*> BlockTuner::leaf_grads(Replica& R, float* dw) const {
   BlockPtrs<float*> gp;
+  gp.same_kind(R.wp);
   for (auto* v : {&gp.eg, &gp.eu, &gp.ed}) v->assign(R.wp.eg.size(), nullptr);
   for (size_t l = 0; l < lin_.size(); ++l)
     linear_slot(gp, lin_[l]) = (R.ops->defer && g_.is_expert(l) ? R.levels[0].f32() : dw) + g_.w[l];

@@ -167,7 +167,7 @@ void for_items(Context& ctx, const Items& it, const std::function<void(int64_t)>
 void forward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const float* q, const float* k,
                    const float* v, float* o, float* lse) {
   const AttnShape& s = g.s;
-  const float scale = 1.f / std::sqrt(float(s.D));
+  const float scale = ref::softmax_scale<float>(s);
   // From the context's cached allocator: no fresh pages per call.
   const int64_t qn = s.Tq * g.grp * s.D, kn = s.Tk * s.D;
   Tensor Qt = scratch(ctx, qn), Ot = scratch(ctx, qn), Kt = scratch(ctx, kn), Vt = scratch(ctx, kn);
@@ -203,7 +203,7 @@ struct BwdOperands {
 void backward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const BwdOperands& x, const float* o,
                     const float* dout, const float* lse, float* dQ, float* dK, float* dV) {
   const AttnShape& s = g.s;
-  const float scale = 1.f / std::sqrt(float(s.D));
+  const float scale = ref::softmax_scale<float>(s);
   const int64_t sn = std::min(s.Tq, kTile) * g.grp * std::min(s.Tk, kKeyBlock);
   Tensor Pt = scratch(ctx, sn), dPt = scratch(ctx, sn), Dt = scratch(ctx, std::min(s.Tq, kTile) * g.grp);
   float *P = Pt.f32(), *dP = dPt.f32(), *Di = Dt.f32();

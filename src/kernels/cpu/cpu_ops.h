@@ -78,6 +78,16 @@ struct CpuOps {
   Buf alloc(int64_t n) { return Tensor::empty({n}, DType::F32, ctx); }
   static float* ptr(Buf& b) { return b.f32(); }
   void copy(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * 4); }
+  // `cols` elements of each of `rows` rows, between row strides (a column block of a matrix).
+  void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(cols) * 4);
+  }
+  // dst's column block += src's (rows x cols, row strides as copy_cols).
+  void add_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < cols; ++i) dst[r * dst_stride + i] += src[r * src_stride + i];
+  }
+  void zero(float* dst, int64_t n) { std::memset(dst, 0, size_t(n) * 4); }
 
   // Grouped work (a MoE block's experts): fn(ops, i) for every i with cost[i] > 0, the items split over
   // the pool in contiguous runs of about equal total cost, each thread's items on serial kernels (a
@@ -259,12 +269,12 @@ struct CpuOps {
     cpu::rmsnorm_bwd(ctx, dy, x, w, rstd, dx, acc, dw, rows, dim);
   }
   void rope_fwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
-                int64_t D) {
-    cpu::rope_fwd(ctx, x, pos, c, s, rows, heads, D);
+                const RopeDims& d) {
+    cpu::rope_fwd(ctx, x, pos, c, s, rows, heads, d);
   }
   void rope_bwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
-                int64_t D) {
-    cpu::rope_bwd(ctx, x, pos, c, s, rows, heads, D);
+                const RopeDims& d) {
+    cpu::rope_bwd(ctx, x, pos, c, s, rows, heads, d);
   }
   void attention_fwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m, float* o,
                      float* lse) {

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/rope_ref.h"
 
 namespace ar::cpu {
 
@@ -104,9 +105,9 @@ void rmsnorm_bwd(Context& ctx, const float* dy, const float* x, const float* w, 
 
 // rope.cpp (in place)
 void rope_fwd(Context& ctx, float* x, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
-              int64_t heads, int64_t D);
+              int64_t heads, const RopeDims& d);
 void rope_bwd(Context& ctx, float* dx, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
-              int64_t heads, int64_t D);
+              int64_t heads, const RopeDims& d);
 
 // attention.cpp
 using ref::AttnShape;

@@ -279,7 +279,7 @@ dim3 grid(int64_t rows, int64_t heads, int64_t batch) {
 template <int NC>
 void fwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
          const uint8_t* key_mask, float* o, float* lse) {
-  fwd_tiled<NC><<<grid(s.Tq, s.H, s.B), kBlock, 0, ctx.stream()>>>(s, 1.f / std::sqrt(float(s.D)), q, k, v, key_mask,
+  fwd_tiled<NC><<<grid(s.Tq, s.H, s.B), kBlock, 0, ctx.stream()>>>(s, ref::softmax_scale<float>(s), q, k, v, key_mask,
                                                                     o, lse);
 }
 
@@ -287,7 +287,7 @@ template <int NC>
 void bwd(DeviceContext& ctx, const ref::AttnShape& s, const float* q, const float* k, const float* v,
          const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* delta, float* dq,
          float* dk, float* dv) {
-  const float scale = 1.f / std::sqrt(float(s.D));
+  const float scale = ref::softmax_scale<float>(s);
   dq_tiled<NC><<<grid(s.Tq, s.H, s.B), kBlock, 0, ctx.stream()>>>(s, scale, q, k, v, key_mask, o, lse, dout, delta,
                                                                    dq);
   dkv_tiled<NC><<<grid(s.Tk, s.Hkv, s.B), kBlock, 0, ctx.stream()>>>(s, scale, q, k, v, key_mask, lse, delta, dout,

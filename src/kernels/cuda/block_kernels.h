@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/rope_ref.h"
 
 namespace ar::cuda {
 
@@ -18,7 +19,7 @@ void rmsnorm_bwd(DeviceContext& ctx, const float* dy, const float* x, const floa
                  bool accumulate, float* dw, int64_t rows, int64_t dim);
 
 void rope(DeviceContext& ctx, float* x, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
-          int64_t heads, int64_t D, bool inverse);
+          int64_t heads, const RopeDims& d, bool inverse);
 
 void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, int64_t n);
 void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);

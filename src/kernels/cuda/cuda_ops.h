@@ -33,6 +33,15 @@ struct CudaOps {
     check(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()), ctx.index(),
           "device copy");
   }
+  // `cols` elements of each of `rows` rows, between row strides (a column block of a matrix).
+  void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+    check(cudaMemcpy2DAsync(dst, size_t(dst_stride) * sizeof(float), src, size_t(src_stride) * sizeof(float),
+                            size_t(cols) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, ctx.stream()),
+          ctx.index(), "device 2D copy");
+  }
+  void zero(float* dst, int64_t n) {
+    check(cudaMemsetAsync(dst, 0, size_t(n) * sizeof(float), ctx.stream()), ctx.index(), "device fill");
+  }
 
   void bind(const float* W, const uint16_t* W16) { bf16_[W] = W16; }
 
@@ -98,12 +107,12 @@ struct CudaOps {
     cuda::rmsnorm_bwd(ctx, dy, x, w, rstd, dx, acc, dw, rows, dim);
   }
   void rope_fwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
-                int64_t D) {
-    rope(ctx, x, pos, c, s, rows, heads, D, false);
+                const RopeDims& d) {
+    rope(ctx, x, pos, c, s, rows, heads, d, false);
   }
   void rope_bwd(float* x, const int32_t* pos, const float* c, const float* s, int64_t rows, int64_t heads,
-                int64_t D) {
-    rope(ctx, x, pos, c, s, rows, heads, D, true);
+                const RopeDims& d) {
+    rope(ctx, x, pos, c, s, rows, heads, d, true);
   }
   void attention_fwd(const ref::AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
                      float* o, float* lse) {

@@ -1,7 +1,8 @@
 // Reference causal grouped-query attention with a key padding mask.
 // q [B,Tq,H,D], k/v [B,Tk,Hkv,D] (post-RoPE), H % Hkv == 0, query head h uses kv head h/(H/Hkv).
 // Query i sits at absolute position i + (Tk - Tq) and sees key j iff j <= that position and
-// key_mask[b,j] != 0 (key_mask may be null = all valid). scale = 1/sqrt(D).
+// key_mask[b,j] != 0 (key_mask may be null = all valid). scale = AttnShape::scale, or 1/sqrt(D) when 0
+// (MLA's YaRN mscale, Gemma's query_pre_attn_scalar set it).
 //   S = scale q k^T (masked to -inf),  P = softmax_j(S),  o = P v,  lse = log sum_j exp(S)
 // A query with no visible key gets o = 0 and lse = -inf (and no gradient).
 // Backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK = scale dS^T Q.
@@ -11,11 +12,20 @@
 #include <limits>
 #include <vector>
 
+#include "core/hd.h"
+
 namespace ar::ref {
 
 struct AttnShape {
   int64_t B, Tq, Tk, H, Hkv, D;
+  double scale = 0;  // the softmax's scale of q k^T; 0: 1/sqrt(D)
 };
+
+// The scale in T: AttnShape::scale, or 1/sqrt(D) computed in T (fp32 kernels: 1.f / sqrtf(D)).
+template <class T>
+AR_HD T softmax_scale(const AttnShape& s) {
+  return s.scale > 0 ? T(s.scale) : T(1) / hd::sqrt(T(s.D));
+}
 
 template <class T>
 bool attn_visible(const AttnShape& s, const uint8_t* key_mask, int64_t b, int64_t i, int64_t j) {
@@ -24,7 +34,7 @@ bool attn_visible(const AttnShape& s, const uint8_t* key_mask, int64_t b, int64_
 
 template <class T>
 void attention_fwd(const AttnShape& s, const T* q, const T* k, const T* v, const uint8_t* key_mask, T* o, T* lse) {
-  const T scale = T(1) / std::sqrt(T(s.D));
+  const T scale = softmax_scale<T>(s);
   const int64_t grp = s.H / s.Hkv;
   std::vector<T> p(size_t(s.Tk));
   for (int64_t b = 0; b < s.B; ++b)
@@ -64,7 +74,7 @@ void attention_fwd(const AttnShape& s, const T* q, const T* k, const T* v, const
 template <class T>
 void attention_bwd(const AttnShape& s, const T* q, const T* k, const T* v, const uint8_t* key_mask, const T* o,
                    const T* lse, const T* dout, T* dq, T* dk, T* dv) {
-  const T scale = T(1) / std::sqrt(T(s.D));
+  const T scale = softmax_scale<T>(s);
   const int64_t grp = s.H / s.Hkv;
   for (int64_t n = 0; n < s.B * s.Tq * s.H * s.D; ++n) dq[n] = 0;
   for (int64_t n = 0; n < s.B * s.Tk * s.Hkv * s.D; ++n) dk[n] = dv[n] = 0;

@@ -29,7 +29,7 @@ AR_HD T attn_dot(const T* a, const T* b, int64_t D) {
 template <class T>
 AR_HD void attn_fwd_query(const AttnShape& s, const T* q, const T* k, const T* v, const uint8_t* key_mask, T* o,
                           T* lse, int64_t b, int64_t h, int64_t i) {
-  const T scale = T(1) / hd::sqrt(T(s.D));
+  const T scale = softmax_scale<T>(s);
   const int64_t hk = h / (s.H / s.Hkv);
   const T* qi = q + ((b * s.Tq + i) * s.H + h) * s.D;
   T* oi = o + ((b * s.Tq + i) * s.H + h) * s.D;
@@ -67,7 +67,7 @@ AR_HD void attn_delta_query(const AttnShape& s, const T* o, const T* dout, T* de
 template <class T>
 AR_HD void attn_dq_query(const AttnShape& s, const T* q, const T* k, const T* v, const uint8_t* key_mask,
                          const T* lse, const T* delta, const T* dout, T* dq, int64_t b, int64_t h, int64_t i) {
-  const T scale = T(1) / hd::sqrt(T(s.D));
+  const T scale = softmax_scale<T>(s);
   const int64_t hk = h / (s.H / s.Hkv), qo = ((b * s.Tq + i) * s.H + h) * s.D, row = (b * s.H + h) * s.Tq + i;
   for (int64_t d = 0; d < s.D; ++d) dq[qo + d] = 0;
   const T l = lse[row];
@@ -85,7 +85,7 @@ AR_HD void attn_dq_query(const AttnShape& s, const T* q, const T* k, const T* v,
 template <class T>
 AR_HD void attn_dkv_key(const AttnShape& s, const T* q, const T* k, const T* v, const uint8_t* key_mask, const T* lse,
                         const T* delta, const T* dout, T* dk, T* dv, int64_t b, int64_t hk, int64_t j) {
-  const T scale = T(1) / hd::sqrt(T(s.D));
+  const T scale = softmax_scale<T>(s);
   const int64_t grp = s.H / s.Hkv, ko = ((b * s.Tk + j) * s.Hkv + hk) * s.D;
   for (int64_t d = 0; d < s.D; ++d) dk[ko + d] = dv[ko + d] = 0;
   for (int64_t h = hk * grp; h < (hk + 1) * grp; ++h)

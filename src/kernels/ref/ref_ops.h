@@ -23,6 +23,16 @@ struct RefOps {
   Buf alloc(int64_t n) { return Buf(size_t(n), T(0)); }
   static T* ptr(Buf& b) { return b.data(); }
   void copy(const T* src, T* dst, int64_t n) { std::copy(src, src + n, dst); }
+  // `cols` elements of each of `rows` rows, between row strides (a column block of a matrix).
+  void copy_cols(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r) std::copy(src + r * src_stride, src + r * src_stride + cols, dst + r * dst_stride);
+  }
+  // dst's column block += src's (rows x cols, row strides as copy_cols).
+  void add_cols(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < cols; ++i) dst[r * dst_stride + i] += src[r * src_stride + i];
+  }
+  void zero(T* dst, int64_t n) { std::fill(dst, dst + n, T(0)); }
 
   // A GEMM operand (an activation or an output gradient), prepared once for every Linear that reads it;
   // the *_operand producers keep its storage in `own`.
@@ -71,11 +81,11 @@ struct RefOps {
                    int64_t dim) {
     ref::rmsnorm_bwd(dy, x, w, rstd, dx, acc, dw, rows, dim);
   }
-  void rope_fwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, int64_t D) {
-    ref::rope_fwd(x, pos, c, s, rows, heads, D);
+  void rope_fwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, const RopeDims& d) {
+    ref::rope_fwd(x, pos, c, s, rows, heads, d);
   }
-  void rope_bwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, int64_t D) {
-    ref::rope_bwd(x, pos, c, s, rows, heads, D);
+  void rope_bwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, const RopeDims& d) {
+    ref::rope_bwd(x, pos, c, s, rows, heads, d);
   }
   void attention_fwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, T* o, T* lse) {
     ref::attention_fwd(sh, q, k, v, m, o, lse);

@@ -25,6 +25,7 @@ void configure_qwen3(ModelConfig& cfg, const nlohmann::json& j, const std::strin
 void configure_qwen2_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_qwen3_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_mixtral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 
 // Where a MoE family keeps its fields (arch/moe_fields.cpp reads and checks them into cfg.moe).
 struct MoeFields {

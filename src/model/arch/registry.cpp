@@ -11,6 +11,7 @@ constexpr ArchSpec kArchs[] = {
     {"Qwen2MoeForCausalLM", configure_qwen2_moe},
     {"Qwen3MoeForCausalLM", configure_qwen3_moe},
     {"MixtralForCausalLM", configure_mixtral},
+    {"DeepseekV3ForCausalLM", configure_deepseek_v3},
 };
 }  // namespace
 

@@ -1,0 +1,149 @@
+#include "model/block_tensors.h"
+
+#include "model/loader.h"
+#include "model/moe_names.h"
+
+namespace ar {
+
+namespace {
+
+using W = BlockWeights;
+
+struct Table {
+  std::vector<BlockTensor> front, linears, kept;  // norms/biases/buffers, Linears, 16-bit Linears
+
+  void norm(std::string name, int64_t n, Tensor W::* f) { front.push_back({std::move(name), {n}, TensorRole::Norm, f}); }
+  void bias(std::string name, int64_t n, Tensor W::* f) { front.push_back({std::move(name), {n}, TensorRole::Bias, f}); }
+  void linear(std::string name, int64_t out, int64_t in, Tensor W::* f) {
+    linears.push_back({std::move(name), {out, in}, TensorRole::Linear, f});
+  }
+  std::vector<BlockTensor> done() {
+    front.insert(front.end(), linears.begin(), linears.end());
+    front.insert(front.end(), kept.begin(), kept.end());
+    return std::move(front);
+  }
+};
+
+void gqa(Table& t, const ModelConfig& c) {
+  const int64_t C = c.hidden_size, QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  if (c.qk_norm) {
+    t.norm("self_attn.q_norm.weight", c.head_dim, &W::q_norm);
+    t.norm("self_attn.k_norm.weight", c.head_dim, &W::k_norm);
+  }
+  if (c.qkv_bias) {
+    t.bias("self_attn.q_proj.bias", QD, &W::bq);
+    t.bias("self_attn.k_proj.bias", KD, &W::bk);
+    t.bias("self_attn.v_proj.bias", KD, &W::bv);
+  }
+  if (c.o_bias) t.bias("self_attn.o_proj.bias", C, &W::bo);
+  t.linear("self_attn.q_proj.weight", QD, C, &W::wq);
+  t.linear("self_attn.k_proj.weight", KD, C, &W::wk);
+  t.linear("self_attn.v_proj.weight", KD, C, &W::wv);
+  t.linear("self_attn.o_proj.weight", C, QD, &W::wo);
+}
+
+void mla(Table& t, const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  const int64_t C = c.hidden_size, H = c.num_heads, Dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  if (m.q_lora_rank) t.norm("self_attn.q_a_layernorm.weight", m.q_lora_rank, &W::q_a_norm);
+  t.norm("self_attn.kv_a_layernorm.weight", m.kv_lora_rank, &W::kv_a_norm);
+  if (c.o_bias) t.bias("self_attn.o_proj.bias", C, &W::bo);
+  if (m.q_lora_rank) {
+    t.linear("self_attn.q_a_proj.weight", m.q_lora_rank, C, &W::q_a);
+    t.linear("self_attn.q_b_proj.weight", H * Dq, m.q_lora_rank, &W::q_b);
+  } else {
+    t.linear("self_attn.q_proj.weight", H * Dq, C, &W::wq);
+  }
+  t.linear("self_attn.kv_a_proj_with_mqa.weight", m.kv_lora_rank + m.qk_rope_head_dim, C, &W::kv_a);
+  t.linear("self_attn.kv_b_proj.weight", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, &W::kv_b);
+  t.linear("self_attn.o_proj.weight", C, H * m.v_head_dim, &W::wo);
+}
+
+void mlp(Table& t, const ModelConfig& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  t.linear("mlp.gate_proj.weight", I, C, &W::wg);
+  t.linear("mlp.up_proj.weight", I, C, &W::wu);
+  t.linear("mlp.down_proj.weight", C, I, &W::wd);
+}
+
+// The routed experts in the checkpoint's layout (model/moe_names.h), the shared expert, the router.
+void moe(Table& t, const ModelConfig& c, int64_t layer, bool fused) {
+  const MoeConfig& m = c.moe;
+  const int64_t C = c.hidden_size, E = m.num_experts, I = m.expert_intermediate, Is = m.shared_intermediate;
+  const std::string prefix = HfModel::layer_prefix(layer), router = router_weight_name(c, layer, fused);
+  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
+  std::vector<Tensor> W::* lists[3] = {&W::eg, &W::eu, &W::ed};
+  const std::string gate_up = fused_experts_name(layer, ExpertProj::Gate), down = fused_experts_name(layer, ExpertProj::Down);
+  if (m.routing == Routing::SigmoidGroups)
+    t.front.push_back({router.substr(prefix.size(), router.size() - prefix.size() - 7) + ".e_score_correction_bias",
+                       {E}, TensorRole::Buffer, &W::score_bias});
+  for (int64_t e = 0; e < E; ++e)
+    for (int j = 0; j < 3; ++j) {
+      const bool dn = projs[j] == ExpertProj::Down;
+      BlockTensor x{expert_linear_name(m.mixtral_names, e, projs[j]) + ".weight", dn ? Shape{C, I} : Shape{I, C},
+                    TensorRole::Linear, nullptr, lists[j], e};
+      if (fused) {
+        x.stored = dn ? down : gate_up;
+        x.offset = dn ? e * C * I : e * 2 * I * C + (j == 1 ? I * C : 0);
+        x.stored_shape = dn ? Shape{E, C, I} : Shape{E, 2 * I, C};
+      } else {
+        x.stored = expert_weight_name(c, layer, e, projs[j]);
+      }
+      t.linears.push_back(std::move(x));
+    }
+  if (Is) {
+    const std::string s = "mlp." + m.shared_module + ".";
+    t.linear(s + "gate_proj.weight", Is, C, &W::sg);
+    t.linear(s + "up_proj.weight", Is, C, &W::su);
+    t.linear(s + "down_proj.weight", C, Is, &W::sd);
+  }
+  // The router keeps its stored name in every output; the report names it by the experts' module.
+  t.kept.push_back({m.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", {E, C}, TensorRole::Kept,
+                    &W::router});
+  t.kept.back().stored = router;
+  t.kept.back().why = "MoE router";
+  if (Is && m.shared_gate) {
+    t.kept.push_back({"mlp.shared_expert_gate.weight", {1, C}, TensorRole::Kept, &W::sgate});
+    t.kept.back().why = "MoE shared expert gate";
+  }
+}
+
+}  // namespace
+
+std::vector<BlockTensor> block_tensors(const ModelConfig& c, int64_t layer, bool fused_experts) {
+  Table t;
+  t.norm("input_layernorm.weight", c.hidden_size, &W::ln1);
+  t.norm("post_attention_layernorm.weight", c.hidden_size, &W::ln2);
+  if (c.is_mla()) mla(t, c);
+  else gqa(t, c);
+  if (c.is_moe_layer(layer)) moe(t, c, layer, fused_experts);
+  else mlp(t, c);
+  return t.done();
+}
+
+std::vector<BlockTensor> block_tensors(const BlockDims& d) {
+  ModelConfig c;
+  c.hidden_size = d.C;
+  c.intermediate_size = d.I;
+  c.num_layers = 1;
+  c.num_heads = d.H;
+  c.num_kv_heads = d.Hkv;
+  c.head_dim = d.D;
+  c.qk_norm = d.qk_norm;
+  if (d.attn == AttnKind::Mla) {
+    c.mla = {d.mla.q_lora, d.mla.kv_lora, d.mla.nope, d.mla.rope, d.mla.v, d.mla.interleave};
+    c.head_dim = d.mla.rope;
+  }
+  if (d.is_moe()) {
+    MoeConfig& m = c.moe;
+    m.num_experts = d.moe.E;
+    m.top_k = d.moe.K;
+    m.expert_intermediate = d.moe.I;
+    m.shared_intermediate = d.moe.Is;
+    m.routing = d.moe.routing;
+    m.shared_gate = d.moe.shared_gate;
+  }
+  return block_tensors(c, 0, false);
+}
+
+}  // namespace ar

@@ -1,0 +1,69 @@
+// A decoder layer's tensors in fp32 (BlockWeights), and the table that describes them once (BlockTensor,
+// built by model/block_tensors.h from the configuration): the loader fills BlockWeights from the table,
+// the model check validates the checkpoint against it, the tuner takes its Linears in linear_slot order,
+// the writers pack those and copy every other entry unchanged, and the run summary names what stays in
+// 16 bit. No consumer names a block kind's tensors itself.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/block_dims.h"
+
+namespace ar {
+
+struct BlockWeights;
+
+enum class TensorRole : uint8_t {
+  Norm,    // a norm's weight
+  Bias,    // a Linear's bias
+  Linear,  // a quantizable Linear's weight (the table lists them in linear_slot order)
+  Kept,    // a Linear that stays in 16 bit by rule (a MoE router, a shared expert's gate): BlockTensor::why
+  Buffer,  // a tensor the forward reads that is no parameter (DeepSeek's e_score_correction_bias)
+};
+
+struct BlockTensor {
+  std::string name;  // in-block, as every output names it: "self_attn.q_proj.weight", "mlp.experts.3.up_proj.weight"
+  Shape shape;
+  TensorRole role = TensorRole::Linear;
+  // Where the loader puts it: a member of BlockWeights, or entry `index` of a member list (an expert).
+  Tensor BlockWeights::* field = nullptr;
+  std::vector<Tensor> BlockWeights::* list = nullptr;
+  int64_t index = 0;
+  // The checkpoint's full name when it is not the layer prefix + name (Mixtral's w1/w3/w2, a fused expert
+  // tensor); with offset >= 0 the tensor is elements [offset, offset + numel) of that stored tensor,
+  // whose whole shape is stored_shape (transformers 5's fused experts).
+  std::string stored;
+  int64_t offset = -1;
+  Shape stored_shape;
+  const char* why = nullptr;  // Kept: what the report says ("MoE router")
+
+  Tensor& in(BlockWeights& w) const;
+  const Tensor& in(const BlockWeights& w) const { return in(const_cast<BlockWeights&>(w)); }
+  // The in-block module name of a Linear ("self_attn.q_proj"): name without ".weight".
+  std::string module() const { return name.substr(0, name.size() - 7); }
+};
+
+// fp32 tensors of one decoder block, with the table they were loaded from.
+struct BlockWeights {
+  Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
+  // Multi-head latent attention (model/attention_mla.h; wq is q_proj without q_lora, wo is o_proj).
+  Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
+  // A MoE layer's feed-forward (model/moe_names.h): router (its bias, the score-correction bias), experts
+  // (one Tensor per expert Linear, in either checkpoint layout), the shared expert and its gate.
+  Tensor router, router_bias, score_bias, sg, su, sd, sgate;
+  std::vector<Tensor> eg, eu, ed;
+  bool mixtral_names = false;  // the experts' Linears are block_sparse_moe.experts.<e>.gate_proj ... (Mixtral)
+  AttnKind attn = AttnKind::Gqa;
+  std::vector<BlockTensor> tensors;  // the table (model/block_tensors.h)
+
+  BlockPtrs<const float*> ptrs() const;
+  size_t bytes() const;
+};
+
+inline Tensor& BlockTensor::in(BlockWeights& w) const { return field ? w.*field : (w.*list)[size_t(index)]; }
+
+}  // namespace ar
