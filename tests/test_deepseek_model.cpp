@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_file.h"
+#include "hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/block_tensors.h"
 #include "model/config.h"
@@ -24,49 +25,6 @@ namespace {
 
 const std::string kDir = std::string(AR_SOURCE_DIR) + "/tests/data/deepseek_v3/";
 const char* const kCases[] = {"deepseek_v3", "no_q_lora"};
-
-json read_config(const std::string& dir) {
-  std::ifstream f(dir + "/config.json");
-  return json::parse(f);
-}
-
-std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& ids, int64_t B, int64_t T) {
-  auto m = HfModel::open(dir);
-  Context ctx(Device{}, 2);
-  Transformer tf(*m, ctx, false);
-  Tensor l = tf.forward_logits(ids.data(), nullptr, B, T);
-  return {l.f32(), l.f32() + l.numel()};
-}
-
-// The checkpoint with its fused experts split into one tensor per expert Linear (DeepSeek's own layout).
-void write_per_expert(const std::string& from, const std::string& to) {
-  fs::create_directories(to);
-  fs::copy_file(from + "/config.json", to + "/config.json", fs::copy_options::overwrite_existing);
-  Context ctx;
-  auto f = SafetensorsFile::open(from + "/model.safetensors");
-  std::vector<StEntry> out;
-  for (const auto& t : f->header().tensors) {
-    const uint8_t* src = f->bytes(t);
-    const size_t el = dtype_size(t.dtype);
-    const bool gate_up = t.name.ends_with("mlp.experts.gate_up_proj"), down = t.name.ends_with("mlp.experts.down_proj");
-    if (!gate_up && !down) {
-      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
-      std::memcpy(e.tensor.raw(), src, e.tensor.nbytes());
-      out.push_back(std::move(e));
-      continue;
-    }
-    const std::string base = t.name.substr(0, t.name.size() - (gate_up ? 11 : 9));  // "...mlp.experts."
-    const int64_t E = t.shape[0], R = t.shape[1], K = t.shape[2], rows = gate_up ? R / 2 : R;
-    for (int64_t e = 0; e < E; ++e)
-      for (int part = 0; part < (gate_up ? 2 : 1); ++part) {
-        const char* proj = gate_up ? (part == 0 ? "gate_proj" : "up_proj") : "down_proj";
-        StEntry x{base + std::to_string(e) + "." + proj + ".weight", Tensor::empty({rows, K}, t.dtype, ctx)};
-        std::memcpy(x.tensor.raw(), src + size_t((e * R + part * rows) * K) * el, x.tensor.nbytes());
-        out.push_back(std::move(x));
-      }
-  }
-  write_safetensors(to + "/model.safetensors", out);
-}
 
 TEST(DeepseekConfig, ParsesLatentAttentionAndRouting) {
   const ModelConfig c = load_model_config(kDir + "deepseek_v3/model/config.json");
@@ -164,27 +122,7 @@ TEST(DeepseekModel, TheLayerTableNamesEveryTensor) {
 
 // Both layouts load to the same weights, so their logits are identical, and both match transformers'.
 TEST(DeepseekModel, LogitsMatchTransformersInBothLayouts) {
-  for (const char* c : kCases) {
-    auto golden = SafetensorsFile::open(kDir + c + "/expected.safetensors");
-    const StTensorInfo* ti = golden->find("ids");
-    ASSERT_TRUE(ti);
-    const int64_t B = ti->shape[0], T = ti->shape[1];
-    std::vector<int32_t> ids(size_t(B * T));
-    std::memcpy(ids.data(), golden->bytes(*ti), ids.size() * 4);
-    const ModelConfig cfg = load_model_config(kDir + c + "/model/config.json");
-    const auto expect = read_f32(*golden, "logits", size_t(B * T * cfg.vocab_size));
-    const auto fused = logits_of(kDir + c + "/model", ids, B, T);
-    TempDir per(std::string("deepseek_per_expert_") + c);
-    write_per_expert(kDir + c + "/model", per.path);
-    const auto per_expert = logits_of(per.path, ids, B, T);
-    EXPECT_TRUE(per_expert == fused) << c << ": the two layouts give different logits";
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < expect.size(); ++i) {
-      worst = std::max(worst, std::abs(double(fused[i]) - double(expect[i])));
-      scale = std::max(scale, std::abs(double(expect[i])));
-    }
-    EXPECT_LT(worst, 5e-6 * scale) << c << " (largest logit " << scale << ")";
-  }
+  for (const char* c : kCases) expect_logits_match_transformers(kDir + c, c);
 }
 
 // Incremental decoding through latent attention gives the logits of the whole-sequence forward.

@@ -3,7 +3,8 @@
 // [N, C] and N = B*T tokens:
 //   q = h Wq^T + bq [N, H*D];  k, v = h Wk^T + bk, h Wv^T + bv  [N, Hkv*D]
 //   (q/k norm) q, k = rmsnorm per head over D with q_norm, k_norm
-//   q, k = rope(q, k);  o = attention(q, k, v, causal + key mask)   [N, H*D];   out = o Wo^T (+ bo)
+//   q, k = rope(q, k) (partial RoPE: each head's first BlockDims::rope dims, GLM-4.5)
+//   o = attention(q, k, v, causal + key mask)   [N, H*D];   out = o Wo^T (+ bo)
 // Its Linears are the block's linear_slot 0..3 (q, k, v, o); with FP8_STATIC each reads the QDQ of its
 // input (act_qdq_linear.h). Backward walks the graph in reverse, weight gradients into the non-null
 // entries of g; dh = null skips the q/k/v input-gradient GEMMs (tuning needs none) unless they have
@@ -74,8 +75,8 @@ class GqaAttention {
       ops_.rmsnorm_fwd(p(c.qpre), w.q_norm, p(c.q), p(c.rstdq), N * d_.H, d_.D, d_.eps);
       ops_.rmsnorm_fwd(p(c.kpre), w.k_norm, p(c.k), p(c.rstdk), N * d_.Hkv, d_.D, d_.eps);
     }
-    ops_.rope_fwd(p(c.q), aux.pos, aux.cos, aux.sin, N, d_.H, RopeDims::full(d_.D));
-    ops_.rope_fwd(p(c.k), aux.pos, aux.cos, aux.sin, N, d_.Hkv, RopeDims::full(d_.D));
+    ops_.rope_fwd(p(c.q), aux.pos, aux.cos, aux.sin, N, d_.H, rope());
+    ops_.rope_fwd(p(c.k), aux.pos, aux.cos, aux.sin, N, d_.Hkv, rope());
     c.o = ops_.alloc(N * QD); c.lse = ops_.alloc(aux.B * d_.H * aux.T);
     if (kv) {
       ops_.copy(p(c.k), p(kv->k) + kv->len * KD, N * KD);
@@ -104,8 +105,8 @@ class GqaAttention {
     lin(3, ops_.operand(dout, N * C), c.oo, w.wo, p(dob), false, g.wo, g.bo, QD, C);
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
-    ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, RopeDims::full(d_.D));
-    ops_.rope_bwd(p(dk), aux.pos, aux.cos, aux.sin, N, d_.Hkv, RopeDims::full(d_.D));
+    ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, rope());
+    ops_.rope_bwd(p(dk), aux.pos, aux.cos, aux.sin, N, d_.Hkv, rope());
     if (d_.qk_norm) {  // dq/dk are w.r.t. normed q/k; map back to the projections
       Buf dqp = ops_.alloc(N * QD), dkp = ops_.alloc(N * KD);
       ops_.rmsnorm_bwd(p(dq), p(c.qpre), w.q_norm, p(c.rstdq), p(dqp), false, g.q_norm, N * d_.H, d_.D);
@@ -125,6 +126,7 @@ class GqaAttention {
   const Operand& input(Cache& c, int slot, const Operand& x, int64_t n) {
     return act_qdq_input(ops_, scale(c, slot), x, c.xq[slot], n);
   }
+  RopeDims rope() const { return {d_.D, 0, d_.rope ? d_.rope : d_.D, false}; }
   ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }
 
   Ops& ops_;

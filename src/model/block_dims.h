@@ -38,6 +38,7 @@ struct BlockDims {
   int64_t C = 0, I = 0, H = 0, Hkv = 0, D = 0;
   double eps = 1e-6;
   bool qk_norm = false;
+  int64_t rope = 0;  // GQA with partial RoPE: a head's first `rope` dims rotated (0: all D)
   AttnKind attn = AttnKind::Gqa;
   MlaDims mla;
   MoeDims moe;

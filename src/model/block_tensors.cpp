@@ -130,6 +130,7 @@ std::vector<BlockTensor> block_tensors(const BlockDims& d) {
   c.num_kv_heads = d.Hkv;
   c.head_dim = d.D;
   c.qk_norm = d.qk_norm;
+  c.rotary_dims = d.rope;
   if (d.attn == AttnKind::Mla) {
     c.mla = {d.mla.q_lora, d.mla.kv_lora, d.mla.nope, d.mla.rope, d.mla.v, d.mla.interleave};
     c.head_dim = d.mla.rope;

@@ -152,6 +152,7 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
   d.D = head_dim;
   d.eps = rms_norm_eps;
   d.qk_norm = qk_norm;
+  d.rope = rotary_dims;
   if (is_mla()) {
     d.attn = AttnKind::Mla;
     d.Hkv = num_heads;
@@ -223,13 +224,14 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   std::string act = in.str("hidden_act", std::string("silu"));
   if (act != "silu") bad_field(path, "hidden_act", "'" + printable(act) + "' is not supported (only silu)");
   if (in.boolean("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
-  if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number() &&
-      j["partial_rotary_factor"].get<double>() != 1.0)
-    bad_field(path, "partial_rotary_factor", "only 1.0 is supported");
   parse_rope(j, path, c);
   if (j.contains("quantization_config") && j["quantization_config"].is_object())
     c.quant = parse_quant_config(in.at("quantization_config"), path);
   spec->configure(c, j, path);
+  for (const auto* o : {&j, j.contains("rope_parameters") ? &j["rope_parameters"] : nullptr})  // an arch without
+    if (o && o->is_object() && o->contains("partial_rotary_factor") && !c.rotary_dims &&  // partial RoPE
+        (*o)["partial_rotary_factor"] != 1.0)
+      bad_field(path, "partial_rotary_factor", "only 1.0 is supported for " + c.architecture);
   return c;
 }
 

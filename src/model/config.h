@@ -113,6 +113,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool qkv_bias = false, o_bias = false, qk_norm = false;
+  int64_t rotary_dims = 0;  // partial RoPE (GLM-4.5's partial_rotary_factor): a head's first dims rotated (0: all)
   int64_t sliding_window = 0;  // 0 = none; sequences longer than this are refused
   int64_t bos_token_id = -1, eos_token_id = -1;
   QuantConfig quant;
@@ -125,7 +126,7 @@ struct ModelConfig {
   bool is_moe() const { return moe.num_experts > 0; }
   bool is_mla() const { return mla.kv_lora_rank > 0; }
   // The rotated dims of a head, which the RoPE tables cover (MLA: qk_rope_head_dim).
-  int64_t rope_dims() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }
+  int64_t rope_dims() const { return is_mla() ? mla.qk_rope_head_dim : rotary_dims ? rotary_dims : head_dim; }
   // The softmax's scale of q k^T (0: 1/sqrt of the query head; MLA with YaRN folds mscale_all_dim in).
   double attention_scale() const;
   bool is_moe_layer(int64_t layer) const;

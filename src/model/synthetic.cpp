@@ -4,10 +4,12 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/atomic_file.h"
+#include "model/block_tensors.h"
 #include "model/moe_names.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -58,6 +60,42 @@ nlohmann::json tiny_llama_config(int64_t layers) {
           {"eos_token_id", 2}};
 }
 
+namespace {
+// DeepSeek-V3 (latent attention with q_lora, YaRN, 8 experts in 4 groups, a shared expert, layer 0 dense)
+// or GLM-4.5 (q/k/v biases, partial RoPE, 8 experts in one group, a shared expert, layer 0 dense).
+nlohmann::json tiny_sigmoid_moe_config(nlohmann::json c, const std::string& arch) {
+  c.erase("num_experts");
+  c["n_routed_experts"] = 8;
+  c["moe_intermediate_size"] = 32;
+  c["n_shared_experts"] = 1;
+  c["first_k_dense_replace"] = 1;
+  c["norm_topk_prob"] = true;
+  if (arch == "glm4_moe") {
+    c["architectures"] = {"Glm4MoeForCausalLM"};
+    c["attention_bias"] = true;
+    c["head_dim"] = 16;
+    c["partial_rotary_factor"] = 0.5;
+    c["n_group"] = 1;
+    c["topk_group"] = 1;
+    c["routed_scaling_factor"] = 1.0;
+    return c;
+  }
+  c["architectures"] = {"DeepseekV3ForCausalLM"};
+  c["num_key_value_heads"] = c["num_attention_heads"];
+  c["q_lora_rank"] = 64;
+  c["kv_lora_rank"] = 32;
+  c["qk_nope_head_dim"] = 16;
+  c["qk_rope_head_dim"] = 32;
+  c["v_head_dim"] = 16;
+  c["n_group"] = 4;
+  c["topk_group"] = 2;
+  c["routed_scaling_factor"] = 2.5;
+  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                       {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  return c;
+}
+}  // namespace
+
 nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers) {
   nlohmann::json c = tiny_llama_config(layers);
   c["num_experts_per_tok"] = 2;
@@ -77,6 +115,7 @@ nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers) {
     c["mlp_only_layers"] = nlohmann::json::array();
     return c;
   }
+  if (arch == "deepseek_v3" || arch == "glm4_moe") return tiny_sigmoid_moe_config(c, arch);
   c["architectures"] = {"Qwen3MoeForCausalLM"};
   c["head_dim"] = 16;
   c["norm_topk_prob"] = true;
@@ -107,6 +146,22 @@ void make_moe(const ModelConfig& c, int64_t l, bool fused, Make& make) {
   make(shared_expert_name(l, ExpertProj::Down), {C, Is}, false);
   make(shared_gate_name(l), {1, C}, false);
 }
+
+
+// A layer from its tensor table (model/block_tensors.h), in table order, a fused expert tensor once: the
+// families added with the table (latent attention, the sigmoid router, partial RoPE). The seven older
+// families keep the historical order above, which the demo's and earlier issues' figures were measured on.
+template <class Make>
+void make_from_table(const ModelConfig& c, int64_t l, bool fused, Make& make) {
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  std::set<std::string> done;
+  for (const BlockTensor& t : block_tensors(c, l, fused && c.is_moe_layer(l))) {
+    const std::string name = t.stored.empty() ? p + t.name : t.stored;
+    if (!done.insert(name).second) continue;
+    make(name, t.offset >= 0 ? t.stored_shape : t.shape, t.role == TensorRole::Norm);
+  }
+}
+bool tabled_family(const ModelConfig& c) { return c.is_mla() || c.moe.routing != Routing::SoftmaxTopK || c.rotary_dims; }
 }  // namespace
 
 void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed, DType dtype,
@@ -126,6 +181,10 @@ void write_synthetic_model(const std::string& dir, const nlohmann::json& config,
                 KD = c.num_kv_heads * c.head_dim, V = c.vocab_size;
   make("model.embed_tokens.weight", {V, C}, false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (tabled_family(c)) {
+      make_from_table(c, l, fused_experts, make);
+      continue;
+    }
     std::string p = "model.layers." + std::to_string(l) + ".";
     make(p + "input_layernorm.weight", {C}, true);
     make(p + "self_attn.q_proj.weight", {QD, C}, false);

@@ -218,13 +218,14 @@ void block_forward_all(Context& home, const quant::TuneLane& lane, const BlockDi
 }
 
 std::string linear_input_key(const std::string& linear) {
+  if (linear.rfind("mlp.shared_expert", 0) == 0)  // Qwen2-MoE's shared_expert, DeepSeek's shared_experts
+    return linear.ends_with(".down_proj") ? "shared.down" : "mlp_in";
   const size_t ex = linear.find("experts.");
   if (ex != std::string::npos) {  // mlp.experts.<e>.gate_proj, block_sparse_moe.experts.<e>.w2
     const size_t dot = linear.find('.', ex + 8);
     const std::string e = linear.substr(ex + 8, dot - ex - 8), proj = linear.substr(dot + 1);
     return "expert." + e + (proj == "down_proj" || proj == "w2" ? ".down" : ".in");
   }
-  if (linear == "mlp.shared_expert.down_proj" || linear == "mlp.shared_experts.down_proj") return "shared.down";
   if (linear == "self_attn.o_proj") return "o_in";
   if (linear == "self_attn.q_b_proj") return "q_b_in";
   if (linear == "self_attn.kv_b_proj") return "kv_b_in";
@@ -245,7 +246,9 @@ ActQdq<float> block_act_qdq(const quant::BlockTuneResult& tr, const BlockWeights
 }
 
 const std::vector<float>& imatrix_for(const Imatrix& im, const std::string& linear) {
-  return im.at(linear_input_key(linear));
+  const auto it = im.find(linear_input_key(linear));
+  if (it == im.end()) fail(ErrorKind::Internal, "no statistics input '" + linear_input_key(linear) + "' for " + linear);
+  return it->second;
 }
 
 bool has_opt_rtn(const quant::QuantFormat& f) {

@@ -262,7 +262,7 @@ std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptio
     std::snprintf(b, sizeof b, "mixture of experts: %lld experts, top-%lld%s; routers%s kept in 16 bit",
                   (long long)cfg.moe.num_experts, (long long)cfg.moe.top_k,
                   cfg.moe.shared_intermediate ? ", a shared expert" : "",
-                  cfg.moe.shared_intermediate ? " and shared_expert_gate" : "");
+                  cfg.moe.shared_intermediate && cfg.moe.shared_gate ? " and shared_expert_gate" : "");
     lines.push_back(b);
   }
   std::snprintf(b, sizeof b, "calibration: %lld samples x %lld tokens", (long long)nsamples, (long long)seqlen);

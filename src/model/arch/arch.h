@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/json_file.h"
 #include "model/config.h"
 
 namespace ar {
@@ -26,6 +27,7 @@ void configure_qwen2_moe(ModelConfig& cfg, const nlohmann::json& j, const std::s
 void configure_qwen3_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_mixtral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 
 // Where a MoE family keeps its fields (arch/moe_fields.cpp reads and checks them into cfg.moe).
 struct MoeFields {
@@ -36,5 +38,18 @@ struct MoeFields {
   bool always_norm_topk;            // Mixtral: softmax over the selected logits
 };
 void configure_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path, const MoeFields& f);
+
+// The MoE families behind DeepSeek-V3's sigmoid router (arch/sigmoid_moe.cpp), with the defaults their
+// transformers config classes give absent fields.
+struct SigmoidMoeDefaults {
+  int64_t n_group, topk_group, first_dense, shared;
+  double scaling;
+};
+void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path,
+                           const SigmoidMoeDefaults& defaults);
+// Field helpers (arch/moe_fields.cpp): a positive integer or `def` when absent (or null); whether a field
+// is present as null (transformers' None, which JsonIn::has reports as absent).
+int64_t positive_or(const JsonIn& in, const char* key, int64_t def);
+bool null_field(const nlohmann::json& j, const char* key);
 
 }  // namespace ar

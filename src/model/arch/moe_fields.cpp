@@ -17,6 +17,15 @@ int64_t positive(const JsonIn& in, const char* key) {
 }
 }  // namespace
 
+int64_t positive_or(const JsonIn& in, const char* key, int64_t def) {
+  if (!in.has(key)) return def;
+  const int64_t v = in.at(key).i64();
+  if (v <= 0) in.at(key).bad("must be a positive integer");
+  return v;
+}
+
+bool null_field(const nlohmann::json& j, const char* key) { return j.contains(key) && j[key].is_null(); }
+
 void configure_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path, const MoeFields& f) {
   const JsonIn in(j, path);
   MoeConfig& m = cfg.moe;

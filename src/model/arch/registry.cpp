@@ -12,6 +12,7 @@ constexpr ArchSpec kArchs[] = {
     {"Qwen3MoeForCausalLM", configure_qwen3_moe},
     {"MixtralForCausalLM", configure_mixtral},
     {"DeepseekV3ForCausalLM", configure_deepseek_v3},
+    {"Glm4MoeForCausalLM", configure_glm4_moe},
 };
 }  // namespace
 

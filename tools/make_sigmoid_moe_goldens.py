@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Tiny random DeepSeek-V3 checkpoints and the logits transformers computes for them, for
-tests/test_deepseek_model.cpp (model/arch/deepseek_v3.cpp, model/attention_mla.h, model/moe_router.h).
+"""Tiny random DeepSeek-V3 and GLM-4.5 checkpoints and the logits transformers computes for them, for
+tests/test_deepseek_model.cpp and tests/test_glm_model.cpp (model/arch/deepseek_v3.cpp, glm4_moe.cpp,
+model/attention_mla.h, model/moe_router.h).
 
 Not part of the test suite and not run in CI. Needs a virtual environment outside the repository with
 torch and transformers 5 (made with torch 2.x, transformers 5.25, on the CPU). From the repository root:
 
-    /work/venv/bin/python tools/make_mla_goldens.py --out tests/data/deepseek_v3
+    /work/venv/bin/python tools/make_sigmoid_moe_goldens.py --out tests/data
 
-For each case below it writes tests/data/deepseek_v3/<case>/:
+For each case below it writes tests/data/<family>/<case>/:
   model/     config.json + model.safetensors as `save_pretrained` writes it (bf16);
   expected.safetensors  ids [B, T] (int32) and the logits [B*T, vocab] transformers computes in float32
              from the bf16 weights, read back with from_pretrained.
@@ -30,8 +31,11 @@ COMMON = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_valu
 
 
 def cases():
-    from transformers import DeepseekV3Config
-    return {
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM
+    glm = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+               max_position_embeddings=64, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+               rms_norm_eps=1e-5, intermediate_size=48, moe_intermediate_size=16, num_mtp_layers=0)
+    ds = {
         # DeepSeek-V3 / Kimi K2 shape: q_lora, interleaved YaRN RoPE (mscale_all_dim in the softmax scale),
         # layer 0 dense, then 8 experts in 4 groups (2 groups per token, top-2, renormalized, x2.5) and one
         # ungated shared expert.
@@ -50,6 +54,23 @@ def cases():
             n_shared_experts=2, first_k_dense_replace=0,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
     }
+    gl = {
+        # GLM-4.5-Air shape: q/k/v biases, partial RoPE (half of each head), layer 0 dense, 8 experts top-2
+        # renormalized x1.5 in one group, one shared expert.
+        "glm45": Glm4MoeConfig(
+            **glm, num_hidden_layers=3, attention_bias=True, use_qk_norm=False, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=1.5, norm_topk_prob=True,
+            n_shared_experts=1, first_k_dense_replace=1,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
+        # q/k norm on, grouped routing (2 of 4 groups), a quarter of each head rotated.
+        "glm_qk_norm": Glm4MoeConfig(
+            **glm, num_hidden_layers=2, attention_bias=True, use_qk_norm=True, n_routed_experts=8,
+            num_experts_per_tok=3, n_group=4, topk_group=2, routed_scaling_factor=2.0, norm_topk_prob=False,
+            n_shared_experts=1, first_k_dense_replace=0,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25)),
+    }
+    return [("deepseek_v3", k, DeepseekV3ForCausalLM, v) for k, v in ds.items()] + \
+           [("glm4_moe", k, Glm4MoeForCausalLM, v) for k, v in gl.items()]
 
 
 def randomize(model: torch.nn.Module) -> None:
@@ -68,21 +89,20 @@ def randomize(model: torch.nn.Module) -> None:
 
 
 def main() -> None:
-    from transformers import DeepseekV3ForCausalLM
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(3)
     ids = torch.randint(3, 64, (2, 12), dtype=torch.long)
-    for case, cfg in cases().items():
-        d = os.path.join(args.out, case)
+    for family, case, cls, cfg in cases():
+        torch.manual_seed(3)
+        d = os.path.join(args.out, family, case)
         cfg._experts_implementation = "eager"
-        model = DeepseekV3ForCausalLM(cfg)
+        model = cls(cfg)
         randomize(model)
         model = model.to(torch.bfloat16).eval()
         model.save_pretrained(os.path.join(d, "model"))
-        back = DeepseekV3ForCausalLM.from_pretrained(os.path.join(d, "model"), dtype=torch.float32,
-                                                     experts_implementation="eager")
+        back = cls.from_pretrained(os.path.join(d, "model"), dtype=torch.float32, experts_implementation="eager")
         with torch.no_grad():
             logits = back.eval()(ids).logits.reshape(-1, cfg.vocab_size)
         save_file({"ids": ids.to(torch.int32), "logits": logits.float()}, os.path.join(d, "expected.safetensors"))

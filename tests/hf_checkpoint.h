@@ -1,0 +1,90 @@
+// Helpers for the tests that read tiny transformers checkpoints (tests/data/<family>/<case>/model): the
+// config as JSON, the logits of our inference path, the checkpoint rewritten with one tensor per expert
+// Linear (the layout of the original DeepSeek / GLM releases) from transformers 5's fused experts, and the
+// comparison against transformers' logits.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "golden_file.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "model/transformer.h"
+#include "test_util.h"
+
+namespace ar::test {
+
+inline nlohmann::json read_config(const std::string& dir) {
+  std::ifstream f(dir + "/config.json");
+  return nlohmann::json::parse(f);
+}
+
+inline std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& ids, int64_t B, int64_t T) {
+  auto m = HfModel::open(dir);
+  Context ctx(Device{}, 2);
+  Transformer tf(*m, ctx, false);
+  Tensor l = tf.forward_logits(ids.data(), nullptr, B, T);
+  return {l.f32(), l.f32() + l.numel()};
+}
+
+// The checkpoint with its fused experts split into one tensor per expert Linear (DeepSeek's own layout).
+inline void write_per_expert(const std::string& from, const std::string& to) {
+  std::filesystem::create_directories(to);
+  std::filesystem::copy_file(from + "/config.json", to + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  Context ctx;
+  auto f = SafetensorsFile::open(from + "/model.safetensors");
+  std::vector<StEntry> out;
+  for (const auto& t : f->header().tensors) {
+    const uint8_t* src = f->bytes(t);
+    const size_t el = dtype_size(t.dtype);
+    const bool gate_up = t.name.ends_with("mlp.experts.gate_up_proj"), down = t.name.ends_with("mlp.experts.down_proj");
+    if (!gate_up && !down) {
+      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
+      std::memcpy(e.tensor.raw(), src, e.tensor.nbytes());
+      out.push_back(std::move(e));
+      continue;
+    }
+    const std::string base = t.name.substr(0, t.name.size() - (gate_up ? 11 : 9));  // "...mlp.experts."
+    const int64_t E = t.shape[0], R = t.shape[1], K = t.shape[2], rows = gate_up ? R / 2 : R;
+    for (int64_t e = 0; e < E; ++e)
+      for (int part = 0; part < (gate_up ? 2 : 1); ++part) {
+        const char* proj = gate_up ? (part == 0 ? "gate_proj" : "up_proj") : "down_proj";
+        StEntry x{base + std::to_string(e) + "." + proj + ".weight", Tensor::empty({rows, K}, t.dtype, ctx)};
+        std::memcpy(x.tensor.raw(), src + size_t((e * R + part * rows) * K) * el, x.tensor.nbytes());
+        out.push_back(std::move(x));
+      }
+  }
+  write_safetensors(to + "/model.safetensors", out);
+}
+
+// Our logits of `dir/model` against transformers' (dir/expected.safetensors) in both expert layouts: the
+// layouts give identical logits, and both are within 5e-6 of the largest logit of transformers'.
+inline void expect_logits_match_transformers(const std::string& dir, const std::string& tag) {
+  auto golden = SafetensorsFile::open(dir + "/expected.safetensors");
+  const StTensorInfo* ti = golden->find("ids");
+  ASSERT_TRUE(ti);
+  const int64_t B = ti->shape[0], T = ti->shape[1];
+  std::vector<int32_t> ids(size_t(B * T));
+  std::memcpy(ids.data(), golden->bytes(*ti), ids.size() * 4);
+  const ModelConfig cfg = load_model_config(dir + "/model/config.json");
+  const auto expect = read_f32(*golden, "logits", size_t(B * T * cfg.vocab_size));
+  const auto fused = logits_of(dir + "/model", ids, B, T);
+  TempDir per("per_expert_" + tag);
+  write_per_expert(dir + "/model", per.path);
+  const auto per_expert = logits_of(per.path, ids, B, T);
+  EXPECT_TRUE(per_expert == fused) << tag << ": the two layouts give different logits";
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < expect.size(); ++i) {
+    worst = std::max(worst, std::abs(double(fused[i]) - double(expect[i])));
+    scale = std::max(scale, std::abs(double(expect[i])));
+  }
+  EXPECT_LT(worst, 5e-6 * scale) << tag << " (largest logit " << scale << ")";
+}
+
+}  // namespace ar::test

@@ -1,0 +1,150 @@
+// The 2026 families on the quantization pipeline (DeepSeek-V3's latent attention and sigmoid router,
+// GLM-4.5's partial RoPE and biases), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
+// every Linear (MLA's five, the experts, the shared experts) with every other tensor copied bit for bit and
+// the router listed as 16 bit; SignRound lowers each block's loss and beats RTN on the model's KL; the
+// data-parallel worlds 2 and 4 write the serial bytes; the MTP layers stored past num_hidden_layers are
+// copied unchanged.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "eval/perplexity.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+#include "pipeline/quantize.h"
+#include "quant/qdq.h"
+#include "quant/signround.h"
+#include "quantize_options.h"
+#include "test_util.h"
+
+using namespace ar;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kFamilies[] = {"deepseek_v3", "glm4_moe"};
+
+QuantizeOptions opts(const std::string& model, const std::string& out, int iters) {
+  QuantizeOptions o = test::small_quantize_options(model, out, iters);
+  o.calib.seqlen = 32;
+  o.overwrite = true;
+  return o;
+}
+
+std::map<std::string, std::string> tensor_bytes(const std::string& file) {
+  auto f = SafetensorsFile::open(file);
+  std::map<std::string, std::string> r;
+  for (const auto& t : f->header().tensors)
+    r[t.name] = std::string(reinterpret_cast<const char*>(f->bytes(t)), t.end - t.begin);
+  return r;
+}
+
+TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
+  for (const char* fam : kFamilies) {
+    test::TempDir m(std::string("pfam_m_") + fam), q(std::string("pfam_q_") + fam);
+    write_synthetic_model(m.path, tiny_moe_config(fam, 3), 51, DType::BF16);
+    auto o = opts(m.path, q.path, 0);
+    o.disable_opt_rtn = true;
+    quantize_model(o);
+    auto src = HfModel::open(m.path), dst = HfModel::open(q.path);
+    const auto sb = tensor_bytes(m.path + "/model.safetensors"), qb = tensor_bytes(q.path + "/model.safetensors");
+    const json qc = read_json_file(q.path + "/config.json")["quantization_config"];
+    Context ctx(Device{}, 2);
+    for (int64_t l = 0; l < src->config().num_layers; ++l) {
+      const std::string pre = HfModel::layer_prefix(l);
+      BlockWeights a = src->load_block(l, ctx), b = dst->load_block(l, ctx);
+      const auto la = quant::block_linears(a), lb = quant::block_linears(b);
+      ASSERT_EQ(la.size(), lb.size()) << fam << " layer " << l;
+      for (size_t k = 0; k < la.size(); ++k) {
+        const Tensor& wa = *la[k].second;
+        ASSERT_TRUE(dst->has(pre + la[k].first + ".qweight")) << fam << ": " << pre + la[k].first;
+        auto sh = quant::make_qdq_shape(wa.dim(0), wa.dim(1), 4, 32, true);
+        std::vector<float> lo(size_t(sh.out * sh.groups())), hi(lo.size()), ref(size_t(wa.numel()));
+        quant::qdq_minmax(ctx, sh, wa.f32(), lo.data(), hi.data());
+        quant::qdq_fwd(ctx, sh, wa.f32(), nullptr, nullptr, nullptr, lo.data(), hi.data(), ref.data(), nullptr, nullptr);
+        for (int64_t i = 0; i < wa.numel(); ++i)
+          ASSERT_EQ(lb[k].second->f32()[i], ref[size_t(i)]) << fam << " " << pre << la[k].first << " i " << i;
+      }
+      for (const BlockTensor& t : a.tensors) {
+        if (t.role == TensorRole::Linear) continue;
+        const std::string name = t.stored.empty() ? pre + t.name : t.stored;
+        EXPECT_TRUE(qb.count(name) && qb.at(name) == sb.at(name)) << fam << ": " << name << " not copied as stored";
+        if (t.role == TensorRole::Kept)
+          EXPECT_EQ(qc["extra_config"][pre + t.module()], json({{"bits", 16}, {"data_type", "fp"}})) << qc.dump();
+      }
+    }
+  }
+}
+
+// SignRound lowers every block's loss and the quantized model's KL below RTN's; worlds 2 and 4 write the
+// serial run's bytes.
+TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
+  for (const char* fam : kFamilies) {
+    test::TempDir m(std::string("pfam_sr_") + fam), rtn(std::string("pfam_rtn_") + fam),
+        sr(std::string("pfam_srq_") + fam);
+    write_synthetic_model(m.path, tiny_moe_config(fam, 2), 52);
+    auto o = opts(m.path, rtn.path, 0);
+    o.disable_opt_rtn = true;
+    quantize_model(o);
+    o = opts(m.path, sr.path, 20);
+    const QuantizeReport rep = quantize_model(o);
+    for (const auto& b : rep.blocks) EXPECT_LT(b.loss_best, b.loss_first) << fam << " block " << b.index;
+    const std::string serial = read_text_file(sr.path + "/model.safetensors");
+    Context ctx(Device{}, 2);
+    auto fp = HfModel::open(m.path), mq = HfModel::open(sr.path), mr = HfModel::open(rtn.path);
+    Transformer tf(*fp, ctx, false), tq(*mq, ctx, false), tr(*mr, ctx, false);
+    // English text (what the built-in calibration corpus holds), in the synthetic model's byte tokenizer.
+    const std::vector<int32_t> ids = load_tokenizer(*fp)->encode(
+        "The committee met on a Tuesday morning to discuss the new bridge. Several members argued that the "
+        "river had changed its course over the years, and that the old plans no longer matched the land.");
+    const double kl_sr = compare_models(tq, tf, ids, 32, 1).kl_mean, kl_rtn = compare_models(tr, tf, ids, 32, 1).kl_mean;
+    EXPECT_LT(kl_sr, kl_rtn) << fam;
+    std::printf("%s: KL to the FP model, SignRound %.5f, RTN %.5f\n", fam, kl_sr, kl_rtn);
+    for (const char* world : {"2", "4"}) {
+      o.parallel = parallel::ParallelSetting::parse(world);
+      o.devices = std::string(world) == "2" ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2,cpu:3";
+      quantize_model(o);
+      EXPECT_TRUE(read_text_file(sr.path + "/model.safetensors") == serial) << fam << " world " << world;
+    }
+  }
+}
+
+// DeepSeek's and GLM's multi-token-prediction layers (stored past num_hidden_layers) are copied as stored.
+TEST(PipelineFamilies, MtpLayersAreCopiedUnchanged) {
+  test::TempDir m("pfam_mtp"), q("pfam_mtp_q");
+  json c = tiny_moe_config("glm4_moe", 2);
+  c["num_nextn_predict_layers"] = 1;
+  write_synthetic_model(m.path, c, 53, DType::BF16);
+  {  // one stored MTP layer: layer 2 of a 2-layer model
+    std::vector<StEntry> all;
+    Context ctx(Device{}, 1);
+    auto f = SafetensorsFile::open(m.path + "/model.safetensors");
+    for (const auto& t : f->header().tensors) {
+      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
+      std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
+      all.push_back(e);
+      if (t.name.rfind("model.layers.1.", 0) == 0) all.push_back({"model.layers.2." + t.name.substr(15), e.tensor});
+    }
+    f.reset();
+    write_safetensors(m.path + "/model.safetensors", all);
+  }
+  quantize_model(opts(m.path, q.path, 0));
+  const auto sb = tensor_bytes(m.path + "/model.safetensors"), qb = tensor_bytes(q.path + "/model.safetensors");
+  int copied = 0;
+  for (const auto& [name, bytes] : sb)
+    if (name.rfind("model.layers.2.", 0) == 0) {
+      EXPECT_TRUE(qb.count(name) && qb.at(name) == bytes) << name;
+      ++copied;
+    }
+  EXPECT_GT(copied, 10);
+  json bad = c;
+  bad["num_nextn_predict_layers"] = 0;
+  write_file_atomic(m.path + "/config.json", bad.dump());
+  EXPECT_NE(test::error_of([&] { HfModel::open(m.path); }).find("model.layers.2."), std::string::npos);
+}
+
+}  // namespace
