@@ -74,19 +74,23 @@ def run(call: Callable[..., Any], *args: Any) -> Any:
     progress = _Progress()
     bridge = _core.LogBridge(_line, progress)
     outcome: dict[str, Any] = {}
+    done = threading.Event()
 
     def work() -> None:
         try:
             outcome["value"] = call(*args, bridge)
         except BaseException as e:  # handed to the calling thread
             outcome["error"] = e
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name="autoround_cpp", daemon=True)
-    worker.start()
+    # An Event, not Thread.join: a join interrupted by KeyboardInterrupt marks a running thread as
+    # stopped on Python <= 3.12 (its is_alive() turns False while the engine still writes).
+    threading.Thread(target=work, name="autoround_cpp", daemon=True).start()
     interrupted = False
-    while worker.is_alive():
+    while not done.is_set():
         try:
-            worker.join(0.1)
+            done.wait(0.1)
         except KeyboardInterrupt:
             if not interrupted:
                 logger.warning("interrupted: stopping at the next block or iteration, removing the temporary output")
