@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def eval_text(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cli() -> str:
     """The autoround executable of this build."""
-    path = os.environ.get("AR_CLI") or shutil.which("autoround")
+    beside = Path(sys.executable).parent / "autoround"  # the venv's script, active or not
+    path = os.environ.get("AR_CLI") or (str(beside) if beside.is_file() else shutil.which("autoround"))
     if not path:
         pytest.skip("no autoround CLI on PATH (pip install . puts it there; or set AR_CLI)")
     return path
