@@ -25,9 +25,11 @@ int run_command(const std::vector<std::string>& args, LogBridge& bridge) {
 std::string evaluate(const cli::EvalRequest& req, const std::string& text_path, const std::string& field,
                      const std::string& text, LogBridge& bridge) {
   return engine_call(bridge, [&] {
-    TextSourceOptions src;
-    src.option = "text";
-    return cli::evaluate_text(req, text_path.empty() ? text : read_all_text(text_path, field, src)).dump();
+    return cli::evaluate_text(req, [&] {
+             TextSourceOptions src;
+             src.option = "text";
+             return text_path.empty() ? text : read_all_text(text_path, field, src);
+           }).dump();
   });
 }
 

@@ -297,14 +297,14 @@ void register_eval(CLI::App& app, Registry& reg) {
     if (o->field.empty()) usage_error("--text-field must name a JSONL field");
   });
   reg.runners[sub] = [o] {
-    o->model = resolve_model_dir(o->model);  // a missing model is named before the text is read
-    if (!o->ref.empty()) o->ref = resolve_model_dir(o->ref, "--ref-model");
-    TextSourceOptions src;
-    src.option = "--text";
-    src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
-    const std::string text = read_all_text(o->text, o->field, src);
-    EvalRequest req{o->model, o->ref, o->ctx, o->batch, o->threads, !o->json && isatty(STDERR_FILENO)};
-    const auto figures = evaluate_text(req, text);
+    auto read_text = [&] {
+      TextSourceOptions src;
+      src.option = "--text";
+      src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
+      return read_all_text(o->text, o->field, src);
+    };
+    const EvalRequest req{o->model, o->ref, o->ctx, o->batch, o->threads, !o->json && isatty(STDERR_FILENO)};
+    const auto figures = evaluate_text(req, read_text);  // the models are opened before the text is read
     std::printf("%s\n", o->json ? figures.dump().c_str() : eval_summary(figures).c_str());
   };
 }

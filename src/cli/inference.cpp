@@ -48,12 +48,12 @@ nlohmann::ordered_json ppl_json(const PplResult& r) {
 }
 }  // namespace
 
-nlohmann::ordered_json evaluate_text(const EvalRequest& req, const std::string& text) {
+nlohmann::ordered_json evaluate_text(const EvalRequest& req, const std::function<std::string()>& read_text) {
   const std::string model_dir = resolve_model_dir(req.model);
   const std::string ref_dir = req.ref_model.empty() ? "" : resolve_model_dir(req.ref_model, "--ref-model");
   auto model = open_model(model_dir);
   auto tok = load_tokenizer(*model);
-  auto ids = tok->encode(text);
+  auto ids = tok->encode(read_text());
   // The default window shrinks to the model's context, but not below the shortest window eval scores.
   const int64_t need = req.ctx > 0 ? req.ctx : kMinEvalWindow;
   const std::string what = req.ctx > 0 ? "eval --ctx " + std::to_string(req.ctx) : std::string("eval");

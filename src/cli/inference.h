@@ -2,6 +2,7 @@
 // module (python/) returns it as a dict and a numpy array.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,9 +17,10 @@ struct EvalRequest {
   bool progress = false;         // a progress line on stderr
 };
 
-// Perplexity of `text` under req.model (llama.cpp's windows), and with a reference its KL divergence,
+// Perplexity of the text under req.model (llama.cpp's windows), and with a reference its KL divergence,
 // top-1 agreement and delta perplexity: the object `eval --json` prints (ppl, ppl_stderr, tokens, ...).
-nlohmann::ordered_json evaluate_text(const EvalRequest& req, const std::string& text);
+// `read_text` is called once the model and its tokenizer are open (their errors come first).
+nlohmann::ordered_json evaluate_text(const EvalRequest& req, const std::function<std::string()>& read_text);
 
 // The object above as `eval` prints it without --json.
 std::string eval_summary(const nlohmann::ordered_json& figures);
