@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _core, options, runner
 from .errors import UsageError
-from .inputs import Dataset, model_arg
+from .inputs import Dataset, check_dataset, model_arg
 
 logger = logging.getLogger("autoround_cpp")
 
@@ -88,7 +88,7 @@ class AutoRound:
         for name, k in options.KEYWORDS.items():
             self._words += options.cli_words(name, kw.get(name, k.default))
         self.dataset = dataset
-        Dataset(dataset).__exit__()  # refuses a dataset it cannot pass before any run
+        check_dataset(dataset)  # before any run
         self._quantized: tuple[str, str | None] | None = None  # (temporary output, its format)
 
     def _check_tokenizer(self, tokenizer: Any) -> None:

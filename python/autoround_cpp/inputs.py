@@ -34,11 +34,33 @@ def _is_token_ids(item: Any) -> bool:
     return isinstance(item, (list, tuple)) and all(isinstance(x, int) for x in item)
 
 
+def check_dataset(dataset: Any) -> None:
+    """Raises ValueError for a dataset that cannot be passed as --dataset."""
+    if dataset is None or isinstance(dataset, (str, os.PathLike)):
+        return
+    if not isinstance(dataset, (list, tuple)):
+        raise ValueError(
+            f"dataset: a {type(dataset).__name__} cannot be read here; pass a file or directory (plain text, "
+            "JSONL), a --dataset spec (PATH:concat=true:num=N,...) or a list of strings"
+        )
+    if not dataset:
+        raise ValueError("dataset: an empty list")
+    if any(_is_token_ids(x) for x in dataset):
+        raise ValueError(
+            "dataset: token ids are not supported yet (the engine tokenizes text with the model's tokenizer); "
+            "pass the texts as a list of strings, or a file"
+        )
+    bad = [i for i, x in enumerate(dataset) if not isinstance(x, str)]
+    if bad:
+        raise ValueError(f"dataset: item {bad[0]} is a {type(dataset[bad[0]]).__name__}, not a string")
+
+
 class Dataset:
     """--dataset for one run: a spec passed as it is, or a list of texts written to a temporary JSONL
     file (one sample per text, as auto_round takes a list of strings). Use as a context manager."""
 
     def __init__(self, dataset: Any) -> None:
+        check_dataset(dataset)
         self._tmp: str | None = None
         self.spec: str | None = None
         if dataset is None:
@@ -46,21 +68,6 @@ class Dataset:
         if isinstance(dataset, (str, os.PathLike)):
             self.spec = os.fspath(dataset)
             return
-        if not isinstance(dataset, (list, tuple)):
-            raise ValueError(
-                f"dataset: a {type(dataset).__name__} cannot be read here; pass a file or directory (plain text, "
-                "JSONL), a --dataset spec (PATH:concat=true:num=N,...) or a list of strings"
-            )
-        if not dataset:
-            raise ValueError("dataset: an empty list")
-        if any(_is_token_ids(x) for x in dataset):
-            raise ValueError(
-                "dataset: token ids are not supported yet (the engine tokenizes text with the model's tokenizer); "
-                "pass the texts as a list of strings, or a file"
-            )
-        bad = [i for i, x in enumerate(dataset) if not isinstance(x, str)]
-        if bad:
-            raise ValueError(f"dataset: item {bad[0]} is a {type(dataset[bad[0]]).__name__}, not a string")
         fd, self._tmp = tempfile.mkstemp(prefix="autoround_cpp_dataset_", suffix=".jsonl")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for text in dataset:
