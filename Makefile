@@ -37,7 +37,7 @@ ifneq ($(FUZZ_SMOKE),0)
 	$(MAKE) fuzz-smoke
 endif
 
-# The Python package (python/, docs/python.md): a venv in $(PY_VENV), `pip install .` into it with
+# The Python package (python/, docs/python.md): a venv in $(PY_VENV) (its tools from PyPI), `pip install .` with
 # $(BUILD) as scikit-build-core's build directory (the libraries are built already: only the module
 # and the CLI are linked; the same flags as `make build`, since scikit-build-core starts a fresh cache
 # when the venv moves), then its pytest suite.
