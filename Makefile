@@ -9,12 +9,14 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_JOBS ?= 1
 FUZZ_SMOKE ?= 1
+# The Python package's test venv (make test-python).
+PY_VENV ?= $(BUILD)/venv-py
 # The x86-64-v2 build (docs/ARCHITECTURE.md, "ISA levels"): proves every wider path sits in a
 # dispatched function; its tests run with the dispatch capped at scalar.
 V2_BUILD ?= build-v2
 V2_TESTS ?= test_isa test_exp test_qdq test_kernels_cpu test_ops_ref_fd test_signround
 
-.PHONY: setup build test test-isa test-v2 test-emulated demo bench clean fuzz-build fuzz fuzz-smoke
+.PHONY: setup build test test-python test-isa test-v2 test-emulated demo bench clean fuzz-build fuzz fuzz-smoke
 setup:
 	./scripts/setup.sh
 
@@ -28,11 +30,23 @@ build: setup
 # AVX-512 (Zen 3) and without AVX (Nehalem), and the fuzz smoke run.
 test: build
 	./scripts/test_isa_levels.sh $(BUILD) $(JOBS)
+	$(MAKE) test-python
 	$(MAKE) test-v2
 	./scripts/test_emulated.sh $(BUILD) $(V2_BUILD)
 ifneq ($(FUZZ_SMOKE),0)
 	$(MAKE) fuzz-smoke
 endif
+
+# The Python package (python/, docs/python.md): a venv in $(PY_VENV) (its tools from PyPI), `pip install .` with
+# $(BUILD) as scikit-build-core's build directory (the libraries are built already: only the module
+# and the CLI are linked; the same flags as `make build`, since scikit-build-core starts a fresh cache
+# when the venv moves), then its pytest suite.
+test-python: build
+	python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q --upgrade scikit-build-core nanobind pytest numpy
+	CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY_VENV)/bin/pip install -q \
+	  --no-build-isolation -C build-dir=$(BUILD) -C cmake.define.AR_WERROR=$(WERROR) .
+	$(PY_VENV)/bin/python -m pytest -q python/tests
 
 test-isa: build
 	./scripts/test_isa_levels.sh $(BUILD) $(JOBS)

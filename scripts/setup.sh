@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake libssl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
       libbenchmark-dev libdnnl-dev libgloo-dev iproute2 openmpi-bin libpcre2-dev libutf8proc-dev pkg-config time clang libclang-rt-14-dev
-      qemu-user)
+      qemu-user python3-dev python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -14,6 +14,7 @@
 #include "io/atomic_file.h"
 #include "io/output_guard.h"
 #include "cli/autoround_compat.h"
+#include "cli/inference.h"
 #include "cli/launch_command.h"
 #include "cli/model_path.h"
 #include "cli/quantize_job.h"
@@ -36,16 +37,6 @@
 namespace ar::cli {
 
 namespace {
-// Runners keyed by subcommand; owned here so option storage outlives parsing.
-struct Registry {
-  std::map<CLI::App*, std::function<void()>> runners;
-  std::map<CLI::App*, std::function<int()>> exit_code_runners;  // `launch`: a rank's code is its result
-};
-Registry& registry() {
-  static Registry r;  // populated once at startup by main(); read-only afterwards
-  return r;
-}
-
 DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::F32;
   if (s == "bf16" || s == "bfloat16") return DType::BF16;
@@ -216,7 +207,7 @@ void check_quantize_usage(const QuantizeOptions& qo) {
 }
 }  // namespace
 
-void register_convert(CLI::App& app) {
+void register_convert(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("convert", "Convert a llama2.c checkpoint + tokenizer into an HF Llama directory");
   auto o = std::make_shared<ConvertOptions>();
   auto dtype = std::make_shared<std::string>("fp32");
@@ -226,13 +217,13 @@ void register_convert(CLI::App& app) {
   sub->add_option("--dtype", *dtype, "tensor dtype: fp32 (default), bf16, fp16");
   sub->add_flag("--overwrite", o->overwrite, "replace an existing output directory");
   sub->parse_complete_callback([o, dtype] { o->dtype = as_usage([&] { return parse_dtype(*dtype); }); });
-  registry().runners[sub] = [o] {
+  reg.runners[sub] = [o] {
     convert_llama2c(*o);
     std::fprintf(stderr, "wrote %s\n", o->out_dir.c_str());
   };
 }
 
-void register_generate(CLI::App& app) {
+void register_generate(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("generate", "Greedy text generation with an HF model directory or a GGUF file");
   struct Opt { std::string model, prompt; int64_t n = 256; int threads = 0; };
   auto o = std::make_shared<Opt>();
@@ -244,7 +235,7 @@ void register_generate(CLI::App& app) {
     require_limit(limits::kTokens, o->n);
     require_limit(limits::kThreads, o->threads);
   });
-  registry().runners[sub] = [o] {
+  reg.runners[sub] = [o] {
     o->model = resolve_model_dir(o->model);
     auto model = open_model(o->model);
     auto tok = load_tokenizer(*model);
@@ -286,7 +277,7 @@ void register_generate(CLI::App& app) {
   };
 }
 
-void register_eval(CLI::App& app) {
+void register_eval(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("eval", "Perplexity of a model over a text file");
   struct Opt { std::string model, text, ref, field = "text"; int64_t ctx = 0, batch = 4; bool json = false; int threads = 0; };
   auto o = std::make_shared<Opt>();
@@ -305,75 +296,20 @@ void register_eval(CLI::App& app) {
     require_limit(limits::kThreads, o->threads);
     if (o->field.empty()) usage_error("--text-field must name a JSONL field");
   });
-  registry().runners[sub] = [o] {
-    o->model = resolve_model_dir(o->model);
-    if (!o->ref.empty()) o->ref = resolve_model_dir(o->ref, "--ref-model");
-    auto model = open_model(o->model);
-    auto tok = load_tokenizer(*model);
-    TextSourceOptions src;
-    src.option = "--text";
-    src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
-    std::string text = read_all_text(o->text, o->field, src);
-    auto ids = tok->encode(text);
-    // The default window shrinks to the model's context, but not below the shortest window eval scores.
-    const int64_t need = o->ctx > 0 ? o->ctx : kMinEvalWindow;
-    const std::string what = o->ctx > 0 ? "eval --ctx " + std::to_string(o->ctx) : std::string("eval");
-    require_context(*model, need, what);
-    int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
-    Context dev(Device{}, o->threads);
-    Transformer tf(*model, dev, /*resident=*/false);
-    const bool progress = !o->json && isatty(STDERR_FILENO);
-    const char* conv = "second half of each non-overlapping window scored, first token BOS (llama.cpp convention)";
-    if (!o->ref.empty()) {
-      auto ref = open_model(o->ref);
-      require_context(*ref, ctx, what + " (reference model)");
-      Transformer rt(*ref, dev, /*resident=*/false);
-      CompareResult c = compare_models(tf, rt, ids, ctx, tok->bos(), o->batch, progress);
-      if (o->json) {
-        nlohmann::ordered_json j;
-        j["ppl"] = c.model.ppl;
-        j["ppl_stderr"] = c.model.ppl_stderr;
-        j["tokens"] = c.model.tokens_scored;
-        j["ref_ppl"] = c.ref.ppl;
-        j["ref_ppl_stderr"] = c.ref.ppl_stderr;
-        j["delta_ppl"] = c.delta_ppl;
-        j["delta_ppl_stderr"] = c.delta_ppl_stderr;
-        j["kl_mean"] = c.kl_mean;
-        j["kl_median"] = c.kl_median;
-        j["kl_p99"] = c.kl_p99;
-        j["kl_max"] = c.kl_max;
-        j["top1_agreement"] = c.top1_agreement;
-        j["ctx"] = ctx;
-        j["scoring"] = conv;
-        std::printf("%s\n", j.dump().c_str());
-      } else {
-        std::printf("perplexity %.4f +/- %.4f (reference %.4f +/- %.4f), delta %.4f +/- %.4f over %lld tokens\n"
-                    "KL divergence: mean %.6f, median %.6f, p99 %.6f, max %.6f; top-1 agreement %.2f%%\n(%s)\n",
-                    c.model.ppl, c.model.ppl_stderr, c.ref.ppl, c.ref.ppl_stderr, c.delta_ppl, c.delta_ppl_stderr,
-                    (long long)c.model.tokens_scored, c.kl_mean, c.kl_median, c.kl_p99, c.kl_max,
-                    100 * c.top1_agreement, conv);
-      }
-      return;
-    }
-    PplResult r = perplexity(tf, ids, ctx, tok->bos(), o->batch, progress);
-    if (o->json) {
-      nlohmann::ordered_json j;
-      j["ppl"] = r.ppl;
-      j["ppl_stderr"] = r.ppl_stderr;
-      j["nll_mean"] = r.nll_mean;
-      j["tokens"] = r.tokens_scored;
-      j["windows"] = r.windows;
-      j["ctx"] = r.ctx;
-      j["scoring"] = conv;
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      std::printf("perplexity %.4f +/- %.4f over %lld tokens (%lld windows of %lld; %s)\n", r.ppl, r.ppl_stderr,
-                  (long long)r.tokens_scored, (long long)r.windows, (long long)r.ctx, conv);
-    }
+  reg.runners[sub] = [o] {
+    auto read_text = [&] {
+      TextSourceOptions src;
+      src.option = "--text";
+      src.allow_stdin = true;  // read once, start to end: a pipe works as well as a file
+      return read_all_text(o->text, o->field, src);
+    };
+    const EvalRequest req{o->model, o->ref, o->ctx, o->batch, o->threads, !o->json && isatty(STDERR_FILENO)};
+    const auto figures = evaluate_text(req, read_text);  // the models are opened before the text is read
+    std::printf("%s\n", o->json ? figures.dump().c_str() : eval_summary(figures).c_str());
   };
 }
 
-void register_quantize(CLI::App& app) {
+void register_quantize(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("quantize", "Quantize an HF model with SignRound (AutoRound's flags; also `autoround --model ...`)");
   struct Opt {
     QuantizeOptions q;
@@ -495,14 +431,14 @@ void register_quantize(CLI::App& app) {
     qo.layer_config = as_usage([&] { return LayerConfig::parse(o->layer_config); });
     check_quantize_usage(qo);
   });
-  registry().runners[sub] = [o] {
+  reg.runners[sub] = [o] {
     auto& qo = o->q;
     qo.model_dir = resolve_model_dir(qo.model_dir);
     run_quantize(qo, o->job);
   };
 }
 
-void register_logits(CLI::App& app) {
+void register_logits(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("logits", "Write the model's fp32 logits for a text (raw little-endian [tokens, vocab]) "
                                            "and its token ids (for comparisons with other runtimes)");
   struct Opt { std::string model, text, out; };
@@ -510,35 +446,28 @@ void register_logits(CLI::App& app) {
   sub->add_option("--model", o->model, "model directory or GGUF file")->required();
   sub->add_option("--text", o->text, "text (encoded with the model's tokenizer and special tokens)")->required();
   sub->add_option("--out", o->out, "output file; token ids go to OUT.ids (one per line)")->required();
-  registry().runners[sub] = [o] {
+  reg.runners[sub] = [o] {
     o->model = resolve_model_dir(o->model);
     // Raw logits carry no mark of ours, so an existing file is never replaced.
     check_output_file(o->out, "--out", false, {o->model}, nullptr);
     check_output_file(o->out + ".ids", "--out", false, {o->model}, nullptr);
-    auto model = open_model(o->model);
-    auto tok = load_tokenizer(*model);
-    auto ids = tok->encode(o->text);
-    require_context(*model, int64_t(ids.size()), "logits");
-    Context ctx;
-    Transformer tf(*model, ctx, false);
-    Tensor logits = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));
-    write_file_atomic(o->out, std::string(static_cast<const char*>(logits.raw()), logits.nbytes()));
+    const LogitsResult r = text_logits(o->model, o->text);
+    write_file_atomic(o->out, std::string(reinterpret_cast<const char*>(r.logits.data()), r.logits.size() * sizeof(float)));
     std::string lines;
-    for (int32_t id : ids) lines += std::to_string(id) + "\n";
+    for (int32_t id : r.ids) lines += std::to_string(id) + "\n";
     write_file_atomic(o->out + ".ids", lines);
-    std::fprintf(stderr, "wrote %zu x %lld logits to %s\n", ids.size(), (long long)model->config().vocab_size,
-                 o->out.c_str());
+    std::fprintf(stderr, "wrote %zu x %lld logits to %s\n", r.ids.size(), (long long)r.vocab, o->out.c_str());
   };
 }
 
-void register_launch(CLI::App& app) {
-  add_launch_command(app, [](CLI::App* sub, std::function<int()> run) { registry().exit_code_runners[sub] = run; });
+void register_launch(CLI::App& app, Registry& reg) {
+  add_launch_command(app, [&reg](CLI::App* sub, std::function<int()> run) { reg.exit_code_runners[sub] = run; });
 }
 
-int run_selected(CLI::App& app) {
+int run_selected(CLI::App& app, const Registry& reg) {
   for (auto* sub : app.get_subcommands()) {
-    if (auto it = registry().runners.find(sub); it != registry().runners.end()) return it->second(), 0;
-    if (auto it = registry().exit_code_runners.find(sub); it != registry().exit_code_runners.end()) return it->second();
+    if (auto it = reg.runners.find(sub); it != reg.runners.end()) return it->second(), 0;
+    if (auto it = reg.exit_code_runners.find(sub); it != reg.exit_code_runners.end()) return it->second();
   }
   fail(ErrorKind::InvalidInput, "no subcommand given");
 }

@@ -25,9 +25,11 @@ Progress::Progress(int64_t blocks, int64_t first_block, bool tty, double interva
 void Progress::start_block(int64_t b) {
   block_ = b;
   block_start_ = Clock::now();
+  report_progress({b, blocks_, 0, 0, 0, 0});  // a host program's observer (core/log.h) sees the block start
 }
 
 void Progress::iteration(int it, int iters, double loss, double best) {
+  if (report_progress({block_, blocks_, it, iters, loss, best})) return;  // the observer shows it
   const auto now = Clock::now();
   if (!tty_ && std::chrono::duration<double>(now - last_line_).count() < interval_s_ && it != iters) return;
   last_line_ = now;
@@ -50,7 +52,7 @@ void Progress::iteration(int it, int iters, double loss, double best) {
 }
 
 void Progress::end_block() {
-  if (tty_) std::fprintf(stderr, "\r%120s\r", "");
+  if (tty_ && !has_log_observer()) std::fprintf(stderr, "\r%120s\r", "");
 }
 
 std::vector<std::string> summary_table(const std::vector<BlockReport>& blocks, double seconds, double peak_rss_mb) {

@@ -4,6 +4,7 @@
 //   `interval_s` seconds, so minutes never pass in silence;
 // - at the end, a summary table: per block the first and best loss, best iteration and time; totals
 //   and peak memory.
+// With a log observer (core/log.h: the Python module) the block starts and iterations go to it instead.
 #pragma once
 #include <chrono>
 #include <cstdint>
