@@ -73,8 +73,9 @@ TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
         if (t.role == TensorRole::Linear) continue;
         const std::string name = t.stored.empty() ? pre + t.name : t.stored;
         EXPECT_TRUE(qb.count(name) && qb.at(name) == sb.at(name)) << fam << ": " << name << " not copied as stored";
-        if (t.role == TensorRole::Kept)
+        if (t.role == TensorRole::Kept) {
           EXPECT_EQ(qc["extra_config"][pre + t.module()], json({{"bits", 16}, {"data_type", "fp"}})) << qc.dump();
+        }
       }
     }
   }

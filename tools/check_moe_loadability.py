@@ -9,7 +9,8 @@ already be built. From the repository root (a few minutes on 2 cores):
     /work/arvenv/bin/python tools/check_moe_loadability.py --autoround build/src/cli/autoround \\
         --work /tmp/moe_loadability
 
-For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral) it
+For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral, DeepSeek-V3 with latent
+attention and its sigmoid router, GLM-4.5 with partial RoPE; `--archs` picks some) it
   1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
      top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
      tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
@@ -33,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
-ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
+ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe")
 FORMATS = ("auto_round", "auto_gptq", "auto_awq", "fake")
 # GPTQ / AWQ outputs load through gptqmodel's own loader (GPTQModel.load), which builds per-expert
 # Linears: transformers 5's from_pretrained builds its fused expert modules (mlp.experts.gate_up_proj,
@@ -91,7 +92,8 @@ def gptqmodel_logits(model_dir, ids, tmp):
 def make_model(arch, d, hidden=128, expert=64, dense_first=True):
     """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer."""
     import torch
-    from transformers import (MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
+    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM,
+                              MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
                               Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
     common = dict(vocab_size=512, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2,
@@ -105,6 +107,19 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
         model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**common, intermediate_size=2 * hidden, moe_intermediate_size=expert,
                                                    shared_expert_intermediate_size=hidden, num_experts=8,
                                                    norm_topk_prob=False))
+    elif arch == "deepseek_v3":  # q_lora, YaRN, 8 experts in 4 groups, a shared expert, layer 0 dense
+        common.update(num_key_value_heads=4)
+        model = DeepseekV3ForCausalLM(DeepseekV3Config(
+            **common, intermediate_size=2 * hidden, moe_intermediate_size=expert, q_lora_rank=64, kv_lora_rank=32,
+            qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32, n_routed_experts=8, n_group=4, topk_group=2,
+            routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1, num_mtp_layers=0,
+            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                 original_max_position_embeddings=128, mscale=1.0, mscale_all_dim=1.0)))
+    elif arch == "glm4_moe":  # q/k/v biases, partial RoPE, 8 experts, a shared expert, layer 0 dense
+        model = Glm4MoeForCausalLM(Glm4MoeConfig(
+            **common, head_dim=hidden // 4, intermediate_size=2 * hidden, moe_intermediate_size=expert,
+            attention_bias=True, n_routed_experts=8, n_shared_experts=1, first_k_dense_replace=1, num_mtp_layers=0,
+            routed_scaling_factor=1.5))
     else:
         model = MixtralForCausalLM(MixtralConfig(**common, intermediate_size=expert, num_local_experts=8))
     torch.manual_seed(0)
@@ -127,6 +142,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=2e-2)
     ap.add_argument("--text", default=cl.DEFAULT_TEXT)
     ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--archs", default=",".join(ARCHS))
     ap.add_argument("--dtype", default="float32", help="the native load's dtype")
     ap.add_argument("--scheme_args", default="--bits 4 --group_size 32",
                     help='the weight scheme, e.g. "--scheme NVFP4 --act_bits 16" with --formats llm_compressor')
@@ -136,7 +152,7 @@ def main():
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     rows, ok = [], True
-    for arch in ARCHS:
+    for arch in a.archs.split(","):
         model = os.path.join(a.work, arch)
         make_model(arch, model)
         out = os.path.join(a.work, arch + "_q")

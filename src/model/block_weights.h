@@ -36,9 +36,9 @@ struct BlockTensor {
   // The checkpoint's full name when it is not the layer prefix + name (Mixtral's w1/w3/w2, a fused expert
   // tensor); with offset >= 0 the tensor is elements [offset, offset + numel) of that stored tensor,
   // whose whole shape is stored_shape (transformers 5's fused experts).
-  std::string stored;
+  std::string stored{};
   int64_t offset = -1;
-  Shape stored_shape;
+  Shape stored_shape{};
   const char* why = nullptr;  // Kept: what the report says ("MoE router")
 
   Tensor& in(BlockWeights& w) const;

@@ -11,7 +11,9 @@ std::vector<LinearSpec> block_linear_specs(const ModelConfig& c, int64_t layer) 
     if (t.role != TensorRole::Linear) continue;
     std::string name = t.module(), group = name;
     if (t.list) {
-      const std::string idx = "." + std::to_string(t.index) + ".";
+      std::string idx(".");
+      idx += std::to_string(t.index);
+      idx += '.';
       group.replace(group.find(idx), idx.size(), ".*.");
     }
     r.push_back({name, group, t.shape[0], t.shape[1]});

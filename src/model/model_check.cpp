@@ -140,7 +140,7 @@ void HfModel::check_layer_count() const {
     fail(ErrorKind::InvalidInput, shards_[where_.at(*first)]->path() + ": tensor '" + *first +
                                       "' is stored but config.json says num_hidden_layers " +
                                       std::to_string(cfg_.num_layers) +
-                                      (cfg_.mtp_layers ? " (+ " + std::to_string(cfg_.mtp_layers) + " MTP)" : ""));
+                                      (cfg_.mtp_layers ? std::string(" (+ ") + std::to_string(cfg_.mtp_layers) + " MTP)" : ""));
 }
 
 // Per-expert tensors the computation would not read: an expert past the config's count, one in a layer

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "io/atomic_file.h"
 #include "model/block_tensors.h"
+#include "model/loader.h"
 #include "model/moe_names.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -153,7 +154,7 @@ void make_moe(const ModelConfig& c, int64_t l, bool fused, Make& make) {
 // families keep the historical order above, which the demo's and earlier issues' figures were measured on.
 template <class Make>
 void make_from_table(const ModelConfig& c, int64_t l, bool fused, Make& make) {
-  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const std::string p = HfModel::layer_prefix(l);
   std::set<std::string> done;
   for (const BlockTensor& t : block_tensors(c, l, fused && c.is_moe_layer(l))) {
     const std::string name = t.stored.empty() ? p + t.name : t.stored;

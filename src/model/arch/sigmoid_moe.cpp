@@ -11,8 +11,8 @@ namespace ar {
 
 namespace {
 void check_groups(const MoeConfig& m, const JsonIn& in) {
-  if (m.num_experts % m.n_group) in.at("n_group").bad("does not divide n_routed_experts " + std::to_string(m.num_experts));
-  if (m.topk_group > m.n_group) in.at("topk_group").bad("exceeds n_group " + std::to_string(m.n_group));
+  if (m.num_experts % m.n_group) in.at("n_group").bad(std::string("does not divide n_routed_experts ") + std::to_string(m.num_experts));
+  if (m.topk_group > m.n_group) in.at("topk_group").bad(std::string("exceeds n_group ") + std::to_string(m.n_group));
   if (m.top_k > m.topk_group * (m.num_experts / m.n_group))
     in.at("num_experts_per_tok").bad("exceeds the experts of topk_group groups");
 }
@@ -36,7 +36,7 @@ void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std:
   m.shared_gate = false;
   m.first_dense = in.has("first_k_dense_replace") ? in.at("first_k_dense_replace").i64() : d.first_dense;
   if (m.first_dense < 0 || m.first_dense > cfg.num_layers)
-    in.at("first_k_dense_replace").bad("must be within 0.." + std::to_string(cfg.num_layers));
+    in.at("first_k_dense_replace").bad(std::string("must be within 0..") + std::to_string(cfg.num_layers));
   if (in.has("moe_layer_freq") && in.at("moe_layer_freq").i64() != 1) in.at("moe_layer_freq").bad("only 1 is supported");
   if (in.has("scoring_func") && in.at("scoring_func").str() != "sigmoid")
     in.at("scoring_func").bad("only 'sigmoid' (DeepSeek-V3's router) is supported");
