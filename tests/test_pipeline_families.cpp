@@ -28,30 +28,16 @@ namespace {
 
 const char* const kFamilies[] = {"deepseek_v3", "glm4_moe"};
 
-QuantizeOptions opts(const std::string& model, const std::string& out, int iters) {
-  QuantizeOptions o = test::small_quantize_options(model, out, iters);
-  o.calib.seqlen = 32;
-  o.overwrite = true;
-  return o;
-}
-
-std::map<std::string, std::string> tensor_bytes(const std::string& file) {
-  auto f = SafetensorsFile::open(file);
-  std::map<std::string, std::string> r;
-  for (const auto& t : f->header().tensors)
-    r[t.name] = std::string(reinterpret_cast<const char*>(f->bytes(t)), t.end - t.begin);
-  return r;
-}
-
 TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
   for (const char* fam : kFamilies) {
     test::TempDir m(std::string("pfam_m_") + fam), q(std::string("pfam_q_") + fam);
     write_synthetic_model(m.path, tiny_moe_config(fam, 3), 51, DType::BF16);
-    auto o = opts(m.path, q.path, 0);
+    auto o = test::moe_quantize_options(m.path, q.path, 0);
     o.disable_opt_rtn = true;
     quantize_model(o);
     auto src = HfModel::open(m.path), dst = HfModel::open(q.path);
-    const auto sb = tensor_bytes(m.path + "/model.safetensors"), qb = tensor_bytes(q.path + "/model.safetensors");
+    const auto sb = test::tensor_bytes(m.path + "/model.safetensors");
+    const auto qb = test::tensor_bytes(q.path + "/model.safetensors");
     const json qc = read_json_file(q.path + "/config.json")["quantization_config"];
     Context ctx(Device{}, 2);
     for (int64_t l = 0; l < src->config().num_layers; ++l) {
@@ -88,10 +74,10 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
     test::TempDir m(std::string("pfam_sr_") + fam), rtn(std::string("pfam_rtn_") + fam),
         sr(std::string("pfam_srq_") + fam);
     write_synthetic_model(m.path, tiny_moe_config(fam, 2), 52);
-    auto o = opts(m.path, rtn.path, 0);
+    auto o = test::moe_quantize_options(m.path, rtn.path, 0);
     o.disable_opt_rtn = true;
     quantize_model(o);
-    o = opts(m.path, sr.path, 20);
+    o = test::moe_quantize_options(m.path, sr.path, 20);
     const QuantizeReport rep = quantize_model(o);
     for (const auto& b : rep.blocks) EXPECT_LT(b.loss_best, b.loss_first) << fam << " block " << b.index;
     const std::string serial = read_text_file(sr.path + "/model.safetensors");
@@ -133,8 +119,9 @@ TEST(PipelineFamilies, MtpLayersAreCopiedUnchanged) {
     f.reset();
     write_safetensors(m.path + "/model.safetensors", all);
   }
-  quantize_model(opts(m.path, q.path, 0));
-  const auto sb = tensor_bytes(m.path + "/model.safetensors"), qb = tensor_bytes(q.path + "/model.safetensors");
+  quantize_model(test::moe_quantize_options(m.path, q.path, 0));
+  const auto sb = test::tensor_bytes(m.path + "/model.safetensors");
+    const auto qb = test::tensor_bytes(q.path + "/model.safetensors");
   int copied = 0;
   for (const auto& [name, bytes] : sb)
     if (name.rfind("model.layers.2.", 0) == 0) {

@@ -41,23 +41,6 @@ using json = nlohmann::json;
 namespace {
 const char* const kArchs[] = {"qwen3_moe", "qwen2_moe", "mixtral"};
 
-QuantizeOptions moe_opts(const std::string& model, const std::string& out, int iters) {
-  QuantizeOptions o = test::small_quantize_options(model, out, iters);
-  o.calib.seqlen = 32;
-  o.overwrite = true;
-  return o;
-}
-
-// Every tensor of a safetensors file: name -> (dtype, shape, bytes).
-std::map<std::string, std::string> tensor_bytes(const std::string& file) {
-  auto f = SafetensorsFile::open(file);
-  std::map<std::string, std::string> r;
-  for (const auto& t : f->header().tensors)
-    r[t.name] = std::to_string(int(t.dtype)) + shape_str(t.shape) +
-                std::string(reinterpret_cast<const char*>(f->bytes(t)), t.end - t.begin);
-  return r;
-}
-
 // The model rewritten in transformers 5's fused expert layout (gate rows, then up rows, per expert).
 void write_fused_twin(const std::string& src, const std::string& dst) {
   fs::create_directories(dst);
@@ -132,13 +115,13 @@ TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
     const std::string m = test::temp_path(std::string("pmoe_m_") + arch), root = test::temp_path(std::string("pmoe_q_") + arch);
     std::string q = root;
     write_synthetic_model(m, tiny_moe_config(arch), 41, DType::BF16);
-    auto o = moe_opts(m, q, 0);
+    auto o = test::moe_quantize_options(m, q, 0);
     o.disable_opt_rtn = true;
     o.fp_layers = {"experts.7."};  // kept: written as stored (Mixtral's w1 under its gate_proj name)
     o.format = "auto_round,fake";
     const QuantizeReport rep = quantize_model(o);
     // The fake model (plain weights) keeps the spelling transformers' own loader reads: Mixtral's w1.
-    const auto fake = tensor_bytes(q + "/fake/model.safetensors");
+    const auto fake = test::tensor_bytes(q + "/fake/model.safetensors");
     const std::string fake_expert = std::string(arch) == "mixtral" ? "model.layers.0.block_sparse_moe.experts.0.w1.weight"
                                                                    : "model.layers.1.mlp.experts.0.gate_proj.weight";
     EXPECT_TRUE(fake.count(fake_expert)) << arch << ": " << fake_expert;
@@ -152,7 +135,7 @@ TEST(PipelineMoe, EachArchitectureQuantizesAndReadsBackExactly) {
       BlockWeights a = src->load_block(l, ctx), b = dst->load_block(l, ctx);
       const auto la = quant::block_linears(a), lb = quant::block_linears(b);
       ASSERT_EQ(la.size(), lb.size()) << arch << " layer " << l;
-      const auto sb = tensor_bytes(m + "/model.safetensors"), qb = tensor_bytes(q + "/model.safetensors");
+      const auto sb = test::tensor_bytes(m + "/model.safetensors"), qb = test::tensor_bytes(q + "/model.safetensors");
       for (size_t k = 0; k < la.size(); ++k) {
         const Tensor& wa = *la[k].second;
         if (la[k].first.find("experts.7.") != std::string::npos) {
@@ -202,13 +185,13 @@ TEST(PipelineMoe, FusedCheckpointWritesThePerExpertOutput) {
   write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 43, DType::BF16);
   write_fused_twin(m, f);
   ASSERT_TRUE(HfModel::open(f)->fused_experts(1));
-  auto o = moe_opts(m, qm, 3);
+  auto o = test::moe_quantize_options(m, qm, 3);
   o.fp_layers = {"experts.5."};
   quantize_model(o);
   o.model_dir = f;
   o.output_dir = qf;
   quantize_model(o);
-  const auto a = tensor_bytes(qm + "/model.safetensors"), b = tensor_bytes(qf + "/model.safetensors");
+  const auto a = test::tensor_bytes(qm + "/model.safetensors"), b = test::tensor_bytes(qf + "/model.safetensors");
   EXPECT_EQ(a.size(), b.size());
   for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
   EXPECT_TRUE(a.count("model.layers.1.mlp.experts.5.up_proj.weight"));  // kept, bf16
@@ -222,7 +205,7 @@ TEST(PipelineMoe, ExpertsWithoutTokensAreCountedAndKeepTheirInitialRounding) {
   const std::string m = test::temp_path("pmoe_idle"), qt = test::temp_path("pmoe_idle_t"), qr = test::temp_path("pmoe_idle_r");
   write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 44);
   make_router_skip_middle_experts(m, 1);
-  auto o = moe_opts(m, qt, 6);
+  auto o = test::moe_quantize_options(m, qt, 6);
   testing::internal::CaptureStderr();
   const QuantizeReport rep = quantize_model(o);
   const std::string err = testing::internal::GetCapturedStderr();
@@ -235,7 +218,7 @@ TEST(PipelineMoe, ExpertsWithoutTokensAreCountedAndKeepTheirInitialRounding) {
   o.tune.iters = 0;
   o.disable_opt_rtn = true;
   quantize_model(o);
-  const auto t = tensor_bytes(qt + "/model.safetensors"), r = tensor_bytes(qr + "/model.safetensors");
+  const auto t = test::tensor_bytes(qt + "/model.safetensors"), r = test::tensor_bytes(qr + "/model.safetensors");
   for (int e = 0; e < 8; ++e)
     for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
       const std::string n = "model.layers.1.mlp.experts." + std::to_string(e) + "." + part + ".qweight";
@@ -299,7 +282,7 @@ TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
   const std::string m = test::temp_path("pmoe_world"), q = test::temp_path("pmoe_world_q");
   write_synthetic_model(m, tiny_moe_config("qwen2_moe"), 47);
   for (int iters : {4, 0}) {
-    auto o = moe_opts(m, q, iters);
+    auto o = test::moe_quantize_options(m, q, iters);
     o.calib.seqlen = 16;
     quantize_model(o);
     const std::string ref = read_text_file(q + "/model.safetensors");
@@ -323,7 +306,7 @@ TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
   if (!cpu::bf16_gemm_supported()) GTEST_SKIP() << "no bf16 GEMMs here: " << cpu::bf16_support_summary();
   const std::string m = test::temp_path("pmoe_amp"), q = test::temp_path("pmoe_amp_q");
   write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 49);
-  auto o = moe_opts(m, q, 8);
+  auto o = test::moe_quantize_options(m, q, 8);
   o.calib.seqlen = 16;
   o.amp = false;
   testing::internal::CaptureStderr();
@@ -363,7 +346,7 @@ TEST(PipelineMoe, GgufKeepsEveryExpertOfALayerOrRefuses) {
   cfg["head_dim"] = 64;
   cfg["mlp_only_layers"] = json::array();
   write_synthetic_model(m, cfg, 49, DType::BF16);
-  auto o = moe_opts(m, q, 0);
+  auto o = test::moe_quantize_options(m, q, 0);
   o.format = "gguf:q4_k_m";
   o.fp_layers = {"layers.1.mlp.experts.3."};
   try {
@@ -402,7 +385,7 @@ TEST(PipelineMoe, GgufOfEachFamilyReadsBackAsItsFakeCompanion) {
     if (cfg.contains("head_dim")) cfg["head_dim"] = 64;
     if (cfg.contains("mlp_only_layers")) cfg["mlp_only_layers"] = json::array();  // llama.cpp's qwen*moe: all MoE
     write_synthetic_model(m, cfg, 49);
-    auto o = moe_opts(m, q, 2);
+    auto o = test::moe_quantize_options(m, q, 2);
     o.format = "gguf:q4_k_m,fake";
     quantize_model(o);
     std::string file;
@@ -456,7 +439,7 @@ TEST(PipelineMoe, GgufOfEachFamilyReadsBackAsItsFakeCompanion) {
   // A Qwen3-MoE with a dense layer: llama.cpp's qwen3moe has none, so GGUF is refused before writing.
   const std::string m = test::temp_path("pmoe_gdense"), q = test::temp_path("pmoe_gdense_q");
   write_synthetic_model(m, tiny_moe_config("qwen3_moe"), 50);
-  auto o = moe_opts(m, q, 2);
+  auto o = test::moe_quantize_options(m, q, 2);
   o.format = "gguf:q4_k_m";
   o.overwrite = false;
   EXPECT_NE(test::error_of([&] { quantize_model(o); })
@@ -475,7 +458,7 @@ TEST(PipelineMoe, FloatSchemesWriteEveryExpert) {
   const std::string m = test::temp_path("pmoe_fp"), q = test::temp_path("pmoe_fp_q");
   // Mixtral first: its packed experts (gate_proj ... .weight_packed) are read back under that spelling.
   write_synthetic_model(m, tiny_moe_config("mixtral", 1), 52);
-  auto mx = moe_opts(m, q, 2);
+  auto mx = test::moe_quantize_options(m, q, 2);
   mx.fmt = test::kFpSchemes[0].fmt;
   mx.format = "llm_compressor";
   quantize_model(mx);
@@ -485,7 +468,7 @@ TEST(PipelineMoe, FloatSchemesWriteEveryExpert) {
   write_synthetic_model(m, tiny_moe_config("qwen2_moe"), 51);
   for (const auto& k : {test::kFpSchemes[0], test::kFpSchemes[3]}) {  // MXFP4, NVFP4
     SCOPED_TRACE(k.name);
-    auto o = moe_opts(m, q, 3);
+    auto o = test::moe_quantize_options(m, q, 3);
     o.fmt = k.fmt;
     o.format = "auto_round,llm_compressor";
     quantize_model(o);
@@ -503,7 +486,7 @@ TEST(PipelineMoe, FloatSchemesWriteEveryExpert) {
     const json& ignore = qc["ignore"];
     for (const char* r : {"model.layers.0.mlp.gate", "model.layers.1.mlp.shared_expert_gate"})
       EXPECT_NE(std::find(ignore.begin(), ignore.end(), r), ignore.end()) << r << " not in " << ignore.dump();
-    const auto t = tensor_bytes(q + "/llm-compressor/model.safetensors");
+    const auto t = test::tensor_bytes(q + "/llm-compressor/model.safetensors");
     const std::string e3 = "model.layers.1.mlp.experts.3.", e4 = "model.layers.1.mlp.experts.4.";
     EXPECT_TRUE(t.count(e3 + "down_proj.weight_packed"));
     if (k.fmt.fp == quant::FpFamily::Nvfp4) {
@@ -537,7 +520,7 @@ TEST(PipelineMoe, Fp8StaticWritesEachExpertsInputScale) {
       }
     return r;
   };
-  auto o = moe_opts(m, q, 0);
+  auto o = test::moe_quantize_options(m, q, 0);
   o.fmt = test::fp8_static_format();
   o.format = "llm_compressor,auto_round";
   o.disable_opt_rtn = true;

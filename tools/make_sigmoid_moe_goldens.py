@@ -21,8 +21,13 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import sys  # noqa: E402
+
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_moe_goldens as moe_goldens  # noqa: E402
 
 COMMON = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
               max_position_embeddings=64, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
@@ -74,15 +79,9 @@ def cases():
 
 
 def randomize(model: torch.nn.Module) -> None:
-    torch.manual_seed(11)
+    """make_moe_goldens.py's draw, plus the router's score-correction bias (a buffer)."""
+    moe_goldens.randomize(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
-                p.uniform_(0.8, 1.2)
-            elif name.endswith("mlp.gate.weight"):
-                p.normal_(0, 0.6)
-            else:
-                p.normal_(0, 0.12)
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.normal_(0, 0.2)
