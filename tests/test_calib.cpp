@@ -3,6 +3,7 @@
 // what would give more samples. A byte tokenizer (one token per byte) makes every count exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -204,6 +205,77 @@ TEST(Calib, NoUsableSampleNamesTheSourceAndWhatToTry) {
     EXPECT_NE(m.find("try :concat=true"), std::string::npos) << m;
   }
   fs::remove_all(fs::path(p).parent_path());
+}
+
+
+// auto_round's token-id datasets: a JSONL field holding an array is the document's ids, used as they
+// are (no BOS added, nothing tokenized); a document shorter than seqlen gives no sample, a longer one
+// its first seqlen ids; with concat=true they are packed like text.
+std::string ids_line(const std::vector<int>& ids, const std::string& field = "input_ids") {
+  std::string s = "{\"" + field + "\": [";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]}\n";
+}
+
+std::vector<int> varied_ids(int n, int seed) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(kOffset + (i * 7 + seed * 13) % 200);
+  return v;
+}
+
+TEST(Calib, TokenIdDocumentsAreUsedAsTheyAre) {
+  std::string jsonl;
+  for (int i = 0; i < 6; ++i) jsonl += ids_line(varied_ids(i < 4 ? 80 : 10, i));
+  const std::string p = write_file("calib_ids.jsonl", jsonl);
+  ByteTokenizer tok;
+  CalibOptions o;
+  o.dataset = p + ":field=input_ids";
+  o.nsamples = 8;
+  o.seqlen = 64;
+  CalibData d = build_calibration(tok, o);
+  ASSERT_EQ(d.n, 4);  // the two 10-id documents are too short
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> v = varied_ids(80, i);
+    want.emplace_back(v.begin(), v.begin() + 64);
+  }
+  for (const auto& s : samples_of(d))
+    EXPECT_NE(std::find(want.begin(), want.end(), s), want.end()) << "a sample is not a document's first 64 ids";
+  EXPECT_TRUE(test::any_contains(d.notes, "2 of 6 documents are shorter than --seqlen")) << d.notes.at(0);
+
+  o.dataset = p + ":field=input_ids:concat=true";  // packed: BOS + 63 body ids per sample
+  CalibData packed = build_calibration(tok, o);
+  EXPECT_EQ(packed.n, (4 * 64 + 2 * 10) / 63);  // JSONL documents are cut at seqlen before packing
+  for (const auto& s : samples_of(packed)) EXPECT_EQ(s.front(), kBos);
+  fs::remove_all(fs::path(p).parent_path());
+}
+
+TEST(Calib, TokenIdsOutsideTheVocabularyOrNotIntegersAreRefusedWithTheirLine) {
+  ByteTokenizer tok;
+  CalibOptions o;
+  o.seqlen = 4;
+  o.vocab_size = 100;  // the model's embedding rows bound the ids, not the tokenizer's 259
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"input_ids\": [5, 6, 100, 7]}", "'input_ids'[2] = 100 is not a token id (an integer from 0 to 99"},
+      {"{\"input_ids\": [5, -1]}", "'input_ids'[1] = -1 is not a token id"},
+      {"{\"input_ids\": [5, 6.5]}", "'input_ids'[1] = 6.5 is not a token id"},
+      {"{\"input_ids\": [5, \"6\"]}", "'input_ids'[1] = \"6\" is not a token id"},
+      {"{\"input_ids\": [5, 99999999999]}", "is not a token id"},
+      {"{\"input_ids\": 5}", "no string field 'input_ids' (nor an array of token ids)"},
+  };
+  for (const auto& [line, want] : cases) {
+    const std::string p = write_file("calib_bad_ids.jsonl", ids_line(varied_ids(8, 1)) + line + "\n");
+    o.dataset = p + ":field=input_ids";
+    try {
+      build_calibration(tok, o);
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find(p + ":2: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    fs::remove_all(fs::path(p).parent_path());
+  }
 }
 
 }  // namespace

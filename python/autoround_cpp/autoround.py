@@ -19,7 +19,7 @@ import weakref
 from typing import Any
 
 from . import _core, options, runner
-from .errors import UsageError
+from .errors import AutoRoundError, UsageError
 from .inputs import Dataset, check_dataset, model_arg
 
 logger = logging.getLogger("autoround_cpp")
@@ -31,8 +31,9 @@ _MARKER = "autoround_output.json"  # the engine's mark on its outputs (src/io/ou
 class AutoRound:
     """Quantizes ``model`` with SignRound. ``model``: a directory or a Hugging Face cache name
     ("org/name", never downloaded), or a transformers model whose ``name_or_path`` is one of those.
-    ``dataset``: a file, directory or ``--dataset`` spec, or a list of strings (default: the built-in
-    corpus). ``overwrite=True`` (the CLI's ``--overwrite``) lets a rerun replace an earlier output."""
+    ``dataset``: a file, directory or ``--dataset`` spec, a list of strings, or token ids as auto_round
+    takes them (lists, arrays or tensors, dicts with input_ids, a DataLoader of those); default: the
+    built-in corpus. ``overwrite=True`` (the CLI's ``--overwrite``) lets a rerun replace an earlier output."""
 
     def __init__(
         self,
@@ -119,9 +120,12 @@ class AutoRound:
 
     def command_line(self, output_dir: str = "tmp_autoround", format: str | None = None) -> list[str]:
         """The ``autoround`` command of the run that quantize_and_save(output_dir, format) makes (with
-        the dataset as given; a list of strings is written to a temporary JSONL file for the run)."""
-        return self._args(output_dir, format, "<dataset.jsonl>" if isinstance(self.dataset, (list, tuple)) else
-                          (os.fspath(self.dataset) if self.dataset is not None else None))
+        the dataset as given; other datasets are written to a temporary JSONL file for the run)."""
+        d = self.dataset
+        if d is None or isinstance(d, (str, os.PathLike)):
+            return self._args(output_dir, format, None if d is None else os.fspath(d))
+        texts = isinstance(d, (list, tuple)) and isinstance(d[0], str)
+        return self._args(output_dir, format, "<dataset.jsonl>" + ("" if texts else ":field=input_ids"))
 
     def _args(self, output_dir: Any, format: str | None, dataset_spec: str | None) -> list[str]:
         args = ["quantize", "--model", self.model, *self._words, "--output_dir", os.fspath(output_dir)]
@@ -137,7 +141,10 @@ class AutoRound:
         with Dataset(self.dataset) as ds:
             args = self._args(output_dir, format, ds.spec)
             logger.info("running: %s", shlex.join(args))
-            rc = runner.run(_core.run, args[1:])
+            try:
+                rc = runner.run(_core.run, args[1:])
+            except AutoRoundError as e:  # "TMPFILE:LINE: ..." names the dataset's item instead
+                raise type(e)(ds.describe(str(e))) from None
         if rc != 0:
             raise UsageError(f"autoround exited with {rc}: {shlex.join(args)}")
 

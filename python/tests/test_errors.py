@@ -64,16 +64,6 @@ def test_model_objects() -> None:
         AutoRound("m", tokenizer="other")
 
 
-def test_datasets() -> None:
-    with pytest.raises(ValueError, match="token ids are not supported"):
-        AutoRound("m", dataset=[[1, 2, 3], [4, 5, 6]])
-    with pytest.raises(ValueError, match="item 1 is a int"):
-        AutoRound("m", dataset=["text", 3])
-    with pytest.raises(ValueError, match="cannot be read here"):
-        AutoRound("m", dataset=42)
-    assert AutoRound("m", dataset="data.txt:num=4").command_line("o")[-2:] == ["--dataset", "data.txt:num=4"]
-
-
 def test_ctrl_c_stops_the_run_and_leaves_nothing(stories: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT during a SignRound run: KeyboardInterrupt, no output and no temporary left; then the next

@@ -219,7 +219,7 @@ void register_convert(CLI::App& app, Registry& reg) {
   sub->parse_complete_callback([o, dtype] { o->dtype = as_usage([&] { return parse_dtype(*dtype); }); });
   reg.runners[sub] = [o] {
     convert_llama2c(*o);
-    std::fprintf(stderr, "wrote %s\n", o->out_dir.c_str());
+    log_result("wrote " + o->out_dir);
   };
 }
 
@@ -272,8 +272,8 @@ void register_generate(CLI::App& app, Registry& reg) {
     std::fflush(stdout);  // the text first, then the note on stderr
     const int64_t n_ctx = tf.config().max_position_embeddings;
     if (made < o->n && int64_t(ids.size()) >= n_ctx)  // not EOS: say why the text is shorter than asked
-      std::fprintf(stderr, "generate: stopped at the model's context length (%lld tokens) after %lld of %lld new tokens\n",
-                   (long long)n_ctx, (long long)made, (long long)o->n);
+      log_result("generate: stopped at the model's context length (" + std::to_string(n_ctx) + " tokens) after " +
+                 std::to_string(made) + " of " + std::to_string(o->n) + " new tokens");
   };
 }
 
@@ -456,7 +456,7 @@ void register_logits(CLI::App& app, Registry& reg) {
     std::string lines;
     for (int32_t id : r.ids) lines += std::to_string(id) + "\n";
     write_file_atomic(o->out + ".ids", lines);
-    std::fprintf(stderr, "wrote %zu x %lld logits to %s\n", r.ids.size(), (long long)r.vocab, o->out.c_str());
+    log_result("wrote " + std::to_string(r.ids.size()) + " x " + std::to_string(r.vocab) + " logits to " + o->out);
   };
 }
 

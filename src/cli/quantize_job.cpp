@@ -14,8 +14,10 @@ namespace ar::cli {
 
 namespace {
 void print_done(const QuantizeReport& r, const QuantizeOptions& qo) {
-  std::fprintf(stderr, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): %s\n", r.blocks.size(), r.seconds,
-               r.peak_rss_mb, qo.output_dir.c_str());
+  char b[96];
+  std::snprintf(b, sizeof b, "quantized %zu blocks in %.1f s (peak RSS %.0f MiB): ", r.blocks.size(), r.seconds,
+                r.peak_rss_mb);
+  log_result(b + qo.output_dir);
 }
 }  // namespace
 

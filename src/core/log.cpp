@@ -44,4 +44,11 @@ void log(LogLevel l, const std::string& msg) {
   if (g_tag.empty()) std::fprintf(stderr, "[%s] %s\n", kTag[int(l)], text.c_str());
   else std::fprintf(stderr, "[%s] [%s] %s\n", kTag[int(l)], g_tag.c_str(), text.c_str());
 }
+
+void log_result(const std::string& msg) {
+  const std::string text = printable(msg);
+  if (LogObserver* o = g_observer.load()) return o->line(LogLevel::Info, text);
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
 }  // namespace ar

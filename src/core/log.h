@@ -11,6 +11,9 @@ void set_log_tag(const std::string& tag);  // "rank 1": every line names its pro
 void log(LogLevel l, const std::string& msg);
 inline void log_info(const std::string& m) { log(LogLevel::Info, m); }
 inline void log_warn(const std::string& m) { log(LogLevel::Warn, m); }
+// A command's result line ("quantized 8 blocks in ...", "wrote DIR"): to the observer at Info, else
+// to stderr as a plain line, whatever the level (--quiet keeps it).
+void log_result(const std::string& msg);
 
 // A quantization's progress: a block starts (iter 0) or one of its iterations ends.
 struct ProgressEvent {

@@ -142,7 +142,27 @@ bool TextSource::read_line(std::string* line) {
   }
 }
 
+namespace {
+// A JSONL field's token ids; each must be an integer in 0..limit-1.
+void read_token_ids(const nlohmann::json& a, int64_t limit, const std::string& field, const std::string& where,
+                    std::vector<int32_t>* ids) {
+  ids->clear();
+  ids->reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const nlohmann::json& v = a[i];
+    const bool integer = v.is_number_integer();
+    if (!integer || (v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(limit)
+                                            : v.get<int64_t>() < 0 || v.get<int64_t>() >= limit))
+      fail(ErrorKind::InvalidInput, where + ": '" + field + "'[" + std::to_string(i) + "] = " + v.dump().substr(0, 40) +
+                                        " is not a token id (an integer from 0 to " + std::to_string(limit - 1) +
+                                        ", the model's vocabulary)");
+    ids->push_back(int32_t(v.get<int64_t>()));
+  }
+}
+}  // namespace
+
 bool TextSource::next(std::string* doc) {
+  last_was_ids_ = false;
   for (;;) {
     if (fd_ < 0 && !open_next_file()) return false;
     const std::string path = files_[file_index_ - 1] == kStdin ? "standard input" : files_[file_index_ - 1];
@@ -164,8 +184,16 @@ bool TextSource::next(std::string* doc) {
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object())
         fail(ErrorKind::InvalidInput, path + ":" + std::to_string(line_) + ": not a JSON object");
+      const std::string where = path + ":" + std::to_string(line_);
+      if (opt_.token_id_limit > 0 && j.contains(field_) && j[field_].is_array()) {
+        last_was_ids_ = true;
+        read_token_ids(j[field_], opt_.token_id_limit, field_, where, &ids_);
+        doc->clear();
+        return true;
+      }
       if (!j.contains(field_) || !j[field_].is_string())
-        fail(ErrorKind::InvalidInput, path + ":" + std::to_string(line_) + ": no string field '" + field_ + "'");
+        fail(ErrorKind::InvalidInput, where + ": no string field '" + field_ + "'" +
+                                          (opt_.token_id_limit > 0 ? " (nor an array of token ids)" : ""));
       *doc = j[field_].get<std::string>();
       return true;
     }

@@ -3,6 +3,7 @@
 // name, recursively; .txt/.text/.md read as plain text, .jsonl/.json as JSONL). Plain text is cut into
 // documents of at most `chunk_bytes` at line ends, so a file of any size streams in bounded memory.
 // Every document is checked to be valid UTF-8; errors name the file and the byte offset or line.
+// For calibration a JSONL field may instead hold the document's token ids (TextSourceOptions).
 //
 // Nothing here can hang: files must be regular files (a FIFO, device, socket is refused before it is
 // opened, io/input_file.h), and a source may hold at most `max_bytes` (kMaxTextSourceBytes unless a
@@ -25,6 +26,9 @@ struct TextSourceOptions {
   bool allow_stdin = false;   // "-" reads standard input (as plain text)
   size_t chunk_bytes = size_t(1) << 20;
   uint64_t max_bytes = kMaxTextSourceBytes;
+  // Calibration: a JSONL field may hold an array of token ids (integers in 0..token_id_limit-1)
+  // instead of a string; 0 refuses arrays.
+  int64_t token_id_limit = 0;
 };
 
 class TextSource {
@@ -41,6 +45,9 @@ class TextSource {
   const std::vector<std::string>& files() const { return files_; }
   // Whether the document next() returned last came from a plain-text file (not JSONL).
   bool last_was_plain() const { return !jsonl_; }
+  // Whether it was an array of token ids (next() then gave an empty string); they are in last_ids().
+  bool last_was_ids() const { return last_was_ids_; }
+  const std::vector<int32_t>& last_ids() const { return ids_; }
 
  private:
   TextSource() = default;
@@ -61,6 +68,8 @@ class TextSource {
   uint64_t offset_ = 0, line_ = 0;
   std::string carry_;  // plain text: bytes read past the last cut
   bool file_had_data_ = false;
+  bool last_was_ids_ = false;
+  std::vector<int32_t> ids_;
 };
 
 // Whole source joined with "\n\n" between documents (for evaluation texts).

@@ -148,6 +148,7 @@ void QuantizeRun::calibrate() {
   const ModelConfig& cfg = model_->config();
   quant::CalibOptions calib_opt = opt_.calib;
   calib_opt.max_context = cfg.max_position_embeddings;
+  calib_opt.vocab_size = cfg.vocab_size;
   calib_ = quant::build_calibration(*tok_, calib_opt);
   for (const auto& n : calib_.notes) steps::note(rep_, n);
   rep_.nsamples = calib_.n;

@@ -143,16 +143,18 @@ struct SourceStats {
   int64_t documents = 0, too_short = 0, tokens = 0;
 };
 
-void draw_from_source(const Tokenizer& tok, const DatasetSource& src_opt, Reservoir& r, SourceStats& st) {
+void draw_from_source(const Tokenizer& tok, int64_t vocab_size, const DatasetSource& src_opt, Reservoir& r,
+                      SourceStats& st) {
   TextSourceOptions opt;
   opt.option = "--dataset";  // no standard input: every rank of a multi-process run reads the source
+  opt.token_id_limit = vocab_size;
   auto src = TextSource::open(src_opt.path, src_opt.field, opt);
   Packer packer(tok, r);
   std::string doc;
   while (src->next(&doc)) {
     const bool plain = src->last_was_plain();
     const bool concat = src_opt.concat.value_or(plain);
-    std::vector<int32_t> ids = tok.encode(doc, true);
+    std::vector<int32_t> ids = src->last_was_ids() ? src->last_ids() : tok.encode(doc, true);
     ++st.documents;
     st.tokens += int64_t(ids.size());
     if (concat) {
@@ -216,7 +218,7 @@ CalibData build_calibration(const Tokenizer& tok, const CalibOptions& opt) {
       st.tokens = int64_t(ids.size());
       Packer(tok, r).add(std::move(ids), 0);
     } else {
-      draw_from_source(tok, sources[si], r, st);
+      draw_from_source(tok, opt.vocab_size > 0 ? opt.vocab_size : tok.vocab_size(), sources[si], r, st);
     }
     stats.documents += st.documents;
     stats.too_short += st.too_short;

@@ -1,7 +1,9 @@
 // Calibration samples for block tuning (autoround-spec.md §1.2): token sequences of exactly
 // `seqlen` tokens. --dataset is a comma-separated list of sources, each `PATH[:key=value...]`
 // (PATH: text file, JSONL, or directory; keys: concat=true|false, num=N (samples from this source),
-// field=NAME (JSONL field, default text)). Documents are tokenized with the model's special tokens.
+// field=NAME (JSONL field, default text)). Documents are tokenized with the model's special tokens;
+// a JSONL field holding an array of integers is a document already tokenized (auto_round's lists of
+// token ids: `{"input_ids": [1, 15043, ...]}` with field=input_ids), taken as it is.
 // Unpacked (JSONL's default, as AutoRound): a document gives one sample of its first seqlen tokens,
 // or none if it is shorter. Packed (plain text's default, or concat=true): as AutoRound's concat,
 // each document's BOS/EOS are stripped, the bodies are joined into one stream (JSONL documents first
@@ -28,6 +30,7 @@ struct CalibOptions {
   uint64_t seed = 42;
   bool seqlen_given = false;  // --seqlen on the command line: never clamped
   int64_t max_context = 0;    // the model's max_position_embeddings (0: no limit)
+  int64_t vocab_size = 0;     // the model's embedding rows: token ids in a source must be below (0: the tokenizer's)
 };
 
 struct CalibData {
