@@ -49,6 +49,9 @@ struct QuantConfig {
   bool awq = false;            // AWQ GEMM layout (auto_round:auto_awq, quant_method awq)
   FloatQuant fp = FloatQuant::None;  // compressed-tensors float formats (and AutoRound's llm_compressor packing)
   int64_t block_rows = 0, block_cols = 0;  // FP8 per-block scales (block_structure / weight_block_size)
+  // The FP8 scales' name: compressed-tensors' "weight_scale"; transformers' fine-grained FP8
+  // (quant_method fp8: DeepSeek-V3, Kimi K2, Qwen3 FP8) stores the same multiplier as "weight_scale_inv".
+  std::string fp8_scale = "weight_scale";
   // FP8_STATIC: E4M3 activations with one static scale per Linear input ("<prefix>.input_scale"). Other
   // activation schemes (dynamic ones, which need a runtime quantizer) are not applied: eval scores
   // their weights.

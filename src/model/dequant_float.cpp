@@ -58,7 +58,7 @@ struct Tiles {
 
 Tiles fp8_tiles(const HfModel& m, const std::string& prefix, int64_t out, int64_t in) {
   const QuantConfig& q = m.config().quant;
-  const std::string name = prefix + ".weight_scale";
+  const std::string name = prefix + "." + q.fp8_scale;
   const std::initializer_list<DType> fl = {DType::F32, DType::BF16, DType::F16};
   if (q.block_rows > 0) {
     expect_part(m, name, fl, {{cdiv(out, q.block_rows), cdiv(in, q.block_cols)}});
@@ -160,7 +160,7 @@ Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, cons
     const std::vector<float> v = values(m, prefix + ".weight", false);
     const bool mx = q.fp == FloatQuant::Mxfp8;
     const Tiles t = mx ? Tiles{1, 32} : fp8_tiles(m, prefix, out, in);
-    const std::vector<float> s = values(m, prefix + ".weight_scale", mx);
+    const std::vector<float> s = values(m, prefix + "." + (mx ? std::string("weight_scale") : q.fp8_scale), mx);
     const int64_t across = cdiv(in, t.bc);
     // MXFP8 as compressed-tensors computes it, in bf16 (exact but below bf16's normal range); FP8 one
     // fp32 product, as its forward in an fp32 model computes it (the scale widened exactly to fp32).
@@ -172,6 +172,20 @@ Tensor dequantize_float_linear(const HfModel& m, const std::string& prefix, cons
   }
   check_finite(m, prefix, w);
   return w;
+}
+
+Fp8Part fp8_part(const HfModel& m, const std::string& name) {
+  const QuantConfig& q = m.config().quant;
+  if (!q.present || q.fp != FloatQuant::Fp8) return Fp8Part::None;
+  const auto e4m3_weight = [&](const std::string& weight) {
+    const StTensorInfo* t = m.info(weight);
+    return t && t->dtype == DType::F8E4M3;
+  };
+  if (name.ends_with(".weight")) return e4m3_weight(name) ? Fp8Part::Weight : Fp8Part::None;
+  const std::string scale = "." + q.fp8_scale;
+  if (name.ends_with(scale) && e4m3_weight(name.substr(0, name.size() - scale.size()) + ".weight"))
+    return Fp8Part::Scale;
+  return Fp8Part::None;
 }
 
 float static_input_scale(const HfModel& m, const std::string& prefix, const Shape& expect) {

@@ -166,13 +166,35 @@ void parse_dynamic(const JsonIn& qi, QuantConfig& q) {
 
 }  // namespace
 
+// transformers' fine-grained FP8 (FineGrainedFP8Config; DeepSeek-V3/R1, Kimi K2, Qwen3 FP8): E4M3
+// weights with one fp32 multiplier per weight_block_size tile ("<prefix>.weight_scale_inv"),
+// activations quantized at run time. Modules left in 16 bit simply store a 16-bit weight.
+QuantConfig parse_fine_grained_fp8(const JsonIn& qi, const std::string& path) {
+  QuantConfig q;
+  q.present = true;
+  q.fp = FloatQuant::Fp8;
+  q.bits = 8;
+  q.fp8_scale = "weight_scale_inv";
+  if (const std::string fmt = qi.str("fmt", "e4m3"); fmt != "e4m3")
+    bad_field(path, "fmt", "'" + printable(fmt) + "' is not supported (e4m3)");
+  if (const std::string act = qi.str("activation_scheme", "dynamic"); act != "dynamic")
+    bad_field(path, "activation_scheme", "'" + printable(act) + "' is not supported (dynamic)");
+  if (qi.has("weight_block_size") && !qi.at("weight_block_size").is_null()) {
+    parse_block(qi.at("weight_block_size"), q);
+  } else {
+    q.block_rows = q.block_cols = 128;  // transformers' default
+  }
+  return q;
+}
+
 QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
   const std::string method = qi.str("quant_method", std::string());
   if (method == "compressed-tensors") return parse_compressed_tensors(qi, path);
+  if (method == "fp8") return parse_fine_grained_fp8(qi, path);
   const std::string packing =
       qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
   if (method != "auto-round" && method != "gptq" && method != "awq")
-    bad_field(path, "quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq, compressed-tensors)");
+    bad_field(path, "quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq, compressed-tensors, fp8)");
   QuantConfig q;
   q.bits = int(q_int(qi, "bits", 4));
   if (method == "auto-round" && (packing == "auto_round:llm_compressor" || packing == "auto_round:fp8_static" ||

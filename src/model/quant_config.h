@@ -5,6 +5,8 @@
 //   quant_method gptq, awq   (auto_gptq / auto_awq packing)
 //   quant_method compressed-tensors  format mxfp4-pack-quantized | nvfp4-pack-quantized | mxfp8-quantized |
 //                            float-quantized; every config group must carry the same float weight scheme
+//   quant_method fp8         transformers' fine-grained FP8: E4M3 weights, weight_block_size tiles of
+//                            fp32 multipliers named weight_scale_inv, dynamic activations
 // Anything else is refused naming the field. `path` names the file in errors.
 #pragma once
 #include <string>

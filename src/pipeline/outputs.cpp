@@ -11,6 +11,7 @@
 #include "io/json_file.h"
 #include "quant/gguf_scheme.h"
 #include "io/mapped_file.h"
+#include "model/dequant_float.h"
 #include "pipeline/export_format.h"
 #include "pipeline/float_export.h"
 
@@ -146,6 +147,11 @@ void OutputSet::copy_tensor(const HfModel& m, const std::string& name, Context& 
   const std::string& out = out_name.empty() ? name : out_name;
   const uint8_t* bytes = nullptr;
   const StTensorInfo& info = m.raw_info(name, &bytes);
+  switch (fp8_part(m, name)) {  // an FP8 source: its Linears are written in 16 bit, without their scales
+    case Fp8Part::Scale: return;
+    case Fp8Part::Weight: return add_tensor(ctx, out, m.load(name, info.shape, ctx), DType::BF16);
+    case Fp8Part::None: break;
+  }
   Tensor half;  // converted once, shared by every fp16 output
   for (auto& s : sinks_) {
     if (!s.fp16 || (info.dtype != DType::BF16 && info.dtype != DType::F32)) {
@@ -236,6 +242,7 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     }
     nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file(opt.model_dir + "/config.json"));
     if (s.format != "fake") config["quantization_config"] = q;
+    else config.erase("quantization_config");  // dense weights (an FP8 source's config no longer applies)
     if (s.fp16) {
       if (config.contains("dtype")) config["dtype"] = "float16";  // transformers >= 5 spelling
       if (config.contains("torch_dtype") || !config.contains("dtype")) config["torch_dtype"] = "float16";

@@ -54,6 +54,21 @@
 namespace ar {
 
 namespace {
+// A quantized checkpoint is quantized again only from FP8 weights with dynamic activations (DeepSeek-V3,
+// Kimi K2 and Qwen3 FP8 releases; compressed-tensors FP8 weight-only): every Linear is read
+// dequantized exactly (E4M3 code x its tile's fp32 multiplier, in fp32), as AutoRound dequantizes
+// them first (it rounds to bf16). Packed integer and 4-bit float weights are refused.
+void check_quantized_source(const QuantConfig& q, const std::string& dir) {
+  if (!q.present) return;
+  if (q.fp != FloatQuant::Fp8 || q.act_static)
+    fail(ErrorKind::InvalidInput, dir + ": the model is already quantized (only FP8 weights with dynamic activations "
+                                  "are read as a source, dequantized)");
+  log_info("the model's FP8 weights (" +
+           (q.block_rows > 0 ? std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols) + " tiles"
+                             : std::string("per-channel or per-tensor scales")) +
+           ") are dequantized exactly to fp32 and quantized from there; its 16-bit tensors are read as stored");
+}
+
 bool power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
@@ -79,7 +94,7 @@ void QuantizeRun::plan() {
     quant::make_qdq_shape(1, 32, opt_.fmt.bits, opt_.fmt.group_size, opt_.fmt.sym);  // validates bits and group size
   model_ = HfModel::open(opt_.model_dir);
   const ModelConfig& cfg = model_->config();
-  if (cfg.quant.present) fail(ErrorKind::InvalidInput, opt_.model_dir + ": the model is already quantized");
+  check_quantized_source(cfg.quant, opt_.model_dir);
   if (on_gpu) {  // refused or opened before any work and before the output exists
     check_gpu_run(requested_, cfg, processes());
     gpu_ = GpuTuner::open(opt_.cuda_device);

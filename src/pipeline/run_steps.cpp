@@ -323,7 +323,8 @@ void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockW
   for (const BlockTensor& t : w.tensors) {
     if (t.role != TensorRole::Linear || packed.count(t.module())) continue;
     if (t.offset >= 0)  // a fused expert: written alone, from its fp32 copy in the stored dtype (exact)
-      outputs.add_tensor(ctx, prefix + t.name, t.in(w), model.info(t.stored)->dtype);
+      outputs.add_tensor(ctx, prefix + t.name, t.in(w),
+                         model.info(t.stored)->dtype == DType::F8E4M3 ? DType::BF16 : model.info(t.stored)->dtype);
     else
       outputs.copy_tensor(model, stored(t), ctx, prefix + t.name);
   }
