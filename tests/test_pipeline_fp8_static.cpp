@@ -101,7 +101,9 @@ int expect_autoround_outputs(const std::string& q, const std::string& data, size
       }
       const float u = our_in.at(name);
       EXPECT_LE(std::fabs(u - v), 1e-5f * v) << theirs_dir << " " << name;
-      const bool first_norm = name.rfind("model.layers.0.self_attn.", 0) == 0 && name.find("o_proj") == std::string::npos;
+      // Inputs that are the first norm's output (q/k/v; MLA's q_a and kv_a), no GEMM before them.
+      const bool first_norm = name.rfind("model.layers.0.self_attn.", 0) == 0 &&
+                              (name.find("o_proj") == std::string::npos && name.find("_b_proj") == std::string::npos);
       if (first_norm) {
         EXPECT_EQ(u, v) << theirs_dir << " " << name;
       }
@@ -178,6 +180,34 @@ TEST(PipelineFp8Static, MoeRtnMatchesAutoRound) {
     EXPECT_EQ(0, std::memcmp(src->bytes(*a), ours->bytes(*b), size_t(a->end - a->begin))) << dir << ": the router's bf16 bytes";
   }
   for (const auto& dir : {m, q}) fs::remove_all(dir);
+}
+
+// DeepSeek-V3's latent attention (tests/data/fp8_static_mla, tools/make_fp8_static_mla_goldens.py):
+// each of MLA's five Linears gets its own input's scale (q_a_proj and kv_a_proj_with_mqa the attention
+// norm's output, q_b_proj the q_a layernorm's, kv_b_proj the latent's, o_proj the attention output's),
+// with AutoRound's weights and scales; SignRound on it reads the same first-block inputs.
+TEST(PipelineFp8Static, MlaRtnMatchesAutoRound) {
+  const std::string data = std::string(AR_SOURCE_DIR) + "/tests/data/fp8_static_mla/";
+  const std::string m = golden_model(data), q = test::temp_path("fp8s_mla_rtn"), t = test::temp_path("fp8s_mla_sr");
+  QuantizeOptions o = static_opts(m, q, "llm_compressor,auto_round", 0);
+  o.calib.dataset = kData + "calib.jsonl";
+  quantize_model(o);
+  EXPECT_GE(expect_autoround_outputs(q, data, 2 * 5 + 3 + 3 * (4 + 1)), 4)
+      << "layer 0's q_a_proj and kv_a_proj_with_mqa read the norm: bit-identical in both formats";
+  // AutoRound names the router by a pattern (its predefined ignore_layers), we by its name: both 16 bit.
+  const nlohmann::json ours = quant_config(q + "/auto-round")["extra_config"]["model.layers.1.mlp.gate"];
+  const nlohmann::json theirs = quant_config(data + "auto_round")["extra_config"][".*model\\.layers\\.1\\.mlp\\.gate.*"];
+  for (const char* k : {"bits", "data_type", "act_bits"}) EXPECT_EQ(ours[k], theirs[k]) << k << ": " << theirs.dump();
+  o.output_dir = t;
+  o.format = "auto_round";
+  o.tune.iters = 2;
+  quantize_model(o);
+  auto rtn = SafetensorsFile::open(q + "/auto-round/model.safetensors"), sr = SafetensorsFile::open(t + "/model.safetensors");
+  for (const char* l : {"q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj"}) {
+    const std::string name = std::string("model.layers.0.self_attn.") + l + ".input_scale";
+    EXPECT_EQ(f32_at(*sr, name), f32_at(*rtn, name)) << name << ": block 0 reads the FP chain either way";
+  }
+  for (const auto& dir : {m, q, t}) fs::remove_all(dir);
 }
 
 // The maxima are folded by max over the lane, so the in-process lane (2 CPU devices) writes the serial

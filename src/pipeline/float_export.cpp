@@ -116,8 +116,11 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
       packed[size_t(i / 2)] = uint8_t(code(el[size_t(i)]) | (code(el[size_t(i + 1)]) << 4));
     w.add(prefix + ".weight_packed", u8_tensor(ctx, {out, in / 2}, packed));
   } else {
+    // AutoRound's FP8 QDQ ends in a straight-through step, (q - x) + x, which turns a -0 (a small
+    // negative weight rounded to zero) into +0; its MX QDQ keeps the sign.
+    const bool plus_zero = sh.family == FpFamily::Fp8;
     std::vector<uint8_t> codes(el.size());
-    for (size_t i = 0; i < el.size(); ++i) codes[i] = e4m3_encode(el[i]);
+    for (size_t i = 0; i < el.size(); ++i) codes[i] = plus_zero && el[i] == 0.0f ? uint8_t(0) : e4m3_encode(el[i]);
     Tensor t = Tensor::empty({out, in}, DType::F8E4M3, ctx);
     std::copy(codes.begin(), codes.end(), t.data<uint8_t>());
     w.add(prefix + ".weight", t);

@@ -120,9 +120,6 @@ void QuantizeRun::plan() {
 // One track per family of the format list: the weight formats' (int or float), then a GGUF preset's.
 void QuantizeRun::plan_tracks(const FormatPlan& formats) {
   const TrackEnv env{*ctx_, *model_, opt_, rep_, root()};
-  if (model_->config().is_mla() && opt_.fmt.act_static())  // its statistics inputs are the GQA block's
-    fail(ErrorKind::Unsupported, "FP8_STATIC on " + model_->config().architecture +
-                                     " (multi-head latent attention) is not supported yet");
   if (!formats.int_formats.empty()) tracks_.push_back(std::make_unique<WeightTrack>(env, rules_, lm_head_q_));
   if (formats.gguf.empty()) return;
   const std::string& f = formats.gguf;
