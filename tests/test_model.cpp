@@ -60,7 +60,8 @@ TEST(Config, ParsesEachArchitecture) {
   EXPECT_EQ(c.head_dim, 32);
   j["architectures"] = {"MistralForCausalLM"};
   j["sliding_window"] = 4096;
-  EXPECT_EQ(parse_model_config(j, "c").sliding_window, 4096);
+  EXPECT_EQ(parse_model_config(j, "c").dense_limit, 4096);
+  EXPECT_EQ(parse_model_config(j, "c").dense_limit_field, "sliding_window");
   j["architectures"] = {"LlamaForCausalLM"};
   j["attention_bias"] = true;
   c = parse_model_config(j, "c");

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"deepseek_v3", "glm4_moe"};
+const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe"};
 
 TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
   for (const char* fam : kFamilies) {

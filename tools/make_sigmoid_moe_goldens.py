@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tiny random DeepSeek-V3 and GLM-4.5 checkpoints and the logits transformers computes for them, for
-tests/test_deepseek_model.cpp and tests/test_glm_model.cpp (model/arch/deepseek_v3.cpp, glm4_moe.cpp,
-model/attention_mla.h, model/moe_router.h).
+"""Tiny random DeepSeek-V3, DeepSeek-V3.2 and GLM-4.5 checkpoints and the logits transformers computes for
+them, for tests/test_deepseek_model.cpp and tests/test_glm_model.cpp (model/arch/deepseek_v3.cpp,
+deepseek_v32.cpp, glm4_moe.cpp, model/attention_mla.h, model/moe_router.h).
 
 Not part of the test suite and not run in CI. Needs a virtual environment outside the repository with
 torch and transformers 5 (made with torch 2.x, transformers 5.25, on the CPU). From the repository root:
@@ -74,7 +74,18 @@ def cases():
             n_shared_experts=1, first_k_dense_replace=0,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25)),
     }
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+    v32 = {k: v for k, v in COMMON.items() if k != "num_mtp_layers"}
+    # DeepSeek-V3.2: V3's model plus the sparse-attention indexer; index_topk 16 >= the 12 tokens of the
+    # goldens, so its indexer selects every token and the attention is dense.
+    dsa = {"deepseek_v32": DeepseekV32Config(
+        **v32, num_hidden_layers=3, q_lora_rank=24, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+        topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, n_shared_experts=1, first_k_dense_replace=1,
+        index_n_heads=2, index_head_dim=8, index_topk=16,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
+                             beta_fast=32, beta_slow=1, mscale=1.0, mscale_all_dim=1.0))}
     return [("deepseek_v3", k, DeepseekV3ForCausalLM, v) for k, v in ds.items()] + \
+           [("deepseek_v32", k, DeepseekV32ForCausalLM, v) for k, v in dsa.items()] + \
            [("glm4_moe", k, Glm4MoeForCausalLM, v) for k, v in gl.items()]
 
 

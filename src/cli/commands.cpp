@@ -270,7 +270,7 @@ void register_generate(CLI::App& app, Registry& reg) {
     start();
     std::fputs("\n", stdout);
     std::fflush(stdout);  // the text first, then the note on stderr
-    const int64_t n_ctx = tf.config().max_position_embeddings;
+    const int64_t n_ctx = tf.config().context_tokens();
     if (made < o->n && int64_t(ids.size()) >= n_ctx)  // not EOS: say why the text is shorter than asked
       log_result("generate: stopped at the model's context length (" + std::to_string(n_ctx) + " tokens) after " +
                  std::to_string(made) + " of " + std::to_string(o->n) + " new tokens");

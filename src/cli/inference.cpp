@@ -58,7 +58,7 @@ nlohmann::ordered_json evaluate_text(const EvalRequest& req, const std::function
   const int64_t need = req.ctx > 0 ? req.ctx : kMinEvalWindow;
   const std::string what = req.ctx > 0 ? "eval --ctx " + std::to_string(req.ctx) : std::string("eval");
   require_context(*model, need, what);
-  const int64_t ctx = req.ctx > 0 ? req.ctx : std::min<int64_t>(512, model->config().max_position_embeddings);
+  const int64_t ctx = req.ctx > 0 ? req.ctx : std::min<int64_t>(512, model->config().context_tokens());
   Context dev(Device{}, req.threads);
   Transformer tf(*model, dev, /*resident=*/false);
   if (ref_dir.empty()) return ppl_json(perplexity(tf, ids, ctx, tok->bos(), req.batch, req.progress));

@@ -10,7 +10,7 @@ std::vector<int32_t> generate_greedy(Transformer& model, std::vector<int32_t> id
   const auto& c = model.config();
   model.reset_decode();
   std::vector<float> logits = model.decode(ids.data(), int64_t(ids.size()));  // prompt in one pass
-  for (int64_t step = 0; step < n_new && int64_t(ids.size()) < c.max_position_embeddings; ++step) {
+  for (int64_t step = 0; step < n_new && int64_t(ids.size()) < c.context_tokens(); ++step) {
     if (step > 0) logits = model.decode(&ids.back(), 1);
     const float* last = logits.data();
     int32_t best = 0;

@@ -42,6 +42,24 @@ void gqa(Table& t, const ModelConfig& c) {
   t.linear("self_attn.o_proj.weight", C, QD, &W::wo);
 }
 
+// DeepSeek-V3.2's sparse-attention indexer: its Linears kept in 16 bit, its LayerNorm copied; no module
+// reads them (sequences stay within index_topk, where it selects every token: model/arch/deepseek_v32.cpp).
+void indexer(Table& t, const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  const int64_t C = c.hidden_size, Hi = m.indexer_heads, Di = m.indexer_head_dim;
+  int64_t n = 0;
+  const auto carry = [&](const std::string& name, Shape shape, TensorRole role) {
+    BlockTensor x{"self_attn.indexer." + name, std::move(shape), role, nullptr, &W::carried, n++};
+    x.why = "DeepSeek-V3.2's sparse-attention indexer";
+    (role == TensorRole::Kept ? t.kept : t.front).push_back(std::move(x));
+  };
+  carry("k_norm.weight", {Di}, TensorRole::Buffer);
+  carry("k_norm.bias", {Di}, TensorRole::Buffer);
+  carry("wq_b.weight", {Hi * Di, m.q_lora_rank}, TensorRole::Kept);
+  carry("wk.weight", {Di, C}, TensorRole::Kept);
+  carry("weights_proj.weight", {Hi, C}, TensorRole::Kept);
+}
+
 void mla(Table& t, const ModelConfig& c) {
   const MlaConfig& m = c.mla;
   const int64_t C = c.hidden_size, H = c.num_heads, Dq = m.qk_nope_head_dim + m.qk_rope_head_dim;
@@ -57,6 +75,7 @@ void mla(Table& t, const ModelConfig& c) {
   t.linear("self_attn.kv_a_proj_with_mqa.weight", m.kv_lora_rank + m.qk_rope_head_dim, C, &W::kv_a);
   t.linear("self_attn.kv_b_proj.weight", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, &W::kv_b);
   t.linear("self_attn.o_proj.weight", C, H * m.v_head_dim, &W::wo);
+  if (m.indexer_heads) indexer(t, c);
 }
 
 void mlp(Table& t, const ModelConfig& c) {

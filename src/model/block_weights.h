@@ -22,7 +22,8 @@ enum class TensorRole : uint8_t {
   Bias,    // a Linear's bias
   Linear,  // a quantizable Linear's weight (the table lists them in linear_slot order)
   Kept,    // a Linear that stays in 16 bit by rule (a MoE router, a shared expert's gate): BlockTensor::why
-  Buffer,  // a tensor the forward reads that is no parameter (DeepSeek's e_score_correction_bias)
+  Buffer,  // a tensor the forward reads that is no parameter (DeepSeek's e_score_correction_bias), or a
+           // non-Linear tensor no module reads, copied unchanged (DeepSeek-V3.2's indexer k_norm)
 };
 
 struct BlockTensor {
@@ -56,11 +57,18 @@ struct BlockWeights {
   // (one Tensor per expert Linear, in either checkpoint layout), the shared expert and its gate.
   Tensor router, router_bias, score_bias, sg, su, sd, sgate;
   std::vector<Tensor> eg, eu, ed;
+  // Tensors copied unchanged that no module reads (DeepSeek-V3.2's sparse-attention indexer).
+  std::vector<Tensor> carried;
   bool mixtral_names = false;  // the experts' Linears are block_sparse_moe.experts.<e>.gate_proj ... (Mixtral)
   AttnKind attn = AttnKind::Gqa;
   std::vector<BlockTensor> tensors;  // the table (model/block_tensors.h)
 
   BlockPtrs<const float*> ptrs() const;
+  // Sizes every member list (experts, carried) to hold the table's entries.
+  void size_lists() {
+    for (const BlockTensor& t : tensors)
+      if (t.list && (this->*t.list).size() <= size_t(t.index)) (this->*t.list).resize(size_t(t.index) + 1);
+  }
   size_t bytes() const;
 };
 

@@ -28,6 +28,9 @@ struct RopeScaling {
 struct MlaConfig {
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool rope_interleave = true;
+  // DeepSeek-V3.2's sparse-attention indexer (self_attn.indexer.*): kept in 16 bit and copied, never run
+  // (dense_limit = index_topk keeps sequences where it selects every token); 0 heads: none.
+  int64_t indexer_heads = 0, indexer_head_dim = 0;
 };
 
 // quantization_config of a directory written by a quantizer (ours or AutoRound/GPTQ/llm-compressor);
@@ -117,7 +120,15 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false, o_bias = false, qk_norm = false;
   int64_t rotary_dims = 0;  // partial RoPE (GLM-4.5's partial_rotary_factor): a head's first dims rotated (0: all)
-  int64_t sliding_window = 0;  // 0 = none; sequences longer than this are refused
+  // Sequences up to this many tokens attend densely (causal attention over all of them), as we compute
+  // it; longer ones are refused (0: no limit). Mistral's sliding_window, DeepSeek-V3.2's index_topk (its
+  // indexer keeps every token up to there): dense_limit_field names the config field.
+  int64_t dense_limit = 0;
+  std::string dense_limit_field;
+  // The longest sequence we run: max_position_embeddings, or dense_limit where shorter.
+  int64_t context_tokens() const {
+    return dense_limit > 0 && dense_limit < max_position_embeddings ? dense_limit : max_position_embeddings;
+  }
   int64_t bos_token_id = -1, eos_token_id = -1;
   QuantConfig quant;
   MoeConfig moe;
@@ -143,5 +154,8 @@ ModelConfig load_model_config(const std::string& config_json_path);
 // Refuses (InvalidInput, naming the field) sizes above generous per-field limits or whose products
 // would need absurd memory; called by parse_model_config before anything is allocated (config_limits.cpp).
 void check_config_limits(const ModelConfig& c, const std::string& path);
+// Refuses (Unsupported) `tokens` beyond the model's dense_limit, naming `what` ("sequence", "--seqlen")
+// and the config field.
+void check_dense_limit(const ModelConfig& c, int64_t tokens, const std::string& what = "sequence");
 
 }  // namespace ar

@@ -34,6 +34,13 @@ constexpr int64_t kMaxElements = int64_t(1) << 36, kMaxRopeElements = int64_t(1)
 }
 }  // namespace
 
+void check_dense_limit(const ModelConfig& c, int64_t tokens, const std::string& what) {
+  if (c.dense_limit <= 0 || tokens <= c.dense_limit) return;
+  fail(ErrorKind::Unsupported, what + " of " + std::to_string(tokens) + " tokens exceeds " + c.dense_limit_field + " " +
+                                   std::to_string(c.dense_limit) + " of " + c.architecture +
+                                   ": beyond it attention is not full causal attention, which is not supported");
+}
+
 void check_config_limits(const ModelConfig& c, const std::string& path) {
   for (const Limit& l : kLimits)
     if (c.*l.value > l.max)

@@ -198,10 +198,9 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
   const bool moe = cfg_.is_moe_layer(layer);
   BlockWeights w;
   w.tensors = block_tensors(cfg_, layer, moe && fused_experts(layer));
+  w.size_lists();
   w.attn = cfg_.is_mla() ? AttnKind::Mla : AttnKind::Gqa;
   w.mixtral_names = moe && cfg_.moe.mixtral_names;
-  if (moe)
-    for (auto* v : {&w.eg, &w.eu, &w.ed}) v->resize(size_t(cfg_.moe.num_experts));
   for (const BlockTensor& t : w.tensors) {
     const std::string stored = t.stored.empty() ? p + t.name : t.stored;
     t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);

@@ -225,6 +225,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const HfModel& model) {
 }
 
 void require_context(const HfModel& model, int64_t tokens, const std::string& what) {
+  check_dense_limit(model.config(), tokens, what);
   const int64_t have = model.config().max_position_embeddings;
   if (tokens > have)
     fail(ErrorKind::InvalidInput, model.context_field() + " " + std::to_string(have) + " is smaller than the " +

@@ -93,6 +93,12 @@ nlohmann::json tiny_sigmoid_moe_config(nlohmann::json c, const std::string& arch
   c["routed_scaling_factor"] = 2.5;
   c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
                        {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  if (arch == "deepseek_v32") {  // V3 plus the sparse-attention indexer, dense up to 64 tokens
+    c["architectures"] = {"DeepseekV32ForCausalLM"};
+    c["index_n_heads"] = 4;
+    c["index_head_dim"] = 16;
+    c["index_topk"] = 64;
+  }
   return c;
 }
 }  // namespace
@@ -116,7 +122,7 @@ nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers) {
     c["mlp_only_layers"] = nlohmann::json::array();
     return c;
   }
-  if (arch == "deepseek_v3" || arch == "glm4_moe") return tiny_sigmoid_moe_config(c, arch);
+  if (arch == "deepseek_v3" || arch == "deepseek_v32" || arch == "glm4_moe") return tiny_sigmoid_moe_config(c, arch);
   c["architectures"] = {"Qwen3MoeForCausalLM"};
   c["head_dim"] = 16;
   c["norm_topk_prob"] = true;

@@ -25,7 +25,8 @@ nlohmann::json tiny_llama_config(int64_t layers = 2);
 // Its mixture-of-experts variants: "qwen3_moe" (8 experts of 32, top-2 renormalized, q/k norm, layer 0
 // dense), "qwen2_moe" (8 experts, top-2, a shared expert of 64 with its gate, every layer MoE),
 // "mixtral" (8 experts of 32, top-2), "deepseek_v3" (latent attention, YaRN, DeepSeek's grouped sigmoid
-// router, a shared expert, layer 0 dense), "glm4_moe" (biases, partial RoPE, the sigmoid router).
+// router, a shared expert, layer 0 dense), "deepseek_v32" (deepseek_v3 with the sparse-attention
+// indexer, index_topk 64), "glm4_moe" (biases, partial RoPE, the sigmoid router).
 nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

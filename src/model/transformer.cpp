@@ -75,8 +75,7 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
     fail(ErrorKind::InvalidInput, "sequence of " + std::to_string(decode_->pos + n) +
                                       " tokens exceeds max_position_embeddings " +
                                       std::to_string(c.max_position_embeddings));
-  if (c.sliding_window > 0 && decode_->pos + n > c.sliding_window)
-    fail(ErrorKind::Unsupported, "sequence exceeds sliding_window " + std::to_string(c.sliding_window));
+  check_dense_limit(c, decode_->pos + n);
   const int64_t C = c.hidden_size;
   Tensor x = embed_tokens(ids, n), y = Tensor::empty({n, C}, DType::F32, ctx_);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -113,9 +112,7 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
   if (T > c.max_position_embeddings)
     fail(ErrorKind::InvalidInput, "sequence of " + std::to_string(T) + " tokens exceeds max_position_embeddings " +
                                       std::to_string(c.max_position_embeddings));
-  if (c.sliding_window > 0 && T > c.sliding_window)
-    fail(ErrorKind::Unsupported, "sequence of " + std::to_string(T) + " tokens exceeds sliding_window " +
-                                     std::to_string(c.sliding_window));
+  check_dense_limit(c, T);
   const int64_t N = B * T, C = c.hidden_size;
   Tensor x = embed_tokens(ids, N), y = Tensor::empty({N, C}, DType::F32, ctx_);
   std::vector<int32_t> pos(static_cast<size_t>(N));

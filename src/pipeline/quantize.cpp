@@ -160,6 +160,11 @@ void QuantizeRun::calibrate() {
   const ModelConfig& cfg = model_->config();
   quant::CalibOptions calib_opt = opt_.calib;
   calib_opt.max_context = cfg.max_position_embeddings;
+  if (cfg.dense_limit > 0 && cfg.dense_limit < cfg.max_position_embeddings) {  // sliding window, sparse attention
+    if (calib_opt.seqlen_given) check_dense_limit(cfg, calib_opt.seqlen, "--seqlen");
+    calib_opt.max_context = cfg.dense_limit;
+    calib_opt.context_field = cfg.dense_limit_field + ", beyond which attention is not dense";
+  }
   calib_opt.vocab_size = cfg.vocab_size;
   calib_ = quant::build_calibration(*tok_, calib_opt);
   for (const auto& n : calib_.notes) steps::note(rep_, n);

@@ -182,10 +182,10 @@ int64_t effective_seqlen(const CalibOptions& opt, std::vector<std::string>& note
   if (opt.seqlen < 2) fail(ErrorKind::InvalidInput, "--seqlen must be at least 2");
   if (opt.max_context <= 0 || opt.seqlen <= opt.max_context) return opt.seqlen;
   if (opt.seqlen_given)
-    fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(opt.seqlen) + " exceeds max_position_embeddings " +
+    fail(ErrorKind::InvalidInput, "--seqlen " + std::to_string(opt.seqlen) + " exceeds " + opt.context_field + " " +
                                       std::to_string(opt.max_context) + " (the model's context)");
   notes.push_back("--seqlen " + std::to_string(opt.seqlen) + " clamped to the model's context of " +
-                  std::to_string(opt.max_context) + " tokens (max_position_embeddings)");
+                  std::to_string(opt.max_context) + " tokens (" + opt.context_field + ")");
   return opt.max_context;
 }
 }  // namespace

@@ -30,6 +30,7 @@ struct CalibOptions {
   uint64_t seed = 42;
   bool seqlen_given = false;  // --seqlen on the command line: never clamped
   int64_t max_context = 0;    // the model's max_position_embeddings (0: no limit)
+  std::string context_field = "max_position_embeddings";  // where max_context comes from, for the messages
   int64_t vocab_size = 0;     // the model's embedding rows: token ids in a source must be below (0: the tokenizer's)
 };
 

@@ -51,7 +51,7 @@ BlockWeights clone_block(const BlockWeights& w, Context& ctx) {
   m.tensors = w.tensors;
   m.attn = w.attn;
   m.mixtral_names = w.mixtral_names;
-  for (auto f : {&BlockWeights::eg, &BlockWeights::eu, &BlockWeights::ed}) (m.*f).resize((w.*f).size());
+  m.size_lists();
   for (const BlockTensor& t : w.tensors) t.in(m) = t.in(w).clone(ctx);
   return m;
 }

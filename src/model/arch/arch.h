@@ -27,7 +27,10 @@ void configure_qwen2_moe(ModelConfig& cfg, const nlohmann::json& j, const std::s
 void configure_qwen3_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_mixtral(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_deepseek_v32(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+// DeepSeek-V3's latent attention fields (arch/deepseek_v3.cpp), shared with V3.2.
+void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in);
 
 // Where a MoE family keeps its fields (arch/moe_fields.cpp reads and checks them into cfg.moe).
 struct MoeFields {

@@ -12,7 +12,6 @@
 
 namespace ar {
 
-namespace {
 void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in) {
   MlaConfig& m = cfg.mla;
   m.q_lora_rank = null_field(j, "q_lora_rank") ? 0 : positive_or(in, "q_lora_rank", 1536);
@@ -33,8 +32,6 @@ void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in) 
     in.at("num_key_value_heads").bad("must equal num_attention_heads for latent attention");
   cfg.head_dim = m.qk_rope_head_dim;  // transformers' head_dim here: the rotated dims
 }
-
-}  // namespace
 
 void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
   const JsonIn in(j, path);

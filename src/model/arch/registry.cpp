@@ -12,6 +12,7 @@ constexpr ArchSpec kArchs[] = {
     {"Qwen3MoeForCausalLM", configure_qwen3_moe},
     {"MixtralForCausalLM", configure_mixtral},
     {"DeepseekV3ForCausalLM", configure_deepseek_v3},
+    {"DeepseekV32ForCausalLM", configure_deepseek_v32},
     {"Glm4MoeForCausalLM", configure_glm4_moe},
 };
 }  // namespace
