@@ -63,6 +63,23 @@ inline void write_per_expert(const std::string& from, const std::string& to) {
   write_safetensors(to + "/model.safetensors", out);
 }
 
+// Appends a copy of layer `from`'s tensors as layer `to` to dir/model.safetensors: an MTP layer stored
+// past num_hidden_layers, as DeepSeek and GLM store theirs.
+inline void append_layer_copy(const std::string& dir, int64_t from, int64_t to) {
+  const std::string src = "model.layers." + std::to_string(from) + ".", dst = "model.layers." + std::to_string(to) + ".";
+  std::vector<StEntry> all;
+  Context ctx;
+  auto f = SafetensorsFile::open(dir + "/model.safetensors");
+  for (const auto& t : f->header().tensors) {
+    StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
+    std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
+    all.push_back(e);
+    if (t.name.rfind(src, 0) == 0) all.push_back({dst + t.name.substr(src.size()), e.tensor});
+  }
+  f.reset();
+  write_safetensors(dir + "/model.safetensors", all);
+}
+
 // Our logits of `dir/model` against transformers' (dir/expected.safetensors) in both expert layouts: the
 // layouts give identical logits, and both are within 5e-6 of the largest logit of transformers'.
 inline void expect_logits_match_transformers(const std::string& dir, const std::string& tag) {

@@ -93,17 +93,7 @@ void write_deepseek_with_mtp(const std::string& dir) {
   json c = tiny_moe_config("deepseek_v3", 2);
   c["num_nextn_predict_layers"] = 1;
   write_synthetic_model(dir, c, 61, DType::BF16);
-  std::vector<StEntry> all;
-  Context ctx;
-  auto f = SafetensorsFile::open(dir + "/model.safetensors");
-  for (const auto& t : f->header().tensors) {
-    StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
-    std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
-    all.push_back(e);
-    if (t.name.rfind("model.layers.1.", 0) == 0) all.push_back({"model.layers.2." + t.name.substr(15), e.tensor});
-  }
-  f.reset();
-  write_safetensors(dir + "/model.safetensors", all);
+  test::append_layer_copy(dir, 1, 2);
 }
 
 TEST(Fp8Source, ReadsAsItsExactDequantization) {

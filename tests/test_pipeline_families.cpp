@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
+#include "hf_checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -106,19 +107,7 @@ TEST(PipelineFamilies, MtpLayersAreCopiedUnchanged) {
   json c = tiny_moe_config("glm4_moe", 2);
   c["num_nextn_predict_layers"] = 1;
   write_synthetic_model(m.path, c, 53, DType::BF16);
-  {  // one stored MTP layer: layer 2 of a 2-layer model
-    std::vector<StEntry> all;
-    Context ctx(Device{}, 1);
-    auto f = SafetensorsFile::open(m.path + "/model.safetensors");
-    for (const auto& t : f->header().tensors) {
-      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
-      std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
-      all.push_back(e);
-      if (t.name.rfind("model.layers.1.", 0) == 0) all.push_back({"model.layers.2." + t.name.substr(15), e.tensor});
-    }
-    f.reset();
-    write_safetensors(m.path + "/model.safetensors", all);
-  }
+  test::append_layer_copy(m.path, 1, 2);  // one stored MTP layer: layer 2 of a 2-layer model
   quantize_model(test::moe_quantize_options(m.path, q.path, 0));
   const auto sb = test::tensor_bytes(m.path + "/model.safetensors");
     const auto qb = test::tensor_bytes(q.path + "/model.safetensors");

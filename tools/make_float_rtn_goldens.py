@@ -53,12 +53,13 @@ def quantize(src: str, kwargs: dict, out: str) -> str:
 
 
 def keep_linears(src: str, dst: str) -> dict:
-    """An output's config.json and its Linears' tensors (the goldens keep no more) into dst, anew."""
+    """An output's config.json and its Linears' tensors (the goldens keep no more; DeepSeek's
+    kv_a_proj_with_mqa included) into dst, anew."""
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     shutil.copy(os.path.join(src, "config.json"), dst)
     with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
-        keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k}
+        keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k or "_proj_with_mqa." in k}
     save_file(keep, os.path.join(dst, "model.safetensors"))
     return keep
 

@@ -19,32 +19,17 @@ tests/data/fp8_static/calib.jsonl's documents, read as make_fp8_static_goldens.p
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shutil
 import sys
-import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from make_fp8_static_goldens import DOCS, SEQLEN, quantize  # noqa: E402
-
-
-def keep_linears(src: str, dst: str) -> dict:
-    """An output's config.json and its Linears' tensors (kv_a_proj_with_mqa included) into dst, anew."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-    shutil.rmtree(dst, ignore_errors=True)
-    os.makedirs(dst)
-    shutil.copy(os.path.join(src, "config.json"), dst)
-    with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
-        keep = {k: f.get_tensor(k) for k in f.keys() if "_proj." in k or "_proj_with_mqa." in k}
-    save_file(keep, os.path.join(dst, "model.safetensors"))
-    return keep
+from make_fp8_static_moe_goldens import write_goldens  # noqa: E402
 
 
 def make_model(d: str, tok_src: str) -> None:
@@ -73,28 +58,11 @@ def make_model(d: str, tok_src: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokenizer", default="tests/data/autoround_golden/tokenizer")
-    args = ap.parse_args()
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(args.tokenizer)
-    dataset = [torch.tensor([tok(doc)["input_ids"][:SEQLEN]], dtype=torch.long) for doc in DOCS]
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "model_fp")
-        make_model(src, args.tokenizer)
-        dst = os.path.join(args.out, "source")
-        shutil.rmtree(dst, ignore_errors=True)
-        os.makedirs(dst)
-        for f in ("config.json", "model.safetensors"):
-            shutil.copy(os.path.join(src, f), dst)
-        for fmt in ("llm_compressor", "auto_round"):
-            d = quantize(src, dataset, fmt, os.path.join(tmp, fmt))
-            keep = keep_linears(d, os.path.join(args.out, fmt))
-            scales = {k: v.float().item() for k, v in keep.items() if k.endswith("input_scale")}
-            print(fmt, len(keep), "tensors;", len(scales), "input scales; layer 0 attention:",
-                  {k.split(".")[-2]: f"{v:.6g}" for k, v in scales.items() if "layers.0.self_attn" in k})
-            assert len(scales) == 2 * 5 + 3 + 3 * (4 + 1), "every Linear but the router has its input scale"
+    for fmt, keep in write_goldens(make_model, __doc__.splitlines()[0]).items():
+        scales = {k: v.float().item() for k, v in keep.items() if k.endswith("input_scale")}
+        print(fmt, len(keep), "tensors;", len(scales), "input scales; layer 0 attention:",
+              {k.split(".")[-2]: f"{v:.6g}" for k, v in scales.items() if "layers.0.self_attn" in k})
+        assert len(scales) == 2 * 5 + 3 + 3 * (4 + 1), "every Linear but the router has its input scale"
 
 
 if __name__ == "__main__":

@@ -60,14 +60,18 @@ def make_model(d: str, tok_src: str) -> None:
         shutil.copy(f, d)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_goldens(make_model, description: str) -> dict:
+    """The command line (--out, --tokenizer), then `make_model(dir, tokenizer)`'s model as <out>/source and
+    AutoRound's FP8_STATIC RTN outputs of it on the calibration documents as <out>/<format>; returns
+    each format's kept tensors."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer", default="tests/data/autoround_golden/tokenizer")
     args = ap.parse_args()
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     dataset = [torch.tensor([tok(doc)["input_ids"][:SEQLEN]], dtype=torch.long) for doc in DOCS]
+    kept = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "model_fp")
         make_model(src, args.tokenizer)
@@ -78,10 +82,15 @@ def main() -> None:
             shutil.copy(os.path.join(src, f), dst)
         for fmt in ("llm_compressor", "auto_round"):
             d = quantize(src, dataset, fmt, os.path.join(tmp, fmt))
-            keep = keep_linears(d, os.path.join(args.out, fmt))
-            scales = {k: v.float().item() for k, v in keep.items() if "layers.1.mlp.experts" in k and "input_scale" in k}
-            print(fmt, len(keep), "tensors; layer 1 down_proj input scales:",
-                  [f"{scales[f'model.layers.1.mlp.experts.{e}.down_proj.input_scale']:.6g}" for e in range(8)])
+            kept[fmt] = keep_linears(d, os.path.join(args.out, fmt))
+    return kept
+
+
+def main() -> None:
+    for fmt, keep in write_goldens(make_model, __doc__.splitlines()[0]).items():
+        scales = {k: v.float().item() for k, v in keep.items() if "layers.1.mlp.experts" in k and "input_scale" in k}
+        print(fmt, len(keep), "tensors; layer 1 down_proj input scales:",
+              [f"{scales[f'model.layers.1.mlp.experts.{e}.down_proj.input_scale']:.6g}" for e in range(8)])
 
 
 if __name__ == "__main__":
