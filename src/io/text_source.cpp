@@ -49,6 +49,23 @@ size_t invalid_utf8(const std::string& s, bool final, size_t* complete_end) {
   if (complete_end) *complete_end = i;
   return std::string::npos;
 }
+
+// A JSONL field's token ids; each must be an integer in 0..limit-1.
+void read_token_ids(const nlohmann::json& a, int64_t limit, const std::string& field, const std::string& where,
+                    std::vector<int32_t>* ids) {
+  ids->clear();
+  ids->reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const nlohmann::json& v = a[i];
+    const bool integer = v.is_number_integer();
+    if (!integer || (v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(limit)
+                                            : v.get<int64_t>() < 0 || v.get<int64_t>() >= limit))
+      fail(ErrorKind::InvalidInput, where + ": '" + field + "'[" + std::to_string(i) + "] = " + v.dump().substr(0, 40) +
+                                        " is not a token id (an integer from 0 to " + std::to_string(limit - 1) +
+                                        ", the model's vocabulary)");
+    ids->push_back(int32_t(v.get<int64_t>()));
+  }
+}
 }  // namespace
 
 std::unique_ptr<TextSource> TextSource::open(const std::string& path, const std::string& field, size_t chunk_bytes) {
@@ -142,24 +159,6 @@ bool TextSource::read_line(std::string* line) {
   }
 }
 
-namespace {
-// A JSONL field's token ids; each must be an integer in 0..limit-1.
-void read_token_ids(const nlohmann::json& a, int64_t limit, const std::string& field, const std::string& where,
-                    std::vector<int32_t>* ids) {
-  ids->clear();
-  ids->reserve(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    const nlohmann::json& v = a[i];
-    const bool integer = v.is_number_integer();
-    if (!integer || (v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(limit)
-                                            : v.get<int64_t>() < 0 || v.get<int64_t>() >= limit))
-      fail(ErrorKind::InvalidInput, where + ": '" + field + "'[" + std::to_string(i) + "] = " + v.dump().substr(0, 40) +
-                                        " is not a token id (an integer from 0 to " + std::to_string(limit - 1) +
-                                        ", the model's vocabulary)");
-    ids->push_back(int32_t(v.get<int64_t>()));
-  }
-}
-}  // namespace
 
 bool TextSource::next(std::string* doc) {
   last_was_ids_ = false;
