@@ -530,7 +530,7 @@ TEST(GgufRead, ContextLengthBelowWhatTheCommandNeedsNamesTheKey) {
 #endif
 
 // Regenerates the committed fuzz seeds (fuzz/corpus/gguf_tensors: one-layer models of each architecture
-// in q4_0, q8_0 and f16) when AR_WRITE_GGUF_SEEDS names a directory; skipped otherwise.
+// in q4_0, q8_0 and f16; deepseek2 and glm4moe with a dense and a MoE layer) when AR_WRITE_GGUF_SEEDS names a directory; skipped otherwise.
 TEST(GgufRead, WritesFuzzSeeds) {
   const char* out = std::getenv("AR_WRITE_GGUF_SEEDS");
   if (!out) GTEST_SKIP() << "set AR_WRITE_GGUF_SEEDS=<dir> to regenerate fuzz/corpus/gguf_tensors";  // MoE seeds too
@@ -539,7 +539,9 @@ TEST(GgufRead, WritesFuzzSeeds) {
                         Seed{"Qwen2ForCausalLM", "gguf:q8_0", false, "qwen2_q8_0.gguf"},
                         Seed{"Qwen3ForCausalLM", "gguf:f16", true, "qwen3_f16_tied.gguf"},
                         Seed{"qwen2_moe", "gguf:q4_0", false, "qwen2moe_q4_0.gguf"},
-                        Seed{"mixtral", "gguf:q8_0", false, "mixtral_q8_0.gguf"}}) {
+                        Seed{"mixtral", "gguf:q8_0", false, "mixtral_q8_0.gguf"},
+                        Seed{"deepseek_v3", "gguf:q4_0", false, "deepseek2_q4_0.gguf"},
+                        Seed{"glm4_moe", "gguf:q8_0", false, "glm4moe_q8_0.gguf"}}) {
     const std::string m = test::temp_path("ggr_seed_m"), q = test::temp_path("ggr_seed_q");
     const bool moe = std::string(s.arch).find("For") == std::string::npos;  // tiny_moe_config's names
     nlohmann::json c = moe ? tiny_moe_config(s.arch, 1) : config_of(s.arch, 32, 32, 260, s.tied);
@@ -550,9 +552,10 @@ TEST(GgufRead, WritesFuzzSeeds) {
       c[c.contains("moe_intermediate_size") ? "moe_intermediate_size" : "intermediate_size"] = 32;
       if (c.contains("shared_expert_intermediate_size")) c["shared_expert_intermediate_size"] = 32;
     }
-    c["num_hidden_layers"] = 1;
+    const bool sigmoid = c.contains("first_k_dense_replace");  // a dense layer 0, then a MoE layer
+    c["num_hidden_layers"] = sigmoid ? 2 : 1;
     c["num_attention_heads"] = 2;
-    c["num_key_value_heads"] = 1;
+    c["num_key_value_heads"] = c.contains("kv_lora_rank") ? 2 : 1;
     c["max_position_embeddings"] = 64;
     write_synthetic_model(m, c, 21);
     const std::string path = write_gguf(m, q, s.format);

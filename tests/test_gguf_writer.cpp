@@ -314,9 +314,9 @@ TEST(GgufModel, TensorNames) {
   };
   for (const auto& [hf, gg] : table) EXPECT_EQ(gguf_tensor_name(hf, c), gg) << hf;
   expect_error([&] { gguf_tensor_name("model.layers.5.mlp.up_proj.weight", c); }, "in layer 5 of a model with 5");
-  expect_error([&] { gguf_tensor_name("model.layers.0.self_attn.q_proj.bias", c); }, "q_proj.bias' is a bias");
-  expect_error([&] { gguf_tensor_name("model.layers.0.self_attn.q_norm.weight", c); }, "q/k norm");
-  expect_error([&] { gguf_tensor_name("model.layers.0.mlp.experts.weight", c); }, "has no llama.cpp name");
+  expect_error([&] { gguf_tensor_name("model.layers.0.self_attn.q_proj.bias", c); }, "q_proj.bias' is not a tensor of layer 0");
+  expect_error([&] { gguf_tensor_name("model.layers.0.self_attn.q_norm.weight", c); }, "q_norm.weight' is not a tensor of layer 0");
+  expect_error([&] { gguf_tensor_name("model.layers.0.mlp.experts.weight", c); }, "is not a tensor of layer 0");
   expect_error([&] { gguf_tensor_name("model.layers.x.mlp.up_proj.weight", c); }, "has no layer number");
   expect_error([&] { gguf_tensor_name("model.rotary_emb.inv_freq", c); }, "'model.rotary_emb.inv_freq'");
   ModelConfig q = llama_config("Qwen3ForCausalLM");

@@ -1,80 +1,66 @@
 #include "export/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "core/error.h"
 #include "export/gguf_tokenizer.h"
 #include "io/gguf_writer.h"
+#include "model/arch/arch.h"
+#include "model/block_tensors.h"
 
 namespace ar {
 
 namespace {
-struct ArchName {
-  const char* hf;
-  const char* gguf;
-  bool permute_qk;  // llama.cpp runs it with normal (adjacent-pair) rope: Q/K rows are interleaved
-};
-// Checked against convert_hf_to_gguf: LlamaModel (registered for LlamaForCausalLM and
-// MistralForCausalLM) permutes q_proj/k_proj; Qwen2Model and Qwen3Model do not (NEOX rope).
-// Mixture-of-experts (convert_hf_to_gguf's Qwen2MoeModel, Qwen3MoeModel; Mixtral is LlamaModel with
-// experts): llama.cpp renormalizes the top-k weights for qwen3moe and llama, never for qwen2moe, and its
-// qwen2moe / qwen3moe have no dense layers.
-constexpr ArchName kArchs[] = {
-    {"LlamaForCausalLM", "llama", true},
-    {"MistralForCausalLM", "llama", true},
-    {"Qwen2ForCausalLM", "qwen2", false},
-    {"Qwen3ForCausalLM", "qwen3", false},
-    {"MixtralForCausalLM", "llama", true},
-    {"Qwen2MoeForCausalLM", "qwen2moe", false},
-    {"Qwen3MoeForCausalLM", "qwen3moe", false},
-};
+const GgufArch* find_gguf_arch(const ModelConfig& cfg) {
+  const ArchSpec* a = find_arch(cfg.architecture);
+  return a ? a->gguf : nullptr;
+}
 
-// What llama.cpp's MoE graphs cannot express, refused naming the field.
-void check_moe(const ModelConfig& cfg, const std::string& arch) {
+// What llama.cpp's MoE graphs cannot express, refused naming the field: dense layers other than leading
+// ones, a top-k renormalization other than the graph's fixed choice.
+void check_moe(const ModelConfig& cfg, const GgufArch& g) {
   const MoeConfig& m = cfg.moe;
-  auto refuse = [&](const std::string& why) {
-    fail(ErrorKind::Unsupported, "GGUF export: " + cfg.architecture + " " + why + ", which llama.cpp's " + arch +
-                                     " does not run");
-  };
-  if (arch != "llama" && (!m.mlp_only_layers.empty() || m.sparse_step != 1))
-    refuse("has dense layers (mlp_only_layers / decoder_sparse_step)");
-  const bool renormalized = arch != "qwen2moe";  // build_moe_ffn's norm_w in llama.cpp
-  if (m.norm_topk_prob != renormalized)
-    refuse(std::string("has norm_topk_prob ") + (m.norm_topk_prob ? "true" : "false"));
-  if (arch == "qwen2moe" && cfg.num_heads * cfg.head_dim != cfg.hidden_size)
-    refuse("has heads x head_dim != hidden_size");
+  if (!g.leading_dense && (!m.mlp_only_layers.empty() || m.sparse_step != 1 || m.first_dense > 0))
+    refuse_gguf(cfg, g.name, "has dense layers (mlp_only_layers / decoder_sparse_step)");
+  if ((g.topk_norm == GgufTopkNorm::Always && !m.norm_topk_prob) || (g.topk_norm == GgufTopkNorm::Never && m.norm_topk_prob))
+    refuse_gguf(cfg, g.name, std::string("has norm_topk_prob ") + (m.norm_topk_prob ? "true" : "false"));
 }
 
-const ArchName& arch_of(const ModelConfig& cfg) {
-  for (const auto& a : kArchs)
-    if (cfg.architecture == a.hf) {
-      if (cfg.is_moe()) check_moe(cfg, a.gguf);
-      return a;
-    }
-  fail(ErrorKind::Unsupported, "GGUF export: architecture '" + cfg.architecture +
-                                   "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                   "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
+const GgufArch& arch_of(const ModelConfig& cfg) {
+  const GgufArch* g = find_gguf_arch(cfg);
+  if (!g)
+    fail(ErrorKind::Unsupported, "GGUF export: architecture '" + cfg.architecture + "' is not supported (" +
+                                     gguf_written_archs() + ")");
+  if (cfg.is_moe()) check_moe(cfg, *g);
+  if (g->check) g->check(cfg);
+  return *g;
 }
 
-enum class Needs { Nothing, QkvBias, OBias, QkNorm, Moe, Shared };
+// llama.cpp's names of the in-layer modules (LLM_TENSOR_*), ".weight" / ".bias" kept. MLA's kv_b_proj
+// names its attn_v_b part (gguf_mla_k_b_name gives the other).
 struct LayerModule {
   const char* hf;
   const char* gguf;
-  Needs bias;  // what the config must say for a .bias of this module to exist
 };
 constexpr LayerModule kLayerModules[] = {
-    {"self_attn.q_proj", "attn_q", Needs::QkvBias},       {"self_attn.k_proj", "attn_k", Needs::QkvBias},
-    {"self_attn.v_proj", "attn_v", Needs::QkvBias},       {"self_attn.o_proj", "attn_output", Needs::OBias},
-    {"mlp.gate_proj", "ffn_gate", Needs::Nothing},        {"mlp.up_proj", "ffn_up", Needs::Nothing},
-    {"mlp.down_proj", "ffn_down", Needs::Nothing},        {"input_layernorm", "attn_norm", Needs::Nothing},
-    {"post_attention_layernorm", "ffn_norm", Needs::Nothing}, {"self_attn.q_norm", "attn_q_norm", Needs::QkNorm},
-    {"self_attn.k_norm", "attn_k_norm", Needs::QkNorm},
-    // mixture of experts: router, Qwen2-MoE's shared expert and its gate
-    {"mlp.gate", "ffn_gate_inp", Needs::Moe},                 {"block_sparse_moe.gate", "ffn_gate_inp", Needs::Moe},
-    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp", Needs::Shared}, {"mlp.shared_expert.up_proj", "ffn_up_shexp", Needs::Shared},
-    {"mlp.shared_expert.down_proj", "ffn_down_shexp", Needs::Shared}, {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", Needs::Shared},
+    {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"}, {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
+    {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},
+    {"mlp.up_proj", "ffn_up"}, {"mlp.down_proj", "ffn_down"},
+    // multi-head latent attention (deepseek2)
+    {"self_attn.q_a_proj", "attn_q_a"}, {"self_attn.q_a_layernorm", "attn_q_a_norm"}, {"self_attn.q_b_proj", "attn_q_b"},
+    {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"}, {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+    {"self_attn.kv_b_proj", "attn_v_b"},
+    // mixture of experts: routers, shared experts (Qwen2-MoE's behind its gate, DeepSeek's ungated)
+    {"mlp.gate", "ffn_gate_inp"}, {"block_sparse_moe.gate", "ffn_gate_inp"},
+    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+    {"mlp.shared_expert.down_proj", "ffn_down_shexp"}, {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+    {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+    {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
 };
+constexpr LayerModule kLayerTensors[] = {{"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"}};
 
 // An expert's Linear: "mlp.experts.<e>.gate_proj" (block_sparse_moe, w1/w3/w2 too) -> the stacked tensor's
 // module ("ffn_gate_exps") and e; nullptr when the module is not an expert's.
@@ -92,23 +78,28 @@ const char* expert_module(const std::string& module, int64_t* expert) {
   return nullptr;
 }
 
-bool holds(const ModelConfig& cfg, Needs n) {
-  switch (n) {
-    case Needs::QkvBias: return cfg.qkv_bias;
-    case Needs::OBias: return cfg.o_bias;
-    case Needs::QkNorm: return cfg.qk_norm;
-    case Needs::Moe: return cfg.is_moe();
-    case Needs::Shared: return cfg.moe.shared_intermediate > 0;
-    default: return false;
-  }
-}
-
 [[noreturn]] void unknown(const std::string& hf_name, const std::string& why) {
   fail(ErrorKind::InvalidInput, "GGUF export: tensor '" + hf_name + "' " + why);
 }
 
-// "model.layers.N.<module>.<weight|bias>" -> "blk.N.<gguf module>.<weight|bias>"; *expert gets an expert
-// Linear's index (its rows are part e of the stacked ffn_*_exps tensor), else -1.
+// llama.cpp's name of an in-layer tensor ("self_attn.q_proj.weight" -> "attn_q.weight"); empty when none.
+std::string in_layer_name(const std::string& rest, const GgufArch& g) {
+  for (const auto& r : g.renames)
+    if (rest == r.hf) return r.gguf;
+  for (const auto& t : kLayerTensors)
+    if (rest == t.hf) return t.gguf;
+  const size_t dot = rest.rfind('.');
+  if (dot == std::string::npos) return {};
+  const std::string module = rest.substr(0, dot), kind = rest.substr(dot + 1);
+  if (kind != "weight" && kind != "bias") return {};
+  for (const auto& m : kLayerModules)
+    if (module == m.hf) return std::string(m.gguf) + "." + kind;
+  return {};
+}
+
+// "model.layers.N.<tensor>" -> "blk.N.<llama.cpp name>"; *expert gets an expert Linear's index (its rows
+// are part e of the stacked ffn_*_exps tensor), else -1. Only the tensors of the layer's table
+// (model/block_tensors.h) are named.
 std::string layer_tensor_name(const std::string& hf_name, const ModelConfig& cfg, int64_t* expert) {
   *expert = -1;
   const std::string prefix = "model.layers.";
@@ -119,32 +110,23 @@ std::string layer_tensor_name(const std::string& hf_name, const ModelConfig& cfg
   const int64_t layer = std::stoll(hf_name.substr(p, q - p));
   if (layer >= cfg.num_layers)
     unknown(hf_name, "is in layer " + std::to_string(layer) + " of a model with " + std::to_string(cfg.num_layers));
-  const std::string rest = hf_name.substr(q + 1);
+  const std::string rest = hf_name.substr(q + 1), blk = "blk." + std::to_string(layer) + ".";
   const size_t dot = rest.rfind('.');
-  const std::string module = rest.substr(0, dot == std::string::npos ? 0 : dot),
-                    kind = dot == std::string::npos ? rest : rest.substr(dot + 1);
-  if (const char* exps = expert_module(module, expert)) {
-    if (!cfg.is_moe_layer(layer) || *expert >= cfg.moe.num_experts || kind != "weight")
+  if (const char* exps = expert_module(rest.substr(0, dot == std::string::npos ? 0 : dot), expert)) {
+    if (!cfg.is_moe_layer(layer) || *expert >= cfg.moe.num_experts || rest.substr(dot + 1) != "weight")
       unknown(hf_name, "is not an expert weight of this model");
-    return "blk." + std::to_string(layer) + "." + exps + ".weight";
+    return blk + exps + ".weight";
   }
-  for (const auto& m : kLayerModules) {
-    if (module != m.hf) continue;
-    if ((m.bias == Needs::Moe || m.bias == Needs::Shared) && (!holds(cfg, m.bias) || !cfg.is_moe_layer(layer)))
-      unknown(hf_name, "is a mixture-of-experts tensor this layer does not have");
-    if ((m.bias == Needs::Moe || m.bias == Needs::Shared) && kind != "weight") break;
-    const bool norm = m.bias == Needs::QkNorm;
-    if (norm && !cfg.qk_norm) unknown(hf_name, "is a q/k norm, which this architecture does not have");
-    if (kind == "bias" && (norm || m.bias == Needs::Nothing || !holds(cfg, m.bias)))
-      unknown(hf_name, "is a bias the config does not declare");
-    if (kind != "weight" && kind != "bias") break;
-    return "blk." + std::to_string(layer) + "." + m.gguf + "." + kind;
-  }
-  unknown(hf_name, "has no llama.cpp name");
+  bool listed = false;
+  for (const BlockTensor& t : block_tensors(cfg, layer, false)) listed |= t.name == rest || t.stored == hf_name;
+  if (!listed) unknown(hf_name, "is not a tensor of layer " + std::to_string(layer) + " of this " + cfg.architecture);
+  const std::string name = in_layer_name(rest, arch_of(cfg));
+  if (name.empty()) unknown(hf_name, "has no llama.cpp name");
+  return blk + name;
 }
 }  // namespace
 
-std::string gguf_architecture(const ModelConfig& cfg) { return arch_of(cfg).gguf; }
+std::string gguf_architecture(const ModelConfig& cfg) { return arch_of(cfg).name; }
 
 std::string gguf_tensor_name(const std::string& hf_name, const ModelConfig& cfg, int64_t* expert) {
   int64_t e = -1;
@@ -185,10 +167,11 @@ std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const Mod
 
 std::vector<GgufExtraTensor> gguf_extra_tensors(const ModelConfig& cfg) {
   const RopeScaling& rs = cfg.rope_scaling;
-  if (rs.type == "default") return {};
-  if (rs.type != "llama3" || !arch_of(cfg).permute_qk)
+  const GgufArch& g = arch_of(cfg);
+  if (rs.type == "default" || (rs.type == "yarn" && g.yarn)) return {};  // yarn: the family's keys
+  if (rs.type != "llama3" || !g.permute_qk)
     fail(ErrorKind::Unsupported, "GGUF export: rope scaling '" + rs.type + "' on " + cfg.architecture +
-                                     " is not supported (llama3 scaling on the llama architecture only)");
+                                     " is not supported (llama3 scaling on the llama architecture, yarn on deepseek2)");
   // convert_hf_to_gguf's llama3 factors: 1 for short wavelengths, `factor` for long ones, a smooth
   // blend between; llama.cpp divides each rope frequency by its factor. We take the original context
   // from rope_scaling (where HF reads it), which the converter reads from the top level, default 8192;
@@ -212,40 +195,90 @@ std::vector<GgufExtraTensor> gguf_extra_tensors(const ModelConfig& cfg) {
   return {t};
 }
 
+namespace {
+// The keys every family writes, then the family's own (GgufArch::write_keys adds or replaces).
+std::vector<GgufKey> gguf_model_keys(const ModelConfig& cfg) {
+  std::vector<GgufKey> k;
+  set_gguf_count(k, "context_length", cfg.max_position_embeddings);
+  set_gguf_count(k, "embedding_length", cfg.hidden_size);
+  set_gguf_count(k, "block_count", cfg.num_layers);  // MTP layers are not written
+  set_gguf_count(k, "feed_forward_length", cfg.intermediate_size);
+  set_gguf_count(k, "attention.head_count", cfg.num_heads);
+  set_gguf_count(k, "attention.head_count_kv", cfg.num_kv_heads);
+  // llama.cpp takes the head size from key_length, else embedding_length / head_count; Qwen3 has
+  // head_dim != hidden / heads, so it is always written.
+  set_gguf_count(k, "attention.key_length", cfg.head_dim);
+  set_gguf_count(k, "attention.value_length", cfg.head_dim);
+  set_gguf_key(k, "rope.freq_base", float(cfg.rope_theta));
+  set_gguf_key(k, "attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps));
+  set_gguf_count(k, "rope.dimension_count", cfg.head_dim);  // rope over the whole head
+  set_gguf_count(k, "vocab_size", cfg.vocab_size);
+  if (cfg.is_moe()) {
+    set_gguf_count(k, "expert_count", cfg.moe.num_experts);
+    set_gguf_count(k, "expert_used_count", cfg.moe.top_k);
+  }
+  const GgufArch& g = arch_of(cfg);
+  if (g.write_keys) g.write_keys(cfg, k);
+  return k;
+}
+}  // namespace
+
 void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& cfg, const std::string& model_dir, uint32_t file_type,
                              const std::string& name) {
   const std::string arch = gguf_architecture(cfg);
   gguf_extra_tensors(cfg);  // refuses rope scaling llama.cpp would not run, before anything is written
-  auto u32 = [&](const std::string& key, int64_t v) {
-    if (v < 0 || v > int64_t(UINT32_MAX)) fail(ErrorKind::InvalidInput, "GGUF export: " + key + " = " + std::to_string(v) + " does not fit u32");
-    w.add_u32(key, uint32_t(v));
-  };
+  const std::vector<GgufKey> keys = gguf_model_keys(cfg);
   w.add_string("general.architecture", arch);
   w.add_string("general.name", name);
   w.add_u32("general.file_type", file_type);
   w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION of today's k-quant layouts
   if (!w.has_key("general.alignment")) w.add_u32("general.alignment", w.alignment());
-  u32(arch + ".context_length", cfg.max_position_embeddings);
-  u32(arch + ".embedding_length", cfg.hidden_size);
-  u32(arch + ".block_count", cfg.num_layers);
-  u32(arch + ".feed_forward_length", cfg.intermediate_size);
-  u32(arch + ".attention.head_count", cfg.num_heads);
-  u32(arch + ".attention.head_count_kv", cfg.num_kv_heads);
-  // llama.cpp takes the head size from key_length, else embedding_length / head_count; Qwen3 has
-  // head_dim != hidden / heads, so it is always written.
-  u32(arch + ".attention.key_length", cfg.head_dim);
-  u32(arch + ".attention.value_length", cfg.head_dim);
-  w.add_f32(arch + ".rope.freq_base", float(cfg.rope_theta));
-  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps));
-  u32(arch + ".rope.dimension_count", cfg.head_dim);  // rope over the whole head
-  u32(arch + ".vocab_size", cfg.vocab_size);
-  if (cfg.is_moe()) {  // what convert_hf_to_gguf writes for the MoE families
-    u32(arch + ".expert_count", cfg.moe.num_experts);
-    u32(arch + ".expert_used_count", cfg.moe.top_k);
-    if (arch != "llama") u32(arch + ".expert_feed_forward_length", cfg.moe.expert_intermediate);
-    if (cfg.moe.shared_intermediate) u32(arch + ".expert_shared_feed_forward_length", cfg.moe.shared_intermediate);
+  for (const GgufKey& k : keys) {
+    const std::string key = arch + "." + k.key;
+    if (auto* u = std::get_if<uint32_t>(&k.value)) w.add_u32(key, *u);
+    else if (auto* f = std::get_if<float>(&k.value)) w.add_f32(key, *f);
+    else if (auto* b = std::get_if<bool>(&k.value)) w.add_bool(key, *b);
+    else w.add_string(key, std::get<std::string>(k.value));
   }
   add_gguf_vocab(w, read_gguf_vocab(model_dir, cfg.vocab_size));
+}
+
+// MLA's kv_b_proj [H * (nope + v), kv_lora]: head h's rows h * (nope + v) + [0, nope) are its keys, the
+// next v its values.
+MlaKvB mla_kv_b_dims(const ModelConfig& cfg) {
+  return {cfg.num_heads, cfg.mla.qk_nope_head_dim, cfg.mla.v_head_dim, cfg.mla.kv_lora_rank};
+}
+
+bool is_mla_kv_b(const std::string& hf_name) {
+  const std::string s = ".self_attn.kv_b_proj.weight";
+  return hf_name.size() > s.size() && hf_name.compare(hf_name.size() - s.size(), s.size(), s) == 0;
+}
+
+std::string gguf_mla_k_b_name(const std::string& hf_name, const ModelConfig& cfg) {
+  std::string v = gguf_tensor_name(hf_name, cfg);
+  return v.replace(v.size() - std::string("attn_v_b.weight").size(), 8, "attn_k_b");
+}
+
+std::vector<int64_t> mla_v_b_rows(const MlaKvB& d) {
+  std::vector<int64_t> rows;
+  for (int64_t h = 0; h < d.heads; ++h)
+    for (int64_t j = 0; j < d.v; ++j) rows.push_back(h * (d.nope + d.v) + d.nope + j);
+  return rows;
+}
+
+void mla_k_b_from_kv_b(const MlaKvB& d, const float* kv_b, float* k_b) {
+  for (int64_t h = 0; h < d.heads; ++h)
+    for (int64_t r = 0; r < d.kv_lora; ++r)
+      for (int64_t i = 0; i < d.nope; ++i) k_b[(h * d.kv_lora + r) * d.nope + i] = kv_b[(h * (d.nope + d.v) + i) * d.kv_lora + r];
+}
+
+void mla_kv_b_from_parts(const MlaKvB& d, const float* k_b, const float* v_b, float* kv_b) {
+  for (int64_t h = 0; h < d.heads; ++h) {
+    for (int64_t r = 0; r < d.kv_lora; ++r)
+      for (int64_t i = 0; i < d.nope; ++i) kv_b[(h * (d.nope + d.v) + i) * d.kv_lora + r] = k_b[(h * d.kv_lora + r) * d.nope + i];
+    for (int64_t j = 0; j < d.v; ++j)
+      std::copy_n(v_b + (h * d.v + j) * d.kv_lora, d.kv_lora, kv_b + (h * (d.nope + d.v) + d.nope + j) * d.kv_lora);
+  }
 }
 
 }  // namespace ar

@@ -15,21 +15,14 @@
 #include "core/error.h"
 #include "export/gguf_model.h"
 #include "io/gguf.h"
-#include "model/moe_names.h"
+#include "model/arch/arch.h"
+#include "model/block_tensors.h"
 #include "quant/ggml_types.h"
 
 namespace ar {
 
 namespace {
 using quant::GgmlType;
-
-struct ArchRow {
-  const char* gguf;
-  const char* hf;
-};
-constexpr ArchRow kArchs[] = {{"llama", "LlamaForCausalLM"},      {"qwen2", "Qwen2ForCausalLM"},
-                               {"qwen3", "Qwen3ForCausalLM"},      {"qwen2moe", "Qwen2MoeForCausalLM"},
-                               {"qwen3moe", "Qwen3MoeForCausalLM"}};  // llama with expert_count: Mixtral
 
 std::string dims_str(const std::vector<uint64_t>& d) {
   std::string s = "[";
@@ -42,35 +35,33 @@ bool is_integer_type(GgufType t) {
          t == GgufType::I32 || t == GgufType::U64 || t == GgufType::I64;
 }
 
-// Typed reads of the architecture's keys, naming the file and key when a value is unusable.
-struct Keys {
-  const GgufFile& g;
-  [[noreturn]] void bad(const std::string& key, const std::string& why) const {
-    fail(ErrorKind::InvalidInput, g.path + ": key '" + key + "' " + why);
+// Typed reads of the architecture's keys ("<arch>.<key>"), naming the file and key when a value is unusable.
+class Keys final : public GgufKeyReader {
+ public:
+  Keys(const GgufFile& g, std::string arch) : g_(g), arch_(std::move(arch)) {}
+  const std::string& arch() const override { return arch_; }
+  [[noreturn]] void bad(const std::string& key, const std::string& why) const override {
+    fail(ErrorKind::InvalidInput, g_.path + ": key '" + full(key) + "' " + why);
   }
-  // A positive whole number (at most 2^40; parse_model_config applies the real limits).
-  std::optional<int64_t> count(const std::string& key) const {
-    const GgufValue* v = g.find(key);
+  [[noreturn]] void unsupported(const std::string& key, const std::string& why) const override {
+    fail(ErrorKind::Unsupported, g_.path + ": key '" + full(key) + "' " + why);
+  }
+  // A whole number from `lo` to 2^40 (parse_model_config applies the real limits).
+  std::optional<int64_t> whole(const std::string& key, double lo) const {
+    const GgufValue* v = g_.find(full(key));
     if (!v) return std::nullopt;
     if (!is_integer_type(v->type)) bad(key, "must be an integer");
-    if (!(v->num >= 1 && v->num <= 0x1p40)) bad(key, "= " + std::to_string(v->num) + " is out of range (1 to 2^40)");
+    if (!(v->num >= lo && v->num <= 0x1p40))
+      bad(key, "= " + std::to_string(v->num) + " is out of range (" + std::to_string(int(lo)) + " to 2^40)");
     return int64_t(v->num);
   }
-  int64_t required_count(const std::string& key) const {
-    auto v = count(key);
-    if (!v) bad(key, "is missing");
-    return *v;
-  }
-  // A positive finite number; an f32 is taken at its shortest decimal (1e-5f -> 1e-5), the value the
-  // converter started from.
-  double positive(const std::string& key, std::optional<double> def) const {
-    const GgufValue* v = g.find(key);
-    if (!v) {
-      if (!def) bad(key, "is missing");
-      return *def;
-    }
+  std::optional<int64_t> count(const std::string& key) const override { return whole(key, 1); }
+  std::optional<int64_t> natural(const std::string& key) const override { return whole(key, 0); }
+  std::optional<double> number(const std::string& key) const override {
+    const GgufValue* v = g_.find(full(key));
+    if (!v) return std::nullopt;
     if (v->type != GgufType::F32 && v->type != GgufType::F64 && !is_integer_type(v->type)) bad(key, "must be a number");
-    if (!(v->num > 0) || !std::isfinite(v->num)) bad(key, "must be a positive finite number");
+    if (!std::isfinite(v->num)) bad(key, "must be a finite number");
     if (v->type != GgufType::F32) return v->num;
     char buf[64];
     auto r = std::to_chars(buf, buf + sizeof buf, float(v->num));
@@ -78,6 +69,28 @@ struct Keys {
     std::from_chars(buf, r.ptr, d);
     return d;
   }
+  std::optional<bool> flag(const std::string& key) const override {
+    const GgufValue* v = g_.find(full(key));
+    if (!v) return std::nullopt;
+    if (v->type != GgufType::Bool) bad(key, "must be a bool");
+    return v->num != 0;
+  }
+  std::optional<std::string> text(const std::string& key) const override {
+    if (!g_.find(full(key))) return std::nullopt;
+    return g_.string(full(key), "");
+  }
+  // A positive finite number, `def` when absent (none: required).
+  double positive(const std::string& key, std::optional<double> def) const {
+    const std::optional<double> v = number(key);
+    if (!v && !def) bad(key, "is missing");
+    if (v && !(*v > 0)) bad(key, "must be a positive finite number");
+    return v ? *v : *def;
+  }
+
+ private:
+  std::string full(const std::string& key) const { return arch_ + "." + key; }
+  const GgufFile& g_;
+  std::string arch_;
 };
 
 class GgufSource final : public TensorSource {
@@ -90,6 +103,7 @@ class GgufSource final : public TensorSource {
     const uint8_t* bytes = nullptr;
     uint64_t nbytes = 0;
     std::vector<int64_t> row_order;  // GGUF row i is HF row row_order[i]; empty: in place
+    MlaKvB mla{};  // heads > 0: MLA's kv_b_proj, this entry attn_v_b and "<name>#k_b" attn_k_b
   };
 
   explicit GgufSource(GgufFile g) : g_(std::move(g)) {}
@@ -107,7 +121,15 @@ class GgufSource final : public TensorSource {
                                         shape_str(e.shape) + ", expected " + shape_str(expect));
     Tensor out = Tensor::empty(e.shape, DType::F32, ctx);
     const int64_t n = out.numel();
-    if (e.row_order.empty()) {
+    if (e.mla.heads) {
+      const Entry& k = entries_.at(name + "#k_b");
+      const MlaKvB& d = e.mla;
+      std::vector<float> vb(size_t(d.heads * d.v * d.kv_lora)), kb(size_t(d.heads * d.kv_lora * d.nope));
+      quant::ggml_dequantize(e.type, e.bytes, vb.data(), int64_t(vb.size()));
+      quant::ggml_dequantize(k.type, k.bytes, kb.data(), int64_t(kb.size()));
+      mla_kv_b_from_parts(d, kb.data(), vb.data(), out.f32());
+      g_.file->release(k.bytes, size_t(k.nbytes));
+    } else if (e.row_order.empty()) {
       quant::ggml_dequantize(e.type, e.bytes, out.f32(), n);
     } else {
       std::vector<float> tmp(static_cast<size_t>(n));
@@ -131,51 +153,15 @@ class GgufSource final : public TensorSource {
   std::map<std::string, Entry> entries_;  // by HF name
 };
 
-// HF names and shapes of the tensors the computation reads (as HfModel::load_block names them).
+// HF names and shapes of the tensors the computation reads (each layer's table, model/block_tensors.h,
+// by the names HfModel::load_block asks for).
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c, bool lm_head) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
-                KD = c.num_kv_heads * c.head_dim, D = c.head_dim;
-  std::vector<std::pair<std::string, Shape>> out = {{"model.embed_tokens.weight", {c.vocab_size, C}}};
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = HfModel::layer_prefix(l);
-    out.push_back({p + "input_layernorm.weight", {C}});
-    out.push_back({p + "self_attn.q_proj.weight", {QD, C}});
-    out.push_back({p + "self_attn.k_proj.weight", {KD, C}});
-    out.push_back({p + "self_attn.v_proj.weight", {KD, C}});
-    out.push_back({p + "self_attn.o_proj.weight", {C, QD}});
-    if (c.qkv_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {QD}});
-      out.push_back({p + "self_attn.k_proj.bias", {KD}});
-      out.push_back({p + "self_attn.v_proj.bias", {KD}});
-    }
-    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {C}});
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {D}});
-      out.push_back({p + "self_attn.k_norm.weight", {D}});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {C}});
-    if (c.is_moe_layer(l)) {
-      const int64_t E = c.moe.num_experts, Ie = c.moe.expert_intermediate, Is = c.moe.shared_intermediate;
-      out.push_back({router_weight_name(c, l, false), {E, C}});
-      for (int64_t e = 0; e < E; ++e) {
-        out.push_back({expert_weight_name(c, l, e, ExpertProj::Gate), {Ie, C}});
-        out.push_back({expert_weight_name(c, l, e, ExpertProj::Up), {Ie, C}});
-        out.push_back({expert_weight_name(c, l, e, ExpertProj::Down), {C, Ie}});
-      }
-      if (Is) {
-        out.push_back({shared_expert_name(l, ExpertProj::Gate), {Is, C}});
-        out.push_back({shared_expert_name(l, ExpertProj::Up), {Is, C}});
-        out.push_back({shared_expert_name(l, ExpertProj::Down), {C, Is}});
-        out.push_back({shared_gate_name(l), {1, C}});
-      }
-      continue;
-    }
-    out.push_back({p + "mlp.gate_proj.weight", {I, C}});
-    out.push_back({p + "mlp.up_proj.weight", {I, C}});
-    out.push_back({p + "mlp.down_proj.weight", {C, I}});
-  }
-  out.push_back({"model.norm.weight", {C}});
-  if (lm_head) out.push_back({"lm_head.weight", {c.vocab_size, C}});
+  std::vector<std::pair<std::string, Shape>> out = {{"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}}};
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const BlockTensor& t : block_tensors(c, l, false))
+      out.push_back({t.stored.empty() ? HfModel::layer_prefix(l) + t.name : t.stored, t.shape});
+  out.push_back({"model.norm.weight", {c.hidden_size}});
+  if (lm_head) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
   return out;
 }
 
@@ -203,70 +189,40 @@ void check_no_overlap(const std::string& path, const std::map<std::string, GgufS
   }
 }
 
-// The config.json fields of a MoE family from llama.cpp's keys (what its graph does: every layer MoE,
-// top-k renormalized for qwen3moe and Mixtral, not for qwen2moe).
-void moe_keys(const Keys& k, const std::string& a, const std::string& arch, nlohmann::json& j) {
-  const int64_t E = k.required_count(a + "expert_count"), K = k.required_count(a + "expert_used_count");
-  j["num_experts_per_tok"] = K;
-  if (arch == "llama") {  // Mixtral: experts of feed_forward_length
-    j["num_local_experts"] = E;
-    return;
-  }
-  j["num_experts"] = E;
-  j["moe_intermediate_size"] = k.required_count(a + "expert_feed_forward_length");
-  j["norm_topk_prob"] = arch == "qwen3moe";
-  j["decoder_sparse_step"] = 1;
-  j["mlp_only_layers"] = nlohmann::json::array();
-  if (arch == "qwen2moe")  // llama.cpp's default for a missing key: feed_forward_length
-    j["shared_expert_intermediate_size"] =
-        k.count(a + "expert_shared_feed_forward_length").value_or(j["intermediate_size"].get<int64_t>());
+// The family a file reads back as, from general.architecture (a llama file with expert_count: Mixtral).
+const ArchSpec& read_family(const GgufFile& g, const std::string& arch) {
+  const ArchSpec* a = find_arch_for_gguf(arch, g.find(arch + ".expert_count") != nullptr);
+  if (!a) a = find_arch_for_gguf(arch, g.find(arch + ".expert_count") == nullptr);
+  if (!a)
+    fail(ErrorKind::Unsupported,
+         g.path + ": GGUF architecture '" + arch + "' is not supported (" + gguf_read_archs() + ")");
+  return *a;
 }
 
-ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const GgufTensorInfo*>& by_name) {
-  const std::string arch = g.string("general.architecture", "");
-  const char* hf = nullptr;
-  for (const auto& a : kArchs)
-    if (arch == a.gguf) hf = a.hf;
-  if (!hf)
-    fail(ErrorKind::Unsupported,
-         g.path + ": GGUF architecture '" + arch + "' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe)");
-  const Keys k{g};
-  const std::string a = arch + ".";
-  const std::optional<int64_t> experts = k.count(a + "expert_count");
-  if (arch == "llama" && experts) hf = "MixtralForCausalLM";
-  const std::string s = g.string(a + "rope.scaling.type", "none");
-  if (s != "none" || by_name.count("rope_freqs.weight"))
-    fail(ErrorKind::Unsupported, g.path + ": rope scaling ('" + (s != "none" ? s : std::string("rope_freqs.weight")) +
-                                     "') is not supported when reading GGUF files");
+// The config.json fields every family reads (hidden size, layers, heads, context, epsilon, rope base,
+// vocabulary, special tokens, tied embeddings).
+nlohmann::json common_config(const GgufFile& g, const Keys& k, const std::map<std::string, const GgufTensorInfo*>& by_name) {
   nlohmann::json j;
-  j["architectures"] = {hf};
-  j["hidden_size"] = k.required_count(a + "embedding_length");
-  j["num_hidden_layers"] = k.required_count(a + "block_count");
-  j["intermediate_size"] = k.required_count(a + "feed_forward_length");
-  const int64_t heads = k.required_count(a + "attention.head_count");
+  j["hidden_size"] = k.required_count("embedding_length");
+  j["num_hidden_layers"] = k.required_count("block_count");
+  j["intermediate_size"] = k.required_count("feed_forward_length");
+  const int64_t heads = k.required_count("attention.head_count");
   j["num_attention_heads"] = heads;
-  j["num_key_value_heads"] = k.count(a + "attention.head_count_kv").value_or(heads);
-  j["max_position_embeddings"] = k.required_count(a + "context_length");
-  if (auto d = k.count(a + "attention.key_length")) j["head_dim"] = *d;
-  const int64_t head_dim =
-      j.contains("head_dim") ? j["head_dim"].get<int64_t>() : j["hidden_size"].get<int64_t>() / heads;
-  for (const char* key : {"attention.value_length", "rope.dimension_count"})
-    if (auto v = k.count(a + key); v && *v != head_dim)
-      fail(ErrorKind::Unsupported, g.path + ": key '" + a + key + "' = " + std::to_string(*v) +
-                                       " differs from the head size " + std::to_string(head_dim) + " (not supported)");
-  j["rms_norm_eps"] = k.positive(a + "attention.layer_norm_rms_epsilon", std::nullopt);
-  j["rope_theta"] = k.positive(a + "rope.freq_base", 10000.0);
+  j["num_key_value_heads"] = k.count("attention.head_count_kv").value_or(heads);
+  j["max_position_embeddings"] = k.required_count("context_length");
+  j["rms_norm_eps"] = k.positive("attention.layer_norm_rms_epsilon", std::nullopt);
+  j["rope_theta"] = k.positive("rope.freq_base", 10000.0);
   const GgufValue* tokens = g.find("tokenizer.ggml.tokens");
   if (tokens && tokens->type == GgufType::Array && tokens->elem == GgufType::String)
     j["vocab_size"] = int64_t(tokens->strs.size());
-  else if (auto v = k.count(a + "vocab_size"))
+  else if (auto v = k.count("vocab_size"))
     j["vocab_size"] = *v;
   else if (auto e = by_name.find("token_embd.weight"); e != by_name.end() && e->second->dims.size() >= 2 &&
                                                           e->second->dims[1] >= 1 && e->second->dims[1] <= (1u << 30))
     j["vocab_size"] = int64_t(e->second->dims[1]);
   else
     fail(ErrorKind::InvalidInput,
-         g.path + ": no vocabulary size (tokenizer.ggml.tokens, " + a + "vocab_size or token_embd.weight)");
+         g.path + ": no vocabulary size (tokenizer.ggml.tokens, " + k.arch() + ".vocab_size or token_embd.weight)");
   if (j["vocab_size"].get<int64_t>() < 1) fail(ErrorKind::InvalidInput, g.path + ": the vocabulary is empty");
   // Every special-token id must name a token (an out-of-range bos was dropped before, which changed
   // what eval scores); llama.cpp's "none" (-1, 0xFFFFFFFF) leaves the id unset.
@@ -275,12 +231,69 @@ ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const Ggu
     if (const int64_t id = g.token_id(std::string("tokenizer.ggml.") + key + "_token_id", j["vocab_size"]); id >= 0)
       j[std::string(key) + "_token_id"] = id;
   j["tie_word_embeddings"] = by_name.count("output.weight") == 0;
-  if (experts || arch == "qwen2moe" || arch == "qwen3moe") moe_keys(k, a, arch, j);
+  return j;
+}
+
+ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const GgufTensorInfo*>& by_name) {
+  const std::string arch = g.string("general.architecture", "");
+  const ArchSpec& family = read_family(g, arch);
+  const GgufArch& ga = *family.gguf;
+  const Keys k(g, arch);
+  const std::string s = g.string(arch + ".rope.scaling.type", "none");
+  if ((s != "none" && !(ga.yarn && s == "yarn")) || by_name.count("rope_freqs.weight"))
+    fail(ErrorKind::Unsupported, g.path + ": rope scaling ('" + (s != "none" ? s : std::string("rope_freqs.weight")) +
+                                     "') is not supported when reading GGUF files of " + arch);
+  nlohmann::json j = common_config(g, k, by_name);
+  j["architectures"] = {family.name};
+  if (ga.read_keys) ga.read_keys(k, j);
+  else read_gqa_head_keys(k, j);
   ModelConfig c = parse_model_config(j, g.path + " (GGUF keys)");
   c.qkv_bias = by_name.count("blk.0.attn_q.bias") > 0;
   c.o_bias = by_name.count("blk.0.attn_output.bias") > 0;
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || by_name.count("blk.0.attn_q_norm.weight") > 0;
+  c.qk_norm = c.qk_norm || by_name.count("blk.0.attn_q_norm.weight") > 0;
   return c;
+}
+// The GGUF tensor `want.name` checked for an HF tensor: present, a type we decode, ggml dims `want.dims`
+// (trailing 1s allowed), rows of `cols` whole blocks, its bytes inside the data section; part `expert` of
+// a stack of `experts`, or the whole tensor (expert -1) of `rows` rows.
+struct Wanted {
+  std::string name, hf;
+  Shape shape;
+  std::vector<uint64_t> dims;
+};
+GgufSource::Entry take(const GgufFile& g, const std::map<std::string, const GgufTensorInfo*>& by_name, const Wanted& w,
+                       int64_t rows, int64_t cols, int64_t expert = -1, int64_t experts = 1) {
+  auto it = by_name.find(w.name);
+  if (it == by_name.end()) fail(ErrorKind::InvalidInput, g.path + ": tensor '" + w.name + "' is missing (" + w.hf + ")");
+  const GgufTensorInfo& t = *it->second;
+  auto bad = [&](ErrorKind kind, const std::string& why) { fail(kind, g.path + ": tensor '" + w.name + "' " + why); };
+  if (!quant::ggml_type_known(t.type))
+    bad(ErrorKind::Unsupported, "has ggml type " + std::to_string(t.type) +
+                                    ", which is not decoded here (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
+                                    "q3_k, q4_k, q5_k, q6_k)");
+  std::vector<uint64_t> dims = t.dims;
+  while (dims.size() > w.dims.size() && dims.back() == 1) dims.pop_back();
+  if (dims != w.dims)
+    bad(ErrorKind::InvalidInput, "has ggml dims " + dims_str(t.dims) + ", the model's keys imply " + dims_str(w.dims) +
+                                     " (" + w.hf + " " + shape_str(w.shape) + ")");
+  GgufSource::Entry e;
+  e.info = &t;
+  e.type = GgmlType(t.type);
+  e.shape = w.shape;
+  if (cols % quant::ggml_block_elems(e.type) != 0)
+    bad(ErrorKind::InvalidInput, "is " + std::string(quant::ggml_type_name(e.type)) + " with rows of " +
+                                     std::to_string(cols) + " elements, not a multiple of its block of " +
+                                     std::to_string(quant::ggml_block_elems(e.type)));
+  e.nbytes = uint64_t(rows) * uint64_t(quant::ggml_row_bytes(e.type, cols));  // < 2^60: shapes are limited
+  if (expert >= 0) {  // the whole stack is checked against the file, then this expert's rows taken
+    const uint8_t* all = g.tensor_data(t, e.nbytes * uint64_t(experts));
+    e.bytes = all + e.nbytes * uint64_t(expert);
+    e.offset = t.offset + e.nbytes * uint64_t(expert);
+  } else {
+    e.bytes = g.tensor_data(t, e.nbytes);
+    e.offset = t.offset;
+  }
+  return e;
 }
 }  // namespace
 
@@ -293,46 +306,30 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
       fail(ErrorKind::InvalidInput, path + ": tensor '" + t.name + "' appears twice");
   const ModelConfig cfg = gguf_config(g, by_name);
   std::set<std::string> used;
+  auto& entries = src->entries();
   for (const auto& [hf, shape] : expected_tensors(cfg, !cfg.tie_word_embeddings)) {
     int64_t expert = -1;  // an expert's Linear: part `expert` of its layer's stacked tensor
     const std::string name = gguf_tensor_name(hf, cfg, &expert);
-    auto it = by_name.find(name);
-    if (it == by_name.end()) fail(ErrorKind::InvalidInput, path + ": tensor '" + name + "' is missing (" + hf + ")");
-    const GgufTensorInfo& t = *it->second;
-    auto bad = [&](ErrorKind kind, const std::string& why) { fail(kind, path + ": tensor '" + name + "' " + why); };
-    if (!quant::ggml_type_known(t.type))
-      bad(ErrorKind::Unsupported, "has ggml type " + std::to_string(t.type) +
-                                      ", which is not decoded here (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
-                                      "q3_k, q4_k, q5_k, q6_k)");
-    std::vector<uint64_t> want = {uint64_t(shape.back())};  // ggml order: ne0 = row length
-    if (shape.size() == 2 && shape[0] > 1) want.push_back(uint64_t(shape[0]));
-    if (expert >= 0) want.push_back(uint64_t(cfg.moe.num_experts));
-    std::vector<uint64_t> dims = t.dims;
-    while (dims.size() > want.size() && dims.back() == 1) dims.pop_back();
-    if (dims != want)
-      bad(ErrorKind::InvalidInput, "has ggml dims " + dims_str(t.dims) + ", the model's keys imply " + dims_str(want) +
-                                       " (" + hf + " " + shape_str(shape) + ")");
-    GgufSource::Entry e;
-    e.info = &t;
-    e.type = GgmlType(t.type);
-    e.shape = shape;
-    const int64_t cols = shape.back(), rows = shape.size() == 2 ? shape[0] : 1;
-    if (cols % quant::ggml_block_elems(e.type) != 0)
-      bad(ErrorKind::InvalidInput, "is " + std::string(quant::ggml_type_name(e.type)) + " with rows of " +
-                                       std::to_string(cols) + " elements, not a multiple of its block of " +
-                                       std::to_string(quant::ggml_block_elems(e.type)));
-    e.nbytes = uint64_t(rows) * uint64_t(quant::ggml_row_bytes(e.type, cols));  // < 2^60: shapes are limited
-    if (expert >= 0) {  // the whole stack is checked against the file, then this expert's rows taken
-      const uint8_t* all = g.tensor_data(t, e.nbytes * uint64_t(cfg.moe.num_experts));
-      e.bytes = all + e.nbytes * uint64_t(expert);
-      e.offset = t.offset + e.nbytes * uint64_t(expert);
-    } else {
-      e.bytes = g.tensor_data(t, e.nbytes);
-      e.offset = t.offset;
+    const int64_t cols = shape.back(), rows = shape.size() == 2 ? shape[0] : 1, E = cfg.moe.num_experts;
+    if (cfg.is_mla() && is_mla_kv_b(hf)) {  // attn_v_b (the value rows) and attn_k_b (the key rows, transposed)
+      const MlaKvB d = mla_kv_b_dims(cfg);
+      const std::string k_name = gguf_mla_k_b_name(hf, cfg);
+      GgufSource::Entry v = take(g, by_name, {name, hf, shape, {uint64_t(d.kv_lora), uint64_t(d.v), uint64_t(d.heads)}},
+                                 d.heads * d.v, d.kv_lora);
+      v.mla = d;
+      entries[hf + "#k_b"] = take(g, by_name, {k_name, hf, shape, {uint64_t(d.nope), uint64_t(d.kv_lora), uint64_t(d.heads)}},
+                                  d.heads * d.kv_lora, d.nope);
+      entries[hf] = std::move(v);
+      used.insert(name), used.insert(k_name);
+      continue;
     }
+    std::vector<uint64_t> want = {uint64_t(cols)};  // ggml order: ne0 = row length
+    if (shape.size() == 2 && shape[0] > 1) want.push_back(uint64_t(rows));
+    if (expert >= 0) want.push_back(uint64_t(E));
+    GgufSource::Entry e = take(g, by_name, {name, hf, shape, want}, rows, cols, expert, E);
     e.row_order = gguf_tensor_row_order(hf, cfg);
     used.insert(name);
-    src->entries()[hf] = std::move(e);
+    entries[hf] = std::move(e);
   }
   check_no_overlap(path, src->entries());
   for (const auto& t : g.tensors)

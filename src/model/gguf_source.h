@@ -3,13 +3,16 @@
 // writes (and on llama.cpp's own files of the same architectures).
 //
 // What is read:
-// - Architectures: general.architecture "llama" (read as LlamaForCausalLM; Mistral is written as
-//   llama too), "qwen2", "qwen3". Others are refused (Unsupported).
+// - Architectures: the families whose GGUF row (model/arch/gguf_arch.h) reads back: "llama" (Llama;
+//   Mixtral with expert_count; Mistral is written as llama too), "qwen2", "qwen3", "qwen2moe", "qwen3moe",
+//   "deepseek2" (DeepSeek-V3, the split attn_k_b / attn_v_b layout, joined back into kv_b_proj),
+//   "glm4moe". Others are refused (Unsupported); so are MTP layers (nextn_predict_layers > 0).
 // - The configuration is built from the architecture's keys, as llama.cpp reads them:
 //   {arch}.embedding_length, block_count, feed_forward_length, attention.head_count, context_length and
 //   attention.layer_norm_rms_epsilon (required, as llama.cpp requires them), attention.head_count_kv
 //   (default head_count), attention.key_length (default embedding_length / head_count; value_length and
-//   rope.dimension_count must equal it), rope.freq_base (default 10000); float keys are taken at the
+//   rope.dimension_count must equal it, unless the family's read_keys reads them: MLA, partial RoPE),
+//   rope.freq_base (default 10000), the family's own keys (experts, MLA, YaRN); float keys are taken at the
 //   shortest decimal of their f32 (1e-5, not 9.99999974e-6), as config.json spells them. vocab_size:
 //   the tokenizer.ggml.tokens count, else {arch}.vocab_size, else token_embd's rows; bos/eos from
 //   tokenizer.ggml.bos/eos_token_id. Every tokenizer.ggml.*_token_id must be inside the vocabulary
@@ -17,8 +20,8 @@
 //   Then the flags from the tensors: tie_word_embeddings when output.weight is absent, q/k/v bias when
 //   blk.0.attn_q.bias exists, o bias when blk.0.attn_output.bias does, q/k norm when blk.0.attn_q_norm
 //   exists (always for qwen3). The result goes through parse_model_config (ranges, limits, divisibility).
-// - Refused with Unsupported: rope scaling ({arch}.rope.scaling.type other than none, or a
-//   rope_freqs.weight tensor: llama3 scaling would need the per-frequency factors in the RoPE table),
+// - Refused with Unsupported: rope scaling ({arch}.rope.scaling.type other than none, except YaRN for
+//   deepseek2, or a rope_freqs.weight tensor: llama3 scaling would need the per-frequency factors),
 //   and any tensor the model does not read (it would carry semantics we do not run).
 // - Tensors: each HF tensor the computation reads is found under its llama.cpp name
 //   (gguf_tensor_name) and checked when the file is opened: present once, a ggml type we decode

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "export/gguf_model.h"
+#include "model/block_tensors.h"
 #include "model/linear_specs.h"
 #include "model/moe_names.h"
 
@@ -18,6 +19,8 @@ quant::GgufTensorKind kind_of(const std::string& n) {
   using K = quant::GgufTensorKind;
   if (n == "model.embed_tokens.weight") return K::TokenEmbd;
   if (n == "lm_head.weight") return K::Output;
+  for (const char* mla : {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})
+    if (n.find(mla) != std::string::npos) return K::Other;
   for (auto [part, k] : {std::pair{"q_proj", K::AttnQ}, {"k_proj", K::AttnK}, {"v_proj", K::AttnV}, {"o_proj", K::AttnOutput},
                          {"gate_proj", K::FfnGate}, {"up_proj", K::FfnUp}, {"down_proj", K::FfnDown},
                          {".w1.", K::FfnGate}, {".w3.", K::FfnUp}, {".w2.", K::FfnDown}})
@@ -84,51 +87,73 @@ GgufOutput::GgufOutput(const std::string& dir, const HfModel& model, const quant
                          reinterpret_cast<const uint8_t*>(x.data.data()) + x.data.size() * 4);
     order_.push_back("#" + x.name);  // written first, from extras_
   }
-  std::vector<std::string> names = {"model.embed_tokens.weight"};
-  const char* block[] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
-                         "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
-                         "self_attn.v_proj.bias", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-                         "self_attn.o_proj.weight", "self_attn.o_proj.bias", "post_attention_layernorm.weight",
-                         "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-  for (const auto& n : names)
-    if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
-  names.clear();
-  for (int64_t b = 0; b < cfg_.num_layers; ++b) {
-    for (const char* t : block) {
-      const std::string n = HfModel::layer_prefix(b) + t;
-      if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
-    }
-    if (cfg_.is_moe_layer(b)) declare_moe(b);
-  }
-  names.push_back("model.norm.weight");
-  if (!cfg_.tie_word_embeddings && model.has("lm_head.weight")) names.push_back("lm_head.weight");
-  for (const auto& n : names)
-    if (const StTensorInfo* info = model.info(n)) declare(n, info->shape);
+  if (const StTensorInfo* info = model.info("model.embed_tokens.weight")) declare("model.embed_tokens.weight", info->shape);
+  for (int64_t b = 0; b < cfg_.num_layers; ++b) declare_layer(b);
+  declare("model.norm.weight", {cfg_.hidden_size});
+  if (!cfg_.tie_word_embeddings && model.has("lm_head.weight")) declare("lm_head.weight", {cfg_.vocab_size, cfg_.hidden_size});
   writer_->write_header();
   for (size_t i = 0; i < extras_.size(); ++i) writer_->write_tensor_data(order_[i].substr(1), extras_[i].data(), extras_[i].size());
   next_ = extras_.size();
 }
 
-// A MoE layer's router (f32, as convert_hf_to_gguf forces it), its experts stacked per projection (one
-// declaration each, filled expert by expert) and Qwen2-MoE's shared expert and gate (f32, 1-D).
-void GgufOutput::declare_moe(int64_t layer) {
+namespace {
+// llama.cpp's converter order of a layer's tensors (their names without "blk.N.").
+constexpr const char* kLayerOrder[] = {
+    "attn_norm.weight", "attn_q_a_norm.weight", "attn_kv_a_norm.weight", "attn_q_a.weight", "attn_q_b.weight",
+    "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias",
+    "attn_kv_a_mqa.weight", "attn_v_b.weight", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight",
+    "attn_output.bias", "ffn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+    "ffn_down.weight", "ffn_gate_inp.weight", "exp_probs_b.bias", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+    "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+    "ffn_gate_inp_shexp.weight"};
+
+size_t layer_rank(const std::string& gguf_name) {
+  const std::string leaf = gguf_name.substr(gguf_name.find('.', 4) + 1);  // past "blk.N."
+  for (size_t i = 0; i < std::size(kLayerOrder); ++i)
+    if (leaf == kLayerOrder[i]) return i;
+  fail(ErrorKind::Internal, "gguf: no place in the layer's order for " + gguf_name);
+}
+}  // namespace
+
+// A layer's tensors from its table (model/block_tensors.h), in the converter's order: 1-D ones and routers
+// f32, a MoE layer's experts stacked per projection (declared once, filled expert by expert), a shared
+// expert's gate [1, C] as 1-D, MLA's kv_b_proj as attn_k_b and attn_v_b.
+void GgufOutput::declare_layer(int64_t layer) {
   const std::string p = HfModel::layer_prefix(layer);
-  const int64_t C = cfg_.hidden_size, E = cfg_.moe.num_experts, I = cfg_.moe.expert_intermediate,
-                Is = cfg_.moe.shared_intermediate;
-  declare(p + (cfg_.moe.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), {E, C}, 1, true);
-  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
-  for (ExpertProj j : projs)
-    declare(p + expert_linear_name(cfg_.moe.mixtral_names, 0, j) + ".weight",
-            j == ExpertProj::Down ? Shape{C, I} : Shape{I, C}, E);
-  if (!Is) return;
-  for (ExpertProj j : projs)
-    declare(p + shared_linear_name(j) + ".weight", j == ExpertProj::Down ? Shape{C, Is} : Shape{Is, C});
-  declare(p + "mlp.shared_expert_gate.weight", {C});
+  std::vector<std::pair<size_t, BlockTensor>> items;
+  for (BlockTensor& t : block_tensors(cfg_, layer, false))
+    if (!t.list || t.index == 0) items.emplace_back(layer_rank(gguf_tensor_name(p + t.name, cfg_)), std::move(t));
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [rank, t] : items) {
+    const std::string hf = p + t.name;
+    if (t.list) declare(hf, t.shape, cfg_.moe.num_experts);
+    else if (t.role == TensorRole::Kept) declare(hf, t.shape[0] == 1 ? Shape{t.shape[1]} : t.shape, 1, true);
+    else if (t.role == TensorRole::Linear && is_mla_kv_b(hf)) declare_kv_b(hf, t.shape);
+    else declare(hf, t.shape);
+  }
 }
 
+// MLA's kv_b_proj (export/gguf_model.h): attn_k_b first (the converter's order), in F16 when kv_b's type
+// is a quantized one (its rows run along kv_lora, the key part's transposed rows along nope, so the tuned
+// blocks cannot carry over: the key part is written as the tuned values), else in kv_b's own type; then
+// attn_v_b, kv_b's value rows in its type, bytes unchanged.
+void GgufOutput::declare_kv_b(const std::string& hf_name, const Shape& shape) {
+  const MlaKvB d = mla_kv_b_dims(cfg_);
+  Decl v = make_decl(hf_name, shape, 1, false), k;
+  v.v_b_rows = mla_v_b_rows(d);
+  k.gguf_name = gguf_mla_k_b_name(hf_name, cfg_);
+  k.rows = d.heads * d.kv_lora;
+  k.cols = d.nope;
+  const bool plain = v.type == quant::GgmlType::F32 || v.type == quant::GgmlType::F16 || v.type == quant::GgmlType::BF16;
+  k.type = plain ? v.type : quant::GgmlType::F16;
+  enter(hf_name + "#k_b", std::move(k), {uint64_t(d.nope), uint64_t(d.kv_lora), uint64_t(d.heads)});
+  enter(hf_name, std::move(v), {uint64_t(d.kv_lora), uint64_t(d.v), uint64_t(d.heads)});
+}
+
+// The declaration of an HF tensor: its llama.cpp name and the type the preset (or --fp_layers) gives it.
 // `parts` > 1: the stacked experts of a layer, keyed by the GGUF name (their HF names, one per expert,
 // resolve to it: gguf_tensor_name). f32: a 2-D tensor kept in f32 (a router).
-void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t parts, bool f32) {
+GgufOutput::Decl GgufOutput::make_decl(const std::string& hf_name, const Shape& shape, int64_t parts, bool f32) const {
   Decl d;
   int64_t expert = -1;
   d.gguf_name = gguf_tensor_name(hf_name, cfg_, &expert);
@@ -143,14 +168,23 @@ void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t
     if (auto it = kept_.find(hf_name); it != kept_.end()) d.type = it->second;
   }
   d.row_order = gguf_tensor_row_order(hf_name, cfg_);
+  return d;
+}
+
+// The tensor's entry in the file's header, and its place in the file's order.
+void GgufOutput::enter(const std::string& key, Decl d, const std::vector<uint64_t>& dims) {
+  writer_->add_tensor_info(d.gguf_name, dims, uint32_t(d.type), uint64_t(d.bytes()));
+  order_.push_back(key);
+  decl_[key] = std::move(d);
+}
+
+void GgufOutput::declare(const std::string& hf_name, const Shape& shape, int64_t parts, bool f32) {
+  Decl d = make_decl(hf_name, shape, parts, f32);
   std::vector<uint64_t> dims = {uint64_t(d.cols)};
   if (shape.size() == 2) dims.push_back(uint64_t(d.rows));
   if (parts > 1) dims.push_back(uint64_t(parts));
-  writer_->add_tensor_info(d.gguf_name, dims, uint32_t(d.type),
-                           uint64_t(parts * d.rows * quant::ggml_row_bytes(d.type, d.cols)));
   const std::string key = parts > 1 ? d.gguf_name : hf_name;
-  order_.push_back(key);
-  decl_[key] = std::move(d);
+  enter(key, std::move(d), dims);
 }
 
 std::string GgufOutput::types_summary() const {
@@ -227,6 +261,10 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
     staged_[it->first] = std::move(d.stack);
     return flush();
   }
+  if (!d.v_b_rows.empty()) {
+    stage_kv_b(hf_name, d, bytes);
+    return flush();
+  }
   if (!d.row_order.empty()) {
     const size_t unit = bytes.size() / d.row_order.size();  // a row; an element of a 1-D q/k bias
     std::vector<uint8_t> moved(bytes.size());
@@ -236,6 +274,29 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
   }
   staged_[hf_name] = std::move(bytes);
   flush();
+}
+
+// MLA's kv_b_proj in kv_b's type: attn_v_b takes its value rows' bytes; attn_k_b the key rows' values,
+// transposed per head, in its plain type (declare_kv_b).
+void GgufOutput::stage_kv_b(const std::string& hf_name, const Decl& v, const std::vector<uint8_t>& bytes) {
+  const MlaKvB d = mla_kv_b_dims(cfg_);
+  const size_t rb = size_t(quant::ggml_row_bytes(v.type, v.cols));
+  std::vector<uint8_t> vb(v.v_b_rows.size() * rb);
+  for (size_t r = 0; r < v.v_b_rows.size(); ++r)
+    std::memcpy(vb.data() + r * rb, bytes.data() + size_t(v.v_b_rows[r]) * rb, rb);
+  std::vector<float> all(size_t(v.rows * v.cols)), kb(size_t(d.heads * d.kv_lora * d.nope));
+  quant::ggml_dequantize(v.type, bytes.data(), all.data(), int64_t(all.size()));
+  mla_k_b_from_kv_b(d, all.data(), kb.data());
+  const std::string k_key = hf_name + "#k_b";
+  const quant::GgmlType kt = decl_.at(k_key).type;
+  std::vector<uint8_t> kbytes(kb.size() * (kt == quant::GgmlType::F32 ? 4 : 2));
+  for (size_t i = 0; i < kb.size(); ++i) {
+    if (kt == quant::GgmlType::F32) std::memcpy(kbytes.data() + 4 * i, &kb[i], 4);
+    const uint16_t h = kt == quant::GgmlType::BF16 ? f32_to_bf16(kb[i]) : f32_to_f16(kb[i]);
+    if (kt != quant::GgmlType::F32) std::memcpy(kbytes.data() + 2 * i, &h, 2);
+  }
+  staged_[k_key] = std::move(kbytes);
+  staged_[hf_name] = std::move(vb);
 }
 
 void GgufOutput::add_f32(const std::string& hf_name, const float* data, int64_t n) {

@@ -1,10 +1,12 @@
 // `--format gguf:<preset>` (docs/gguf.md): one GGUF v3 file, <output>/<model>-<PRESET>.gguf, written
 // as the run goes. At construction every tensor is declared (llama.cpp's names, ggml dims, the type
 // the preset gives it: quant/gguf_scheme.h) in llama.cpp's converter order: rope_freqs (llama3 rope
-// scaling), token_embd, per block attn_norm, attn_q/k/v (and biases), attn_q_norm/k_norm,
-// attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and output (not when tied).
-// A MoE layer adds its router (f32), the stacked experts ffn_{gate,up,down}_exps (each expert's
-// rows arrive under its HF name and fill part e of the stack) and a shared expert.
+// scaling), token_embd, per block its table's tensors (model/block_tensors.h) as attn_norm, MLA's
+// attn_q_a_norm / kv_a_norm / q_a / q_b, attn_q/k/v (and biases), MLA's attn_kv_a_mqa / k_b / v_b,
+// attn_q_norm/k_norm, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and output
+// (not when tied). A MoE layer adds its router (f32), exp_probs_b, the stacked experts
+// ffn_{gate,up,down}_exps (each expert's rows arrive under its HF name and fill part e of the stack)
+// and a shared expert. MLA's kv_b_proj arrives once and fills attn_k_b and attn_v_b.
 // Tensors may arrive in any order within that stream; each is held until every tensor declared
 // before it is written, so at most one block's packed tensors wait in memory. The llama
 // architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).
@@ -54,11 +56,19 @@ class GgufOutput {
     int64_t parts = 1;                 // experts stacked in it
     quant::GgmlType type = quant::GgmlType::F32;
     std::vector<int64_t> row_order;  // llama Q/K permutation, empty = as is
+    std::vector<int64_t> v_b_rows;   // MLA's kv_b_proj: the rows attn_v_b takes (attn_k_b is key "<hf>#k_b")
+    int64_t bytes() const {
+      return (v_b_rows.empty() ? rows : int64_t(v_b_rows.size())) * parts * quant::ggml_row_bytes(type, cols);
+    }
     std::vector<uint8_t> stack;      // the experts added so far
     std::set<int64_t> filled;
   };
+  Decl make_decl(const std::string& hf_name, const Shape& shape, int64_t parts, bool f32) const;
+  void enter(const std::string& key, Decl d, const std::vector<uint64_t>& dims);
   void declare(const std::string& hf_name, const Shape& shape, int64_t parts = 1, bool f32 = false);
-  void declare_moe(int64_t layer);
+  void declare_layer(int64_t layer);
+  void declare_kv_b(const std::string& hf_name, const Shape& shape);
+  void stage_kv_b(const std::string& hf_name, const Decl& v, const std::vector<uint8_t>& bytes);
   void plan_kept(const HfModel& model, const std::function<bool(const std::string&)>& kept);
   std::pair<const std::string, Decl>* find(const std::string& hf_name, int64_t* part);
   void flush();

@@ -33,7 +33,8 @@
 
 namespace ar::quant {
 
-enum class GgufTensorKind { TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown };
+// Other: a Linear llama.cpp's rules do not name (MLA's q_a / q_b / kv_a_mqa / k_b / v_b): the main type.
+enum class GgufTensorKind { TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown, Other };
 
 struct GgufScheme {
   std::string preset;       // "q4_k_m"

@@ -1,10 +1,12 @@
 // Architecture registry: one file per family in this folder, one row per family in registry.cpp.
-// Each family maps its config.json quirks onto ModelConfig (bias, q/k norm, sliding window, ...).
+// Each family maps its config.json quirks onto ModelConfig (bias, q/k norm, sliding window, ...) and
+// describes itself to llama.cpp's GGUF (gguf_arch.h).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "io/json_file.h"
+#include "model/arch/gguf_arch.h"
 #include "model/config.h"
 
 namespace ar {
@@ -13,10 +15,17 @@ struct ArchSpec {
   const char* name;  // HF "architectures" entry
   // Applies family-specific fields after the common Llama-style fields are parsed.
   void (*configure)(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+  const GgufArch* gguf;  // null: no GGUF output (llama.cpp does not run the family)
 };
 
 const ArchSpec* find_arch(const std::string& name);
 std::string supported_archs();
+// The family a GGUF file of llama.cpp architecture `gguf` reads back as (GgufArch::read_as; `moe`: the
+// file has experts); null when none does.
+const ArchSpec* find_arch_for_gguf(const std::string& gguf, bool moe);
+// The families with a GGUF output, and the llama.cpp architectures read back, for messages.
+std::string gguf_written_archs();
+std::string gguf_read_archs();
 
 // Family hooks (arch/<family>.cpp).
 void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
@@ -29,6 +38,9 @@ void configure_mixtral(ModelConfig& cfg, const nlohmann::json& j, const std::str
 void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_deepseek_v32(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+// Their GGUF rows (the family's file).
+extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
+    kGgufDeepseekV3, kGgufGlm4Moe;
 // DeepSeek-V3's latent attention fields (arch/deepseek_v3.cpp), shared with V3.2.
 void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in);
 
@@ -41,6 +53,9 @@ struct MoeFields {
   bool always_norm_topk;            // Mixtral: softmax over the selected logits
 };
 void configure_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path, const MoeFields& f);
+// Qwen-MoE GGUF keys read back (expert_count, expert_used_count, expert_feed_forward_length; every layer
+// MoE, llama.cpp's fixed top-k renormalization `norm_topk`), with grouped-query attention's head keys.
+void read_qwen_moe_keys(const GgufKeyReader& k, nlohmann::json& j, bool norm_topk);
 
 // The MoE families behind DeepSeek-V3's sigmoid router (arch/sigmoid_moe.cpp), with the defaults their
 // transformers config classes give absent fields.

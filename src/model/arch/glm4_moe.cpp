@@ -31,4 +31,33 @@ void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::st
   configure_sigmoid_moe(cfg, j, path, {1, 1, 1, 1, 1.0});
 }
 
+
+namespace {
+// llama.cpp's glm4moe: NEOX RoPE on each head's first rope.dimension_count dims; its pre-feed-forward norm
+// is post_attention_norm. The MTP layers are not written (block_count = num_hidden_layers).
+constexpr GgufRename kGlmRenames[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"}};
+
+void write_glm4moe_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  set_gguf_count(keys, "rope.dimension_count", cfg.rope_dims());
+  write_sigmoid_moe_keys(cfg, keys);
+}
+
+void read_glm4moe_keys(const GgufKeyReader& k, nlohmann::json& j) {
+  const int64_t heads = j["num_attention_heads"].get<int64_t>();
+  const int64_t d = k.count("attention.key_length").value_or(j["hidden_size"].get<int64_t>() / heads);
+  if (k.count("attention.value_length").value_or(d) != d) k.unsupported("attention.value_length", "differs from key_length (not supported)");
+  const int64_t rope = k.count("rope.dimension_count").value_or(d);
+  if (rope > d) k.bad("rope.dimension_count", "exceeds the head size " + std::to_string(d));
+  j["head_dim"] = d;
+  j["partial_rotary_factor"] = double(rope) / double(d);
+  read_sigmoid_moe_keys(k, j, true);
+}
+}  // namespace
+
+const GgufArch kGgufGlm4Moe{.name = "glm4moe",
+                            .read_as = GgufReadAs::Moe,
+                            .leading_dense = true,
+                            .renames = kGlmRenames,
+                            .write_keys = write_glm4moe_keys,
+                            .read_keys = read_glm4moe_keys};
 }  // namespace ar

@@ -8,4 +8,7 @@ void configure_llama(ModelConfig& cfg, const nlohmann::json& j, const std::strin
   bool bias = JsonIn(j, path).boolean("attention_bias", false);
   cfg.qkv_bias = cfg.o_bias = bias;
 }
+
+// llama.cpp runs Llama with adjacent-pair RoPE: convert_hf_to_gguf interleaves the Q/K rows.
+const GgufArch kGgufLlama{.name = "llama", .read_as = GgufReadAs::Dense, .permute_qk = true};
 }  // namespace ar

@@ -9,4 +9,7 @@ void configure_mistral(ModelConfig& cfg, const nlohmann::json& j, const std::str
     cfg.dense_limit_field = "sliding_window";
   }
 }
+
+// Written as llama (convert_hf_to_gguf's LlamaModel); a llama file reads back as Llama.
+const GgufArch kGgufMistral{.name = "llama", .read_as = GgufReadAs::Never, .permute_qk = true};
 }  // namespace ar

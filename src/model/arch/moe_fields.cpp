@@ -55,4 +55,14 @@ void configure_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string&
   if (in.boolean("output_router_logits", false)) in.at("output_router_logits").bad("true is not supported");
 }
 
+
+void read_qwen_moe_keys(const GgufKeyReader& k, nlohmann::json& j, bool norm_topk) {
+  read_gqa_head_keys(k, j);
+  j["num_experts"] = k.required_count("expert_count");
+  j["num_experts_per_tok"] = k.required_count("expert_used_count");
+  j["moe_intermediate_size"] = k.required_count("expert_feed_forward_length");
+  j["norm_topk_prob"] = norm_topk;
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = nlohmann::json::array();
+}
 }  // namespace ar

@@ -9,4 +9,6 @@ void configure_qwen2(ModelConfig& cfg, const nlohmann::json& j, const std::strin
   if (JsonIn(j, path).boolean("use_sliding_window", false))
     fail(ErrorKind::Unsupported, path + ": field 'use_sliding_window': true is not supported");
 }
+
+const GgufArch kGgufQwen2{.name = "qwen2"};  // NEOX RoPE in llama.cpp: rows as HF has them
 }  // namespace ar

@@ -13,4 +13,28 @@ void configure_qwen2_moe(ModelConfig& cfg, const nlohmann::json& j, const std::s
   if (cfg.moe.shared_intermediate == 0)
     fail(ErrorKind::InvalidInput, path + ": field 'shared_expert_intermediate_size': missing (Qwen2-MoE has a shared expert)");
 }
+
+namespace {
+void check_qwen2_moe_gguf(const ModelConfig& cfg) {
+  if (cfg.num_heads * cfg.head_dim != cfg.hidden_size) refuse_gguf(cfg, "qwen2moe", "has heads x head_dim != hidden_size");
+}
+void write_qwen2_moe_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  set_gguf_count(keys, "expert_feed_forward_length", cfg.moe.expert_intermediate);
+  set_gguf_count(keys, "expert_shared_feed_forward_length", cfg.moe.shared_intermediate);
+}
+void read_qwen2_moe_keys(const GgufKeyReader& k, nlohmann::json& j) {
+  read_qwen_moe_keys(k, j, false);
+  // llama.cpp's default for a missing key: feed_forward_length
+  j["shared_expert_intermediate_size"] =
+      k.count("expert_shared_feed_forward_length").value_or(j["intermediate_size"].get<int64_t>());
+}
+}  // namespace
+
+// llama.cpp's qwen2moe never renormalizes the top-k weights and has no dense layers.
+const GgufArch kGgufQwen2Moe{.name = "qwen2moe",
+                             .read_as = GgufReadAs::Moe,
+                             .topk_norm = GgufTopkNorm::Never,
+                             .check = check_qwen2_moe_gguf,
+                             .write_keys = write_qwen2_moe_keys,
+                             .read_keys = read_qwen2_moe_keys};
 }  // namespace ar

@@ -12,4 +12,6 @@ void configure_qwen3(ModelConfig& cfg, const nlohmann::json& j, const std::strin
   if (JsonIn(j, path).boolean("use_sliding_window", false))
     fail(ErrorKind::Unsupported, path + ": field 'use_sliding_window': true is not supported");
 }
+
+const GgufArch kGgufQwen3{.name = "qwen3"};
 }  // namespace ar

@@ -47,4 +47,43 @@ void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std:
   if (cfg.mtp_layers < 0 || cfg.mtp_layers > 16) in.at(mtp_key).bad("must be within 0..16");
 }
 
+
+// llama.cpp's keys (its build_moe_ffn): sigmoid gating (expert_gating_func 2), the score-correction bias
+// as exp_probs_b, group-limited choice, renormalization and scaling of the chosen weights.
+void write_sigmoid_moe_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  const MoeConfig& m = cfg.moe;
+  set_gguf_count(keys, "leading_dense_block_count", m.first_dense);
+  set_gguf_count(keys, "expert_feed_forward_length", m.expert_intermediate);
+  set_gguf_count(keys, "expert_shared_count", m.shared_intermediate / m.expert_intermediate);
+  set_gguf_key(keys, "expert_weights_scale", float(m.routed_scaling_factor));
+  set_gguf_key(keys, "expert_weights_norm", m.norm_topk_prob);
+  set_gguf_count(keys, "expert_gating_func", 2);
+  if (m.n_group > 1 && m.topk_group < m.n_group) {  // llama.cpp asserts 0 < used < groups; all groups: none
+    set_gguf_count(keys, "expert_group_count", m.n_group);
+    set_gguf_count(keys, "expert_group_used_count", m.topk_group);
+  }
+}
+
+void read_sigmoid_moe_keys(const GgufKeyReader& k, nlohmann::json& j, bool sigmoid_by_default) {
+  if (k.natural("nextn_predict_layers").value_or(0) > 0)
+    k.unsupported("nextn_predict_layers", "> 0: MTP layers are not read (a file without them is)");
+  const std::optional<int64_t> gating = k.natural("expert_gating_func");
+  if (gating ? *gating != 2 : !sigmoid_by_default)
+    k.unsupported("expert_gating_func", (gating ? "= " + std::to_string(*gating) : std::string("is missing (softmax)")) +
+                                            ": only sigmoid gating (2) is read");
+  j["n_routed_experts"] = k.required_count("expert_count");
+  j["num_experts_per_tok"] = k.required_count("expert_used_count");
+  j["moe_intermediate_size"] = k.required_count("expert_feed_forward_length");
+  const int64_t shared = k.natural("expert_shared_count").value_or(0);
+  j["n_shared_experts"] = shared ? nlohmann::json(shared) : nlohmann::json(nullptr);
+  j["first_k_dense_replace"] = k.natural("leading_dense_block_count").value_or(0);
+  const double scale = k.number("expert_weights_scale").value_or(0);
+  j["routed_scaling_factor"] = scale == 0 ? 1.0 : scale;  // llama.cpp: 0 = no scaling
+  j["norm_topk_prob"] = k.flag("expert_weights_norm").value_or(false);
+  j["n_group"] = k.count("expert_group_count").value_or(1);
+  j["topk_group"] = k.count("expert_group_used_count").value_or(1);
+  j["scoring_func"] = "sigmoid";
+  j["topk_method"] = "noaux_tc";
+}
+
 }  // namespace ar
