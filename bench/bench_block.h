@@ -1,8 +1,14 @@
-// A random Llama-shaped decoder block with calibration inputs/targets for the tuning benchmarks.
-//   --hidden --inter --heads --kv --head_dim --seq --bs (samples = bs)
+// A random decoder block with calibration inputs/targets for the tuning benchmarks.
+//   --hidden --inter --heads --kv --head_dim --seq --bs (samples = bs); --partial_rope R: RoPE on a head's
+//   first R dims (GLM-4.5)
 //   --experts E --topk K: a mixture-of-experts block of E experts of --inter (top-K renormalized, a
 //   router drawn wide enough that routing is spread), e.g. Qwen3-30B-A3B's: --hidden 2048 --inter 768
-//   --heads 32 --kv 4 --head_dim 128 --experts 128 --topk 8. FLOPs count the active weights.
+//   --heads 32 --kv 4 --head_dim 128 --experts 128 --topk 8. --shared N: N shared experts' width beside
+//   them; --routing sigmoid --groups G --topk_groups g --scaling s: DeepSeek-V3's router (the shared
+//   experts then ungated).
+//   --kv_lora R (with --q_lora, --nope, --rope_dim, --v_dim): multi-head latent attention instead of
+//   GQA (DeepSeek-V3: --q_lora 1536 --kv_lora 512 --nope 128 --rope_dim 64 --v_dim 128 --heads 128).
+// FLOPs count the active weights.
 #pragma once
 #include <cmath>
 #include <cstdlib>
@@ -45,66 +51,103 @@ struct BenchBlock {
   std::vector<int32_t> pos;
   std::vector<uint8_t> mask;
   BlockAux<float> aux() const { return {1, T, pos.data(), cs.data(), sn.data(), nullptr}; }
-  // Parameters each token meets: attention, and the dense MLP or its K experts and the router.
+  // Parameters each token meets: the attention Linears, and the dense MLP or its K experts, the shared
+  // experts and the router.
   double params() const {
-    const double QD = double(d.H * d.D), KD = double(d.Hkv * d.D);
-    const double ffn = d.is_moe() ? double(d.moe.K) * 3.0 * double(d.moe.I * d.C) + double(d.moe.E * d.C)
+    double attn = 0;
+    if (d.attn == AttnKind::Mla) {
+      const MlaDims& m = d.mla;
+      const double qk = double(m.nope + m.rope);
+      attn = (m.q_lora ? double(d.C * m.q_lora) + double(m.q_lora * d.H) * qk : double(d.C * d.H) * qk) +
+             double(d.C * (m.kv_lora + m.rope)) + double(m.kv_lora * d.H * (m.nope + m.v)) + double(d.H * m.v * d.C);
+    } else {
+      attn = double(d.H * d.D) * double(d.C) * 2 + double(d.Hkv * d.D) * double(d.C) * 2;
+    }
+    const double ffn = d.is_moe() ? double(d.moe.K) * 3.0 * double(d.moe.I * d.C) + double(d.moe.E * d.C) +
+                                        3.0 * double(d.moe.Is * d.C)
                                   : 3.0 * double(d.I * d.C);
-    return QD * double(d.C) * 2 + KD * double(d.C) * 2 + ffn;
+    return attn + ffn;
   }
-  // Model FLOPs of one iteration: forward 2 N params + causal attention, backward twice that.
+  // Model FLOPs of one iteration: forward 2 N params + causal attention (q k^T and p v over the query
+  // and value head widths), backward twice that.
   double flops() const {
-    const double N = double(n * T), attn = 4.0 * double(n * d.H * d.D) * double(T) * double(T + 1) / 2.0;
+    const double qk = d.attn == AttnKind::Mla ? double(d.mla.nope + d.mla.rope) : double(d.D);
+    const double v = d.attn == AttnKind::Mla ? double(d.mla.v) : double(d.D);
+    const double N = double(n * T), attn = 2.0 * double(n * d.H) * (qk + v) * double(T) * double(T + 1) / 2.0;
     return 6.0 * N * params() + 3 * attn;
   }
 };
 
-inline BenchBlock make_block(Context& ctx, int argc, char** argv, int64_t hidden, int64_t inter, int64_t heads,
-                             int64_t kv, int64_t seq, int64_t head_dim = 64) {
-  BenchBlock b;
-  BlockDims& d = b.d;
+// The block's shapes from the flags (defaults: a dense Llama-style block of the given sizes).
+inline BlockDims bench_dims(int argc, char** argv, int64_t hidden, int64_t inter, int64_t heads, int64_t kv,
+                            int64_t head_dim) {
+  BlockDims d;
   d.C = arg(argc, argv, "--hidden", hidden);
   d.I = arg(argc, argv, "--inter", inter);
   d.H = arg(argc, argv, "--heads", heads);
   d.Hkv = arg(argc, argv, "--kv", kv);
   d.D = arg(argc, argv, "--head_dim", head_dim);
+  d.rope = arg(argc, argv, "--partial_rope", 0);
   d.eps = 1e-5;
-  b.T = arg(argc, argv, "--seq", seq);
-  b.n = arg(argc, argv, "--bs", 8);
-  const int64_t QD = d.H * d.D, KD = d.Hkv * d.D;
-  BlockWeights& w = b.w;
-  w.ln1 = rnd(ctx, {d.C}, 3, 0.1f, 1.f);
-  w.ln2 = rnd(ctx, {d.C}, 4, 0.1f, 1.f);
-  w.wq = rnd(ctx, {QD, d.C}, 5, 1.f / std::sqrt(float(d.C)));
-  w.wk = rnd(ctx, {KD, d.C}, 6, 1.f / std::sqrt(float(d.C)));
-  w.wv = rnd(ctx, {KD, d.C}, 7, 1.f / std::sqrt(float(d.C)));
-  w.wo = rnd(ctx, {d.C, QD}, 8, 1.f / std::sqrt(float(QD)));
+  if (const int64_t kv_lora = arg(argc, argv, "--kv_lora", 0); kv_lora > 0) {
+    d.attn = AttnKind::Mla;
+    d.mla = {arg(argc, argv, "--q_lora", 0), kv_lora, arg(argc, argv, "--nope", 128), arg(argc, argv, "--rope_dim", 64),
+             arg(argc, argv, "--v_dim", 128), true, 0};
+    d.Hkv = d.H;
+    d.D = d.mla.nope + d.mla.rope;  // as ModelConfig::block_dims: the query/key head
+  }
   d.moe.E = arg(argc, argv, "--experts", 0);
   if (d.is_moe()) {
     d.moe.K = arg(argc, argv, "--topk", 8);
     d.moe.I = d.I;
     d.moe.norm_topk = true;
-    w.router = rnd(ctx, {d.moe.E, d.C}, 14, 4.f / std::sqrt(float(d.C)));
-    for (int64_t e = 0; e < d.moe.E; ++e) {
-      w.eg.push_back(rnd(ctx, {d.I, d.C}, 100 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.C))));
-      w.eu.push_back(rnd(ctx, {d.I, d.C}, 101 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.C))));
-      w.ed.push_back(rnd(ctx, {d.C, d.I}, 102 + 3 * uint64_t(e), 1.f / std::sqrt(float(d.I))));
+    d.moe.Is = arg(argc, argv, "--shared", 0) * d.I;
+    if (std::strcmp(sarg(argc, argv, "--routing", "softmax"), "sigmoid") == 0) {
+      d.moe.routing = Routing::SigmoidGroups;
+      d.moe.groups = arg(argc, argv, "--groups", 1);
+      d.moe.topk_groups = arg(argc, argv, "--topk_groups", 1);
+      d.moe.scaling = std::atof(sarg(argc, argv, "--scaling", "1"));
+      d.moe.shared_gate = false;
     }
-  } else {
-    w.wg = rnd(ctx, {d.I, d.C}, 9, 1.f / std::sqrt(float(d.C)));
-    w.wu = rnd(ctx, {d.I, d.C}, 10, 1.f / std::sqrt(float(d.C)));
-    w.wd = rnd(ctx, {d.C, d.I}, 11, 1.f / std::sqrt(float(d.I)));
   }
+  return d;
+}
+
+// Every tensor of the block's table (model/block_tensors.h) drawn at random: norms near 1, Linears at
+// 1/sqrt(in), the router wide enough that routing is spread, a small score-correction bias.
+inline void fill_block(Context& ctx, const BlockDims& d, BlockWeights& w) {
   w.tensors = block_tensors(d);
+  w.attn = d.attn;
+  w.size_lists();
+  uint64_t seed = 3;
+  for (const BlockTensor& t : w.tensors) {
+    const bool router = t.field == &BlockWeights::router;
+    float scale = t.shape.size() == 2 ? 1.f / std::sqrt(float(t.shape[1])) : 0.1f, mean = 0;
+    if (t.role == TensorRole::Norm) mean = 1;
+    if (router) scale = 4.f / std::sqrt(float(d.C));
+    if (t.field == &BlockWeights::score_bias) scale = 0.01f;
+    t.in(w) = rnd(ctx, t.shape, seed++, scale, mean);
+  }
+}
+
+inline BenchBlock make_block(Context& ctx, int argc, char** argv, int64_t hidden, int64_t inter, int64_t heads,
+                             int64_t kv, int64_t seq, int64_t head_dim = 64) {
+  BenchBlock b;
+  b.d = bench_dims(argc, argv, hidden, inter, heads, kv, head_dim);
+  const BlockDims& d = b.d;
+  b.T = arg(argc, argv, "--seq", seq);
+  b.n = arg(argc, argv, "--bs", 8);
+  fill_block(ctx, d, b.w);
   b.x = rnd(ctx, {b.n, b.T, d.C}, 12, 1.f);
   b.y = rnd(ctx, {b.n, b.T, d.C}, 13, 1.f);
-  b.cs.resize(size_t(b.T * d.D / 2));
+  const int64_t rd = d.attn == AttnKind::Mla ? d.mla.rope : d.rope ? d.rope : d.D;  // the rotated dims
+  b.cs.resize(size_t(b.T * rd / 2));
   b.sn.resize(b.cs.size());
   for (int64_t p = 0; p < b.T; ++p)
-    for (int64_t i = 0; i < d.D / 2; ++i) {
-      double a = double(p) * std::pow(500000.0, -2.0 * double(i) / double(d.D));
-      b.cs[size_t(p * d.D / 2 + i)] = float(std::cos(a));
-      b.sn[size_t(p * d.D / 2 + i)] = float(std::sin(a));
+    for (int64_t i = 0; i < rd / 2; ++i) {
+      double a = double(p) * std::pow(500000.0, -2.0 * double(i) / double(rd));
+      b.cs[size_t(p * rd / 2 + i)] = float(std::cos(a));
+      b.sn[size_t(p * rd / 2 + i)] = float(std::sin(a));
     }
   b.pos.resize(size_t(b.n * b.T));
   for (int64_t i = 0; i < b.n * b.T; ++i) b.pos[size_t(i)] = int32_t(i % b.T);

@@ -13,7 +13,13 @@
 //              [--seq 512] [--bs 8] [--iters 3] [--threads 0] [--deterministic 1] [--experts 0] [--topk 8]
 //              [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]   (the scheme tuned; default w4g128;
 //              fp8_static: W8A8, the activations fake-quantized in the tuning forward)
+//              [--estimate_only [--nsamples N]]  and the block's shape flags of bench_block.h (MLA, sigmoid routing, shared
+//              experts, partial RoPE): DeepSeek-V3's and GLM-4.5-Air's blocks in docs/benchmarks.md
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
+// Memory: the start summary's estimate for tuning this block (pipeline/run_summary.h, with the memory
+// the process holds before the block) beside the measured peak RSS; the tuning runs on the block itself,
+// as the pipeline's does. --estimate_only prints the estimate without allocating the block (shapes too
+// large for this machine).
 
 #include <algorithm>
 #include <chrono>
@@ -31,8 +37,11 @@
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
+#include "model/block_tensors.h"
 #include "model/loader.h"
 #include "peaks.h"
+#include "pipeline/quantize.h"
+#include "pipeline/run_summary.h"
 #include "quant/signround.h"
 
 using namespace ar;
@@ -109,13 +118,12 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
     for (int64_t i = 0; i < blk.x.numel(); ++i) amax = std::max(amax, std::fabs(blk.x.f32()[i]));
     o.fix_params = [amax](Context&, quant::TunedLinear& L) { L.act_max = amax; };
   }
+  // On the block itself, as the pipeline tunes its loaded block (a copy would add one block to the peak);
+  // the timed run starts from the warm-up's rounding, which costs the same.
   o.iters = 1;  // warm-up: allocator, primitive caches
-  {
-    BlockWeights w2 = quant::clone_block(blk.w, ctx);
-    quant::signround_tune_block(ctx, blk.d, w2, fmt, aux, blk.x, blk.y, blk.mask, o);
-  }
+  quant::signround_tune_block(ctx, blk.d, blk.w, fmt, aux, blk.x, blk.y, blk.mask, o);
   o.iters = iters;
-  BlockWeights w = quant::clone_block(blk.w, ctx);
+  BlockWeights& w = blk.w;
   std::vector<double> walls;
   auto t0 = Clock::now(), last = t0;
   o.progress = [&](int, int, double, double) {
@@ -131,6 +139,25 @@ Run tune(Context& ctx, bench::BenchBlock& blk, const quant::QuantFormat& fmt, bo
     run.steady_s = rest[rest.size() / 2];
   }
   return run;
+}
+// The start summary's peak memory for tuning this block alone (one layer of its shapes).
+// `samples` calibration samples of T tokens, tuned in batches of `bs`.
+PeakMemory estimate(const BlockDims& d, int64_t samples, int64_t bs, int64_t T, const quant::QuantFormat& fmt, bool amp,
+                    int iters, bool deterministic, double process_bytes) {
+  QuantizeOptions o;
+  o.fmt = fmt;
+  o.tune.iters = iters;
+  o.tune.amp = amp;
+  o.tune.batch_size = int(bs);
+  o.tune.gradient_accumulate_steps = 1;
+  o.tune.deterministic = deterministic;
+  return estimate_peak_memory(block_config(d), o, samples, T, process_bytes);
+}
+
+void print_estimate(const char* what, const PeakMemory& m) {
+  std::printf("%s: %.0f MiB = process %.0f + activations %.0f + block and tuning state %.0f + tuning caches %.0f + "
+              "idle cached %.0f\n", what, m.total() / 1048576, m.process / 1048576, m.activations / 1048576,
+              m.block / 1048576, m.caches / 1048576, m.slack / 1048576);
 }
 }  // namespace
 
@@ -153,12 +180,23 @@ int main(int argc, char** argv) {
     std::printf("tune_bench: --amp needs bf16 GEMMs: %s\n", cpu::bf16_support_summary().c_str());
     return 1;
   }
-  bench::BenchBlock blk = bench::make_block(ctx, argc, argv, 2048, 8192, 32, 8, 512);
-  const BlockDims& d = blk.d;
+  if (flag(argc, argv, "--estimate_only")) {
+    const BlockDims d = bench::bench_dims(argc, argv, 2048, 8192, 32, 8, 64);
+    const int64_t n = arg(argc, argv, "--bs", 8), T = arg(argc, argv, "--seq", 512);
+    const int64_t samples = arg(argc, argv, "--nsamples", n);  // a whole run's calibration (AutoRound: 128)
+    for (bool amp : {false, true})
+      if (amp ? (both || amp_only) : !amp_only)
+        print_estimate(amp ? "estimated peak memory, amp" : "estimated peak memory, fp32",
+                       estimate(d, samples, n, T, fmt, amp, iters, deterministic, peak_rss_mb() * 1048576));
+    return 0;
+  }
   const bool has_bf16 = cpu::cpu_isa().avx512_bf16;
   const double fp32_peak = bench::fp32_peak_gflops(ctx), dp_loop = bench::dpbf16_peak_gflops(ctx, has_bf16);
   const double bf16_limit = 2 * fp32_peak;
   const double sgemm = gemm_rate(ctx, false), bgemm = cpu::bf16_gemm_supported() ? gemm_rate(ctx, true) : 0.0;
+  const double process_bytes = peak_rss_mb() * 1048576;  // before the block: libraries, threads, the probes
+  bench::BenchBlock blk = bench::make_block(ctx, argc, argv, 2048, 8192, 32, 8, 512);
+  const BlockDims& d = blk.d;
   std::printf("tune_bench: %s, hidden %lld, inter %lld, heads %lld/%lld, head_dim %lld, %lld x %lld tokens, %d threads, %s%s\n",
               scheme.c_str(), (long long)d.C, (long long)d.I, (long long)d.H, (long long)d.Hkv, (long long)d.D,
               (long long)blk.n, (long long)blk.T, ctx.threads(), deterministic ? "deterministic" : "micro-batch leaves",
@@ -173,6 +211,7 @@ int main(int argc, char** argv) {
   double fp32_iter = 0;
   for (bool amp : {false, true}) {
     if (amp ? !(both || amp_only) : amp_only) continue;
+    const PeakMemory est = estimate(d, blk.n, blk.n, blk.T, fmt, amp, iters, deterministic, process_bytes);
     const Run r = tune(ctx, blk, fmt, amp, iters, deterministic);
     const auto& p = r.ph;
     const double q = p.qdq / iters, f = p.forward / iters, b = p.backward / iters, s = p.step / iters;
@@ -188,12 +227,14 @@ int main(int argc, char** argv) {
                 "peak RSS %.0f MiB; oneDNN unit primitives kept %zu\n",
                 gf, 100 * gf / bf16_limit, 100 * gf / fp32_peak, 100 * gf / (amp ? bgemm : sgemm),
                 amp ? "bf16" : "fp32", peak_rss_mb(), cpu::dnnl_cached_units(ctx));
+    print_estimate("  estimated peak memory", est);
+    std::printf("  measured peak RSS %.0f MiB = %.3f x the estimate\n", peak_rss_mb(), peak_rss_mb() * 1048576 / est.total());
     std::printf("{\"bench\":\"signround_iteration\",\"scheme\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
                 "\"first_iter_s\":%.4f,\"steady_iter_s\":%.4f,\"steady_gflops\":%.2f,\"qdq_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,"
                 "\"fp32_peak_gflops\":%.2f,\"bf16_limit_gflops\":%.2f,\"gemm_fp32_gflops\":%.2f,"
-                "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f%s}\n",
+                "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f,\"estimated_peak_mb\":%.1f%s}\n",
                 scheme.c_str(), amp ? "amp" : "fp32", (long long)(blk.n * blk.T), r.iter_s, r.first_s, r.steady_s, gs, q, f, b, s, gf, fp32_peak, bf16_limit, sgemm,
-                bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(),
+                bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(), est.total() / 1048576,
                 amp && fp32_iter > 0 ? (",\"steady_speedup_vs_fp32\":" + std::to_string(fp32_iter / r.steady_s)).c_str() : "");
   }
   return 0;

@@ -9,8 +9,9 @@ sdist, `cmake --build build --target llama-perplexity`). From the repository roo
     /work/arvenv/bin/python tools/check_moe_gguf.py --autoround build/src/cli/autoround \\
         --llama_bin /path/to/llama.cpp/build/bin --work /tmp/moe_gguf
 
-For Qwen3-MoE, Qwen2-MoE and Mixtral (hidden 256, 4 heads / 2 KV heads, 8 experts of 256, top-2, 2
-layers, every layer MoE as llama.cpp's qwen*moe requires; random transformers weights, bf16; vocab 512)
+For Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3 and GLM-4.5 (hidden 256, 4 heads / 2 KV heads, 8 experts
+of 256, top-2, 2 layers, every layer MoE as llama.cpp's qwen*moe requires, DeepSeek's and GLM's first
+layer dense; random transformers weights, bf16; vocab 512)
 it writes `--format gguf:<preset>,fake --iters 10` with our CLI (calibration: the built-in corpus),
 then scores the file with `llama-perplexity -c 128 -b 128` and with our `eval --ctx 128` (the GGUF and
 its fake companion) on 40 kB of TinyStories. Random weights make the perplexity large (~vocab size);
@@ -62,13 +63,17 @@ def main():
                 ok = False
                 continue
             gguf = glob.glob(os.path.join(out, "gguf-*", "*.gguf"))[0]
-            lp = subprocess.run([os.path.join(a.llama_bin, "llama-perplexity"), "-m", gguf, "-f", held, "-c", "128",
-                                 "-b", "128"], capture_output=True, text=True)
-            m = re.search(r"Final estimate: PPL = ([0-9.]+)", lp.stdout + lp.stderr)
+            # Into a file: llama.cpp's asynchronous log drops its last lines (the final estimate) into a pipe.
+            log = os.path.join(out, "llama-perplexity.log")
+            with open(log, "w") as f:
+                subprocess.run([os.path.join(a.llama_bin, "llama-perplexity"), "-m", gguf, "-f", held, "-c", "128",
+                                "-b", "128"], stdout=f, stderr=subprocess.STDOUT)
+            text = open(log).read()
+            m = re.search(r"Final estimate: PPL = ([0-9.]+)", text)
             ppl_llama = float(m.group(1)) if m else None
             if not m:
                 ok = False
-                tail = (lp.stdout + lp.stderr).strip().splitlines()[-3:]
+                tail = text.strip().splitlines()[-3:]
             ours = []
             for d in (gguf, os.path.join(out, "fake")):
                 e = subprocess.run([autoround, "eval", "--model", d, "--text", held, "--ctx", "128", "--json"],
@@ -77,7 +82,9 @@ def main():
             mb = os.path.getsize(gguf) / 1e6
             lstr = f"{ppl_llama:.2f}" if ppl_llama else "failed: " + " / ".join(tail)
             print(f"| {arch} | {preset} | {mb:.1f} | {lstr} | {ours[0]} | {ours[1]} |", flush=True)
-            if ppl_llama and ours[0] and abs(ppl_llama - ours[0]) > 1e-3 * ppl_llama:
+            # 0.3%: llama.cpp multiplies k-quant weights with 8-bit activations, which moves tokens near a
+            # routing tie to another expert (f16 files agree within 0.03%; docs/moe.md).
+            if ppl_llama and ours[0] and abs(ppl_llama - ours[0]) > 3e-3 * ppl_llama:
                 ok = False
     return 0 if ok else 1
 

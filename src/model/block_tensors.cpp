@@ -140,7 +140,7 @@ std::vector<BlockTensor> block_tensors(const ModelConfig& c, int64_t layer, bool
   return t.done();
 }
 
-std::vector<BlockTensor> block_tensors(const BlockDims& d) {
+ModelConfig block_config(const BlockDims& d) {
   ModelConfig c;
   c.hidden_size = d.C;
   c.intermediate_size = d.I;
@@ -148,6 +148,7 @@ std::vector<BlockTensor> block_tensors(const BlockDims& d) {
   c.num_heads = d.H;
   c.num_kv_heads = d.Hkv;
   c.head_dim = d.D;
+  c.rms_norm_eps = d.eps;
   c.qk_norm = d.qk_norm;
   c.rotary_dims = d.rope;
   if (d.attn == AttnKind::Mla) {
@@ -160,10 +161,16 @@ std::vector<BlockTensor> block_tensors(const BlockDims& d) {
     m.top_k = d.moe.K;
     m.expert_intermediate = d.moe.I;
     m.shared_intermediate = d.moe.Is;
+    m.norm_topk_prob = d.moe.norm_topk;
     m.routing = d.moe.routing;
+    m.n_group = d.moe.groups;
+    m.topk_group = d.moe.topk_groups;
+    m.routed_scaling_factor = d.moe.scaling;
     m.shared_gate = d.moe.shared_gate;
   }
-  return block_tensors(c, 0, false);
+  return c;
 }
+
+std::vector<BlockTensor> block_tensors(const BlockDims& d) { return block_tensors(block_config(d), 0, false); }
 
 }  // namespace ar

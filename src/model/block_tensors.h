@@ -15,8 +15,9 @@ namespace ar {
 // `fused_experts`: the checkpoint stores this layer's experts as mlp.experts.gate_up_proj / down_proj.
 std::vector<BlockTensor> block_tensors(const ModelConfig& c, int64_t layer, bool fused_experts);
 
-// The table of a block made from its shapes alone (tests and benches that build one without a
-// checkpoint): the Llama / Qwen names, per-expert experts, no biases.
+// The configuration of a one-layer model of the block's shapes (tests and benches that build a block
+// without a checkpoint), and its table: the Llama / Qwen names, per-expert experts, no biases.
+ModelConfig block_config(const BlockDims& d);
 std::vector<BlockTensor> block_tensors(const BlockDims& d);
 
 }  // namespace ar

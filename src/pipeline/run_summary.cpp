@@ -181,8 +181,8 @@ void layer_rule_lines(const ModelConfig& cfg, const LayerRules& rules, std::vect
 // Peak memory, serial lane: what the process holds before any block (measured by the caller: its
 // libraries, the tokenizer, the calibration tokens) plus the live bytes of one block's work, and the
 // idle blocks the allocator may keep cached beside them (core/context.h bounds them by the live peak).
-std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
-                             double process_bytes) {
+PeakMemory estimate_peak_memory(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
+                                double process_bytes) {
   const int64_t C = cfg.hidden_size, L = cfg.num_layers;
   // Peak memory, serial lane: the calibration activations (FP chain in and out, a q-chain per
   // quantization: outputs.h FormatPlan), one block in fp32 with its tuning state (V, weight copies,
@@ -225,10 +225,16 @@ std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt,
                           cpu::CpuOps::has_row_gemms(opt.tune.amp) && !opt.fmt.act_static() && global_batch > 1;
   const int64_t cached = all_leaves ? global_batch : std::min<int64_t>(opt.tune.batch_size, nsamples);
   const double batch = double(cached) * double(seqlen) * double(cache) * 4;
-  const double live = act + block + batch, slack = live / double(Allocator::kReuseSlack);
-  return "estimated peak memory: " + mib(process_bytes + live + slack) + " (this process now " + mib(process_bytes) +
-         ", activations " + mib(act) + ", one block " + mib(block) + ", tuning caches " + mib(batch) +
-         ", idle cached buffers up to " + mib(slack) + ")";
+  const double live = act + block + batch;
+  return {process_bytes, act, block, batch, live / double(Allocator::kReuseSlack)};
+}
+
+std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
+                             double process_bytes) {
+  const PeakMemory m = estimate_peak_memory(cfg, opt, nsamples, seqlen, process_bytes);
+  return "estimated peak memory: " + mib(m.total()) + " (this process now " + mib(m.process) + ", activations " +
+         mib(m.activations) + ", one block " + mib(m.block) + ", tuning caches " + mib(m.caches) +
+         ", idle cached buffers up to " + mib(m.slack) + ")";
 }
 
 std::vector<std::string> run_summary(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples,

@@ -73,6 +73,12 @@ int64_t block_cache_floats(const BlockDims& d);
 // first block (the caller measures it: libraries, tokenizer, calibration tokens), plus one block's
 // live bytes (calibration activations, the block and its tuning state, the tuning loop's forward
 // caches) and the idle cached blocks the allocator may keep beside them (Allocator::kReuseSlack).
+struct PeakMemory {
+  double process = 0, activations = 0, block = 0, caches = 0, slack = 0;  // bytes
+  double total() const { return process + activations + block + caches + slack; }
+};
+PeakMemory estimate_peak_memory(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
+                                double process_bytes);
 std::string peak_memory_line(const ModelConfig& cfg, const QuantizeOptions& opt, int64_t nsamples, int64_t seqlen,
                              double process_bytes);
 
