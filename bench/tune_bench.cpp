@@ -16,6 +16,8 @@
 //              [--estimate_only [--nsamples N]]  and the block's shape flags of bench_block.h (MLA, sigmoid routing, shared
 //              experts, partial RoPE): DeepSeek-V3's and GLM-4.5-Air's blocks in docs/benchmarks.md
 // --amp: the bf16 mixed-precision path only; --both: fp32 then amp, and the ratio of their iteration times.
+// Time: the start summary's FLOP-model price of an iteration beside the measured one (the CLI prices a
+// SignRound run by a measured leaf of it; the FLOP model is its fallback).
 // Memory: the start summary's estimate for tuning this block (pipeline/run_summary.h, with the memory
 // the process holds before the block) beside the measured peak RSS; the tuning runs on the block itself,
 // as the pipeline's does. --estimate_only prints the estimate without allocating the block (shapes too
@@ -41,6 +43,7 @@
 #include "model/loader.h"
 #include "peaks.h"
 #include "pipeline/quantize.h"
+#include "pipeline/run_estimate.h"
 #include "pipeline/run_summary.h"
 #include "quant/signround.h"
 
@@ -154,6 +157,22 @@ PeakMemory estimate(const BlockDims& d, int64_t samples, int64_t bs, int64_t T, 
   return estimate_peak_memory(block_config(d), o, samples, T, process_bytes);
 }
 
+// The start summary's FLOP-model price of one tuning iteration (pipeline/run_estimate.h: the block's
+// products at the block-shaped GEMM rate measured now, times the share a whole iteration reaches, and its
+// attention scores at the measured exp rate), for this block and batch.
+double estimated_iteration_s(Context& ctx, const BlockDims& d, int64_t n, int64_t T, bool amp) {
+  QuantizeOptions o;
+  o.tune.iters = 1;
+  o.tune.batch_size = int(n);
+  o.tune.gradient_accumulate_steps = 1;
+  const ModelConfig cfg = block_config(d);
+  RunWork w = run_work(cfg, o, n, T, 1);
+  w.gflop = w.tune_gflop;  // the iteration alone, without the calibration passes
+  w.score_giga = w.tune_score_giga;
+  w.pass_samples = 0;
+  return estimate_seconds(w, measure_rates(ctx, cfg, amp));
+}
+
 void print_estimate(const char* what, const PeakMemory& m) {
   std::printf("%s: %.0f MiB = process %.0f + activations %.0f + block and tuning state %.0f + tuning caches %.0f + "
               "idle cached %.0f\n", what, m.total() / 1048576, m.process / 1048576, m.activations / 1048576,
@@ -227,14 +246,18 @@ int main(int argc, char** argv) {
                 "peak RSS %.0f MiB; oneDNN unit primitives kept %zu\n",
                 gf, 100 * gf / bf16_limit, 100 * gf / fp32_peak, 100 * gf / (amp ? bgemm : sgemm),
                 amp ? "bf16" : "fp32", peak_rss_mb(), cpu::dnnl_cached_units(ctx));
+    const double est_iter = estimated_iteration_s(ctx, d, blk.n, blk.T, amp);
+    std::printf("  estimated iteration (the start summary's FLOP model) %.3f s; steady = %.3f x it\n", est_iter,
+                r.steady_s / est_iter);
     print_estimate("  estimated peak memory", est);
     std::printf("  measured peak RSS %.0f MiB = %.3f x the estimate\n", peak_rss_mb(), peak_rss_mb() * 1048576 / est.total());
     std::printf("{\"bench\":\"signround_iteration\",\"scheme\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"iter_s\":%.4f,"
                 "\"first_iter_s\":%.4f,\"steady_iter_s\":%.4f,\"steady_gflops\":%.2f,\"qdq_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"step_s\":%.4f,\"gflops\":%.2f,"
                 "\"fp32_peak_gflops\":%.2f,\"bf16_limit_gflops\":%.2f,\"gemm_fp32_gflops\":%.2f,"
-                "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f,\"estimated_peak_mb\":%.1f%s}\n",
+                "\"gemm_bf16_gflops\":%.2f,\"of_bf16_limit\":%.4f,\"of_fp32_peak\":%.4f,\"peak_rss_mb\":%.1f,\"estimated_peak_mb\":%.1f,"
+                "\"estimated_iter_s\":%.4f%s}\n",
                 scheme.c_str(), amp ? "amp" : "fp32", (long long)(blk.n * blk.T), r.iter_s, r.first_s, r.steady_s, gs, q, f, b, s, gf, fp32_peak, bf16_limit, sgemm,
-                bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(), est.total() / 1048576,
+                bgemm, gf / bf16_limit, gf / fp32_peak, peak_rss_mb(), est.total() / 1048576, est_iter,
                 amp && fp32_iter > 0 ? (",\"steady_speedup_vs_fp32\":" + std::to_string(fp32_iter / r.steady_s)).c_str() : "");
   }
   return 0;

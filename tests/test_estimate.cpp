@@ -74,6 +74,13 @@ TEST(Estimate, RunWorkCountsTheActiveExperts) {
   EXPECT_DOUBLE_EQ(gflop(parse_model_config(tiny_moe_config("mixtral"), "c")), 2 * (2 * (attn + qwen3_moe) + causal));
   // After a restore at block 1 of Qwen3-MoE only the MoE layer is left.
   EXPECT_DOUBLE_EQ(run_work(q3, o, 8, 32, 1).gflop / (8 * 32.0) * 1e9, 2 * (attn + qwen3_moe) + causal);
+  // DeepSeek-V3: latent attention (q_a 64, q_b to 4 heads of 16 + 32, kv_a to 32 + 32, kv_b to 4 x (16 + 16),
+  // o from 4 x 16), q k^T over 48 and p v over 16 dims; layer 0 dense, layer 1 eight experts of 32 (top-2)
+  // and an ungated shared expert.
+  auto ds = parse_model_config(tiny_moe_config("deepseek_v3"), "c");
+  const double mla = C * 64 + 64 * 4 * 48 + C * (32 + 32) + 32 * 4 * (16 + 16) + 4 * 16 * C, mla_causal = 2 * 4 * (48 + 16) * 16;
+  const double sigmoid_moe = C * 8 + 2 * 3 * C * 32 + 3 * C * 32;
+  EXPECT_DOUBLE_EQ(gflop(ds), 2 * (mla + 3 * C * 128) + mla_causal + 2 * (mla + sigmoid_moe) + mla_causal);
 }
 
 // The measured leaf's price of a run, worked by hand: iterations x (fixed + batch x per sample) plus the

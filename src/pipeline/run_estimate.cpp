@@ -21,19 +21,37 @@ double ffn_params_per_token(const ModelConfig& c, int64_t layer) {
   const double C = double(c.hidden_size);
   if (!c.is_moe_layer(layer)) return 3 * C * double(c.intermediate_size);
   const MoeConfig& m = c.moe;
-  const double shared = m.shared_intermediate > 0 ? 3 * C * double(m.shared_intermediate) + C : 0;
+  const double shared = m.shared_intermediate > 0 ? 3 * C * double(m.shared_intermediate) + (m.shared_gate ? C : 0) : 0;
   return double(m.num_experts) * C + double(m.top_k) * 3 * C * double(m.expert_intermediate) + shared;
+}
+
+// The attention Linears' weights one token meets, and the widths of its q k^T and p v products per head.
+struct AttnWork {
+  double params, qk, v;
+};
+AttnWork attention_work(const ModelConfig& c) {
+  const double C = double(c.hidden_size), H = double(c.num_heads);
+  if (!c.is_mla()) {
+    const double q = H * double(c.head_dim), kv = double(c.num_kv_heads * c.head_dim);
+    return {C * q + 2 * C * kv + q * C, double(c.head_dim), double(c.head_dim)};
+  }
+  const MlaConfig& m = c.mla;  // q_a / q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj
+  const double qk = double(m.qk_nope_head_dim + m.qk_rope_head_dim), r = double(m.q_lora_rank);
+  const double q = m.q_lora_rank ? C * r + r * H * qk : C * H * qk;
+  return {q + C * double(m.kv_lora_rank + m.qk_rope_head_dim) +
+              double(m.kv_lora_rank) * H * double(m.qk_nope_head_dim + m.v_head_dim) + H * double(m.v_head_dim) * C,
+          qk, double(m.v_head_dim)};
 }
 
 }  // namespace
 
 RunWork run_work(const ModelConfig& c, const QuantizeOptions& opt, int64_t n, int64_t T, int64_t blocks, int tunings) {
-  const double C = double(c.hidden_size), q = double(c.num_heads * c.head_dim), kv = double(c.num_kv_heads * c.head_dim);
+  const AttnWork attn = attention_work(c);
   double ffn = 0;  // the mean over the last `blocks` layers (the run's; after a restore, those left)
   for (int64_t l = std::max<int64_t>(c.num_layers - blocks, 0); l < c.num_layers; ++l) ffn += ffn_params_per_token(c, l);
   ffn /= double(std::max<int64_t>(std::min(blocks, c.num_layers), 1));
-  const double linear = C * q + 2 * C * kv + q * C + ffn;
-  const double per_token = 2 * linear + 4 * q * double(T) / 2;   // Linears, then QK^T and PV (causal half)
+  const double linear = attn.params + ffn;
+  const double per_token = 2 * linear + 2 * double(c.num_heads) * (attn.qk + attn.v) * double(T) / 2;  // Linears, then QK^T and PV (causal half)
   const double scores_per_token = double(c.num_heads) * double(T);  // one row of scores per head
   const bool q_chain = opt.tune.iters > 0 && opt.quanted_input;  // RTN runs no q-chain pass
   const double tokens = (q_chain ? 1.0 + tunings : 1.0) * double(n) * double(T);  // FP targets (+ q-chains): forward
