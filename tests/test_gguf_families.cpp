@@ -2,7 +2,8 @@
 // into attn_k_b / attn_v_b, the latent as one KV head, YaRN keys, group-limited sigmoid routing with
 // exp_probs_b, leading dense layers, shared experts) and GLM-4.5 as glm4moe (post_attention_norm, partial
 // RoPE, q/k/v biases or q/k norm). Each file holds llama.cpp's tensors and keys, and reads back through
-// our reader to the fake companion's weights; what llama.cpp cannot run is refused before writing.
+// our reader to the fake companion's weights (world 2 writes the serial bytes); what llama.cpp cannot
+// run is refused before writing.
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -115,6 +116,15 @@ TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
     quantize_model(o);
     const std::string file = gguf_file_in(q.path + "/gguf-q4-k-m");
     expect_layout(GgufFile::open(file), variant);
+    if (std::string(variant) == "deepseek") {  // the data-parallel lane writes the serial file's bytes
+      test::TempDir q2("ggf_q2");
+      auto o2 = o;
+      o2.output_dir = q2.path;
+      o2.parallel = parallel::ParallelSetting::parse("2");
+      o2.devices = "cpu:0,cpu:1";
+      quantize_model(o2);
+      EXPECT_TRUE(read_text_file(gguf_file_in(q2.path + "/gguf-q4-k-m")) == read_text_file(file)) << "world 2";
+    }
     auto gm = open_model(file), f = HfModel::open(q.path + "/fake");
     EXPECT_EQ(gm->config().architecture, f->config().architecture);
     EXPECT_EQ(gm->config().mla.q_lora_rank, f->config().mla.q_lora_rank) << variant;
