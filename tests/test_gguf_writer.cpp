@@ -589,6 +589,22 @@ TEST(GgufVocab, QwenVocabMergesAndMetadata) {
   fs::remove_all(dir);
 }
 
+// DeepSeek-V3's pre-tokenizer as its tokenizer.json spells it (three isolating Splits, then ByteLevel
+// without its regex) is llama.cpp's "deepseek-v3".
+TEST(GgufVocab, DeepseekV3PreTokenizerIsNamed) {
+  test::TempDir dir("gguf_dsv3_tok");
+  std::ofstream(dir.path + "/tokenizer.json") << R"json({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+    "merges": ["a b"]}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": false},
+      {"type": "Split", "pattern": {"Regex": "[一-龥぀-ゟ゠-ヿ]+"}, "behavior": "Isolated", "invert": false},
+      {"type": "Split", "pattern": {"Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}})json";
+  EXPECT_EQ(read_gguf_vocab(dir.path, 3).pre, "deepseek-v3");
+  // our tokenizer reads the same splits (PCRE2 compiles them) and encodes with them
+  const auto t = HfBpeTokenizer::from_tokenizer_json(dir.path + "/tokenizer.json", nlohmann::json::object());
+  EXPECT_EQ(t->encode("ab"), (std::vector<int32_t>{2}));
+}
+
 TEST(GgufVocab, UnsupportedTokenizersAreRefused) {
   const std::string dir = test::temp_path("gguf_no_tok");
   fs::create_directories(dir);

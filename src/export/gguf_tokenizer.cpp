@@ -111,14 +111,21 @@ std::string pre_name(const std::vector<std::string>& splits, const std::string& 
     const char* name;
     std::vector<std::string> splits;
   };
-  const Known known[] = {{"gpt-2", {tok::kGpt2Pattern}},
-                         {"llama-bpe", {tok::kLlama3Pattern}},
-                         {"qwen2", {tok::kQwen2Pattern}},
-                         {"smollm", {"\\p{N}", tok::kGpt2Pattern}}};
+  const Known known[] = {
+      {"gpt-2", {tok::kGpt2Pattern}},
+      {"llama-bpe", {tok::kLlama3Pattern}},
+      {"qwen2", {tok::kQwen2Pattern}},
+      {"smollm", {"\\p{N}", tok::kGpt2Pattern}},
+      // DeepSeek-V3 / R1 / V3.1 / V3.2: digit runs of up to 3, then Han / Hiragana / Katakana runs, then words
+      // (CR and LF stand in the pattern as the characters, as tokenizer.json's JSON decodes them)
+      {"deepseek-v3",
+       {"\\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+        "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+        "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}}};
   for (const auto& k : known)
     if (k.splits == splits) return k.name;
   fail(ErrorKind::Unsupported, file + ": GGUF export: the pre-tokenizer matches none of llama.cpp's gpt-2, llama-bpe, "
-                                      "qwen2, smollm");
+                                      "qwen2, smollm, deepseek-v3");
 }
 
 bool is_sentencepiece(const JsonIn& j, const std::string& file) {
