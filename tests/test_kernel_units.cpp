@@ -21,10 +21,13 @@ std::vector<double> randn(size_t n, uint32_t seed) {
 
 }  // namespace
 
+namespace {
 // GQA (4 query heads on 2 kv heads), more keys than queries (a KV-cache step), a padded key, and a
-// query that sees no key at all (its row gets o = 0, lse = -inf and no gradient).
-TEST(AttentionUnits, EqualTheReferenceForwardAndBackward) {
-  const ref::AttnShape s{2, 5, 7, 4, 2, 8};
+// query that sees no key at all (its row gets o = 0, lse = -inf and no gradient); `window`: a sliding
+// window (0: none).
+void expect_units_equal_reference(int64_t window) {
+  ref::AttnShape s{2, 5, 7, 4, 2, 8};
+  s.window = window;
   const int64_t nq = s.B * s.Tq * s.H * s.D, nk = s.B * s.Tk * s.Hkv * s.D, rows = s.B * s.H * s.Tq;
   const auto q = randn(size_t(nq), 1), k = randn(size_t(nk), 2), v = randn(size_t(nk), 3), dout = randn(size_t(nq), 4);
   std::vector<uint8_t> mask(size_t(s.B * s.Tk), 1);
@@ -72,4 +75,10 @@ TEST(AttentionUnits, EqualTheReferenceForwardAndBackward) {
   for (int64_t hk = 0; hk < s.Hkv; ++hk)
     for (int64_t d = 0; d < s.D; ++d) padded += std::abs(dk2[size_t((3 * s.Hkv + hk) * s.D + d)]);
   EXPECT_EQ(padded, 0.0);
+}
+}  // namespace
+
+TEST(AttentionUnits, EqualTheReferenceForwardAndBackward) {
+  expect_units_equal_reference(0);
+  expect_units_equal_reference(3);  // a sliding window of 3 keys (the CUDA per-unit kernels run it)
 }

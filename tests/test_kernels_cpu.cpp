@@ -122,8 +122,12 @@ TEST_P(CpuAttention, MatchesReference) {
 // not change a bit: every thread count gives the one-thread result (the tuning's world invariance
 // rests on it). 3 KV groups of 300 queries (3 tiles): split on 2 and 4 threads, whole on 1 and 3.
 TEST(CpuAttentionThreads, EveryThreadCountGivesTheSameBits) {
-  for (const bool masked : {false, true}) {
+  for (const int variant : {0, 1, 2}) {  // plain, padded keys, a sliding window of 100 with sinks
+    const bool masked = variant == 1;
     ref::AttnShape s{1, 300, 300, 9, 3, 16};
+    if (variant == 2) s.window = 100;
+    const std::vector<float> sk = {0.5f, -2.f, 8.f, 0.f, 1.f, -0.5f, 2.f, 0.f, -1.f};
+    const float* sinks = variant == 2 ? sk.data() : nullptr;
     auto q = cast<float>(randn<double>(s.B * s.Tq * s.H * s.D, 20)),
          k = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 21)),
          v = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 22)), dout = cast<float>(randn<double>(q.size(), 23));
@@ -133,15 +137,62 @@ TEST(CpuAttentionThreads, EveryThreadCountGivesTheSameBits) {
     for (int threads : {1, 2, 3, 4}) {
       Context ctx(Device{}, threads);
       std::vector<float> o(q.size()), lse(s.B * s.H * s.Tq), dq(q.size()), dk(k.size()), dv(v.size());
-      cpu::attention_fwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data());
+      cpu::attention_fwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), sinks);
       cpu::attention_bwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), dout.data(),
                          dq.data(), dk.data(), dv.data());
       const std::vector<std::vector<float>> got{o, lse, dq, dk, dv};
       if (first.empty()) first = got;
       for (size_t i = 0; i < got.size(); ++i)
         EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0)
-            << "output " << i << " (o, lse, dq, dk, dv) on " << threads << " threads, masked " << masked;
+            << "output " << i << " (o, lse, dq, dk, dv) on " << threads << " threads, variant " << variant;
     }
+  }
+}
+
+// Sliding windows and sinks against the double reference: windows inside one query tile and across
+// tiles and key blocks (300 queries, window 100: tiles start at their first query's window), a cache
+// (130 queries of 262 keys), a one-key window, padded keys; the sinks' gradient too.
+TEST(CpuAttentionWindow, MatchesReference) {
+  struct Case {
+    int64_t Tq, Tk, window;
+    bool masked, sinks;
+  };
+  for (const Case& c : {Case{300, 300, 100, true, true}, Case{130, 262, 50, false, false}, Case{17, 17, 1, false, true},
+                        Case{1, 9, 4, true, true}, Case{300, 300, 300, false, true}}) {
+    Context ctx;
+    ref::AttnShape s{2, c.Tq, c.Tk, 6, 2, 16};
+    s.window = c.window;
+    auto q = cast<float>(randn<double>(s.B * s.Tq * s.H * s.D, 30)), k = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 31)),
+         v = cast<float>(randn<double>(s.B * s.Tk * s.Hkv * s.D, 32)), dout = cast<float>(randn<double>(q.size(), 33));
+    const std::vector<float> sk = {0.5f, -2.f, 8.f, 0.f, 1.f, -0.5f};
+    const float* sinks = c.sinks ? sk.data() : nullptr;
+    std::vector<uint8_t> mask(s.B * s.Tk, 1);
+    if (c.masked) mask[0] = mask[s.Tk + 2] = mask[2 * s.Tk - 1] = 0;
+    auto qd = cast<double>(q), kd = cast<double>(k), vd = cast<double>(v), dd = cast<double>(dout), skd = cast<double>(sk);
+    std::vector<float> o(q.size()), lse(s.B * s.H * s.Tq), dq(q.size()), dk(k.size()), dv(v.size()), ds(6);
+    std::vector<double> od(q.size()), lsed(lse.size()), dqd(q.size()), dkd(k.size()), dvd(v.size()), dsd(6);
+    cpu::attention_fwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), sinks);
+    ref::attention_fwd(s, qd.data(), kd.data(), vd.data(), mask.data(), od.data(), lsed.data(), c.sinks ? skd.data() : nullptr);
+    const std::string what = "Tq " + std::to_string(c.Tq) + " window " + std::to_string(c.window);
+    expect_close((what + " o").c_str(), o, od);
+    for (size_t i = 0; i < lse.size(); ++i) {
+      if (std::isinf(lsed[i])) {
+        EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << what << " " << i;
+      } else {
+        EXPECT_NEAR(lse[i], lsed[i], 1e-5 * (1 + std::abs(lsed[i]))) << what << " " << i;
+      }
+    }
+    cpu::attention_bwd(ctx, s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                       dk.data(), dv.data());
+    ref::attention_bwd(s, qd.data(), kd.data(), vd.data(), mask.data(), od.data(), lsed.data(), dd.data(), dqd.data(),
+                       dkd.data(), dvd.data());
+    expect_close((what + " dq").c_str(), dq, dqd);
+    expect_close((what + " dk").c_str(), dk, dkd);
+    expect_close((what + " dv").c_str(), dv, dvd);
+    if (!c.sinks) continue;
+    cpu::attention_sink_grad(ctx, s, sk.data(), o.data(), lse.data(), dout.data(), ds.data());
+    ref::attention_sink_grad(s, skd.data(), od.data(), lsed.data(), dd.data(), dsd.data());
+    expect_close((what + " dsinks").c_str(), ds, dsd);
   }
 }
 

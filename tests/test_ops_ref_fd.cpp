@@ -85,6 +85,41 @@ TEST(RefFd, AttentionGqaWithMask) {
   EXPECT_EQ(lse[(1 * s.H + 0) * s.Tq + 0], -std::numeric_limits<double>::infinity());
 }
 
+// A sliding window (query p sees keys p - window < j <= p) and attention sinks (a per-head logit in the
+// softmax's denominator): every input's gradient, the sinks' included, against finite differences; one
+// sink larger than every score; a row whose window holds only padded keys keeps its sink alone (o = 0,
+// lse = the sink); queries behind a cache (Tq < Tk).
+TEST(RefFd, AttentionSlidingWindowAndSinks) {
+  for (const auto& [Tq, window] : {std::pair<int64_t, int64_t>{7, 2}, {3, 3}, {7, 1}}) {
+    ref::AttnShape s{2, Tq, 7, 4, 2, 3};
+    s.window = window;
+    auto q = randn<double>(s.B * s.Tq * s.H * s.D, 20), k = randn<double>(s.B * s.Tk * s.Hkv * s.D, 21),
+         v = randn<double>(s.B * s.Tk * s.Hkv * s.D, 22), R = randn<double>(q.size(), 23);
+    std::vector<double> sinks = {0.3, -1.2, 6.0, 0.0};  // head 2's sink dominates every score
+    std::vector<uint8_t> mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1};  // sample 1: keys 2, 3 padded
+    std::vector<double> o(q.size()), lse(s.B * s.H * s.Tq), dq(q.size()), dk(k.size()), dv(v.size()), ds(4);
+    auto loss = [&] {
+      ref::attention_fwd(s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), sinks.data());
+      return dot(o, R);
+    };
+    loss();
+    ref::attention_bwd(s, q.data(), k.data(), v.data(), mask.data(), o.data(), lse.data(), R.data(), dq.data(),
+                       dk.data(), dv.data());
+    ref::attention_sink_grad(s, sinks.data(), o.data(), lse.data(), R.data(), ds.data());
+    expect_grad_matches_fd("dq", q, dq, loss, 1e-6, 1000);
+    expect_grad_matches_fd("dk", k, dk, loss, 1e-6, 1000);
+    expect_grad_matches_fd("dv", v, dv, loss, 1e-6, 1000);
+    expect_grad_matches_fd("dsinks", sinks, ds, loss, 1e-6, 1000);
+    loss();  // o and lse at the unperturbed inputs
+    if (Tq == 7 && window == 2) {  // sample 1, query 3 sees keys 2 and 3 only, both padded: the sink alone
+      for (int64_t h = 0; h < s.H; ++h) {
+        EXPECT_EQ(lse[(1 * s.H + h) * s.Tq + 3], sinks[size_t(h)]) << h;
+        for (int64_t d = 0; d < s.D; ++d) EXPECT_EQ(o[((1 * s.Tq + 3) * s.H + h) * s.D + d], 0.0);
+      }
+    }
+  }
+}
+
 TEST(RefFd, SwiGlu) {
   const int64_t n = 11;
   auto g = randn<double>(n, 14, 2.0), u = randn<double>(n, 15), R = randn<double>(n, 16);

@@ -1,9 +1,10 @@
-// Causal GQA attention with a key padding mask on fp32 GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D],
-// lse [B,H,Tq].
+// Causal GQA attention with a key padding mask, an optional sliding window and optional sinks, on fp32
+// GEMMs. Layouts: q/o [B,Tq,H,D], k/v [B,Tk,Hkv,D], lse [B,H,Tq], sinks [H].
 // A (batch, KV head) group's query heads are packed dense as one matrix [Tq * grp, D] (row (t, head))
 // and its K, V as [Tk, D], so every product is one dense GEMM (oneDNN's brgemm, not strided
 // sub-matrices). Queries go in tiles of kTile positions: a tile's keys stop at its last query's last
-// visible key, so the causal upper triangle is mostly never computed.
+// visible key and start at its first query's first (a sliding window's), so the causal upper triangle
+// and the keys behind a window are mostly never computed. A sink adds exp(sink) to a row's softmax sum.
 // Per tile: S = scale Q K^T, masked softmax rows, O = P V.
 // Backward recomputes P from lse (nothing of size T^2 is kept between passes), a tile's keys in blocks
 // of kKeyBlock: dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ += scale dS K, dK += scale dS^T Q.
@@ -30,8 +31,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTile = 128;      // query positions per tile
 constexpr int64_t kKeyBlock = 256;  // keys per block of the backward: a tile's P and dP blocks stay in L2
 
-// Visible keys for query i are j in [0, last] with key_mask set (last < 0: none).
+// Visible keys for query i are j in [first, last] with key_mask set (last < first: none).
 inline int64_t last_key(const AttnShape& s, int64_t i) { return std::min(s.Tk - 1, i + (s.Tk - s.Tq)); }
+inline int64_t first_key(const AttnShape& s, int64_t i) {
+  return s.window > 0 ? std::max<int64_t>(0, i + (s.Tk - s.Tq) - s.window + 1) : 0;
+}
 
 // One (batch, KV head) group: where its rows live in the strided tensors, and its dense buffers.
 struct Group {
@@ -62,24 +66,25 @@ struct Group {
   }
 };
 
-// Query positions [i0, i1) of a tile, its packed rows and the keys [0, kend) it reads.
+// Query positions [i0, i1) of a tile, its packed rows and the keys [kbeg, kend) it reads.
 struct Tile {
-  int64_t i0, i1, rows, kend;
+  int64_t i0, i1, rows, kbeg, kend;
+  int64_t keys() const { return kend - kbeg; }
 };
 
 Tile tile_at(const Group& g, int64_t i0) {
-  const int64_t i1 = std::min(g.s.Tq, i0 + kTile);
-  return {i0, i1, (i1 - i0) * g.grp, std::max<int64_t>(0, last_key(g.s, i1 - 1) + 1)};
+  const int64_t i1 = std::min(g.s.Tq, i0 + kTile), kend = std::max<int64_t>(0, last_key(g.s, i1 - 1) + 1);
+  return {i0, i1, (i1 - i0) * g.grp, std::min(first_key(g.s, i0), kend), kend};
 }
 
 // The score rows work in kLanes interleaved lanes (lane l takes j = l mod kLanes), which the compiler
 // maps onto SIMD registers; the order of every reduction is fixed by the row length alone.
 constexpr int64_t kLanes = 16;
 
-// row[0, last] with the masked keys set to -inf (exp gives 0 for them), row(last, n) zero-filled later.
-void mask_row(const Group& g, int64_t last, float* row) {
+// row[0, n) (keys k0 + j) with the masked keys set to -inf (exp gives 0 for them).
+void mask_span(const Group& g, int64_t k0, float* row, int64_t n) {
   if (!g.mask) return;
-  for (int64_t j = 0; j <= last; ++j) row[j] = g.mask[j] ? row[j] : kNegInf;
+  for (int64_t j = 0; j < n; ++j) row[j] = g.mask[k0 + j] ? row[j] : kNegInf;
 }
 
 float row_max(const float* row, int64_t n) {
@@ -104,25 +109,30 @@ double row_sum(const float* row, int64_t n) {
   return sum;
 }
 
-// Softmax of a tile's score rows in place (row r: query i0 + r / grp), lse per (head, query).
-void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse) {
+// Softmax of a tile's score rows in place (row r: query i0 + r / grp; column j: key kbeg + j), lse per
+// (head, query); a row's sink joins its max and its sum.
+void softmax_tile(const Group& g, const Tile& tl, float* S, float* lse, const float* sinks) {
+  const int64_t n = tl.keys();
   for (int64_t r = 0; r < tl.rows; ++r) {
-    const int64_t i = tl.i0 + r / g.grp, last = last_key(g.s, i);
-    float* row = S + r * tl.kend;
+    const int64_t i = tl.i0 + r / g.grp, lo = std::clamp<int64_t>(first_key(g.s, i) - tl.kbeg, 0, n);
+    const int64_t cnt = std::clamp<int64_t>(last_key(g.s, i) - tl.kbeg + 1 - lo, 0, n - lo);  // visible [lo, lo + cnt)
+    float *row = S + r * n, *vis = row + lo;
     float* L = lse + (g.b * g.s.H + g.head(r)) * g.s.Tq + i;
-    std::fill(row + last + 1, row + tl.kend, 0.f);
-    mask_row(g, last, row);
-    const float mx = row_max(row, last + 1);
-    if (mx == kNegInf) {  // no visible key: a zero row
-      std::fill(row, row + last + 1, 0.f);
+    std::fill(row, vis, 0.f);
+    std::fill(vis + cnt, row + n, 0.f);
+    mask_span(g, tl.kbeg + lo, vis, cnt);
+    const float sink = sinks ? sinks[g.head(r)] : kNegInf;
+    const float mx = std::max(row_max(vis, cnt), sink);
+    if (mx == kNegInf) {  // no visible key and no sink: a zero row
+      std::fill(vis, vis + cnt, 0.f);
       *L = kNegInf;
       continue;
     }
-    for (int64_t j = 0; j <= last; ++j) row[j] -= mx;
-    exp_inplace(row, last + 1);
-    const double sum = row_sum(row, last + 1);
+    for (int64_t j = 0; j < cnt; ++j) vis[j] -= mx;
+    exp_inplace(vis, cnt);
+    const double sum = row_sum(vis, cnt) + (sinks ? double(std::exp(sink - mx)) : 0.0);
     const float inv = float(1.0 / sum);
-    for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+    for (int64_t j = 0; j < cnt; ++j) vis[j] *= inv;
     *L = mx + float(std::log(sum));
   }
 }
@@ -132,14 +142,15 @@ void probs_block(const Group& g, const Tile& tl, int64_t k0, int64_t kb, float* 
   for (int64_t r = 0; r < tl.rows; ++r) {
     const int64_t i = tl.i0 + r / g.grp;
     const float L = lse[(g.b * g.s.H + g.head(r)) * g.s.Tq + i];
-    const int64_t last = L == kNegInf ? -1 : last_key(g.s, i);
-    const int64_t n = std::clamp<int64_t>(last - k0 + 1, 0, kb);  // keys of the block up to the causal limit
+    const bool none = L == kNegInf;  // keys of the block from the window's start up to the causal limit
+    const int64_t a = none ? 0 : std::clamp<int64_t>(first_key(g.s, i) - k0, 0, kb);
+    const int64_t e = none ? 0 : std::clamp<int64_t>(last_key(g.s, i) - k0 + 1, a, kb);
     float* row = S + r * kb;
-    std::fill(row + n, row + kb, 0.f);
-    if (g.mask)
-      for (int64_t j = 0; j < n; ++j) row[j] = g.mask[k0 + j] ? row[j] : kNegInf;
-    for (int64_t j = 0; j < n; ++j) row[j] -= L;
-    exp_inplace(row, n);
+    std::fill(row, row + a, 0.f);
+    std::fill(row + e, row + kb, 0.f);
+    mask_span(g, k0 + a, row + a, e - a);
+    for (int64_t j = a; j < e; ++j) row[j] -= L;
+    exp_inplace(row + a, e - a);
   }
 }
 
@@ -165,7 +176,7 @@ void for_items(Context& ctx, const Items& it, const std::function<void(int64_t)>
 
 // Query tiles [t0, t1) of group g: the forward.
 void forward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const float* q, const float* k,
-                   const float* v, float* o, float* lse) {
+                   const float* v, float* o, float* lse, const float* sinks) {
   const AttnShape& s = g.s;
   const float scale = ref::softmax_scale<float>(s);
   // From the context's cached allocator: no fresh pages per call.
@@ -181,14 +192,16 @@ void forward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const f
     const Tile tl = tile_at(g, t * kTile);
     float* Qi = Q + tl.i0 * g.grp * s.D;
     float* Oi = O + tl.i0 * g.grp * s.D;
-    if (tl.kend == 0) {  // no key visible to any query of the tile
+    if (tl.keys() == 0) {  // no key visible to any query of the tile: only a sink, if any
       std::memset(Oi, 0, size_t(tl.rows * s.D) * 4);
-      for (int64_t r = 0; r < tl.rows; ++r) lse[(g.b * s.H + g.head(r)) * s.Tq + tl.i0 + r / g.grp] = kNegInf;
+      for (int64_t r = 0; r < tl.rows; ++r)
+        lse[(g.b * s.H + g.head(r)) * s.Tq + tl.i0 + r / g.grp] = sinks ? sinks[g.head(r)] : kNegInf;
       continue;
     }
-    gemm_serial(ctx, false, true, tl.rows, tl.kend, s.D, scale, Qi, s.D, K, s.D, 0.f, S, tl.kend);
-    softmax_tile(g, tl, S, lse);
-    gemm_serial(ctx, false, false, tl.rows, s.D, tl.kend, 1.f, S, tl.kend, V, s.D, 0.f, Oi, s.D);
+    const int64_t n = tl.keys();
+    gemm_serial(ctx, false, true, tl.rows, n, s.D, scale, Qi, s.D, K + tl.kbeg * s.D, s.D, 0.f, S, n);
+    softmax_tile(g, tl, S, lse, sinks);
+    gemm_serial(ctx, false, false, tl.rows, s.D, n, 1.f, S, n, V + tl.kbeg * s.D, s.D, 0.f, Oi, s.D);
   }
   g.unpack_q(O, o, p0, p1);
 }
@@ -220,8 +233,8 @@ void backward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const 
         for (int64_t e = 0; e < s.D; ++e) d += a[e] * c[e];
         Di[(i - tl.i0) * g.grp + h] = d;
       }
-    if (tl.kend == 0) std::memset(dQi, 0, size_t(tl.rows * s.D) * 4);
-    for (int64_t k0 = 0; k0 < tl.kend; k0 += kKeyBlock) {  // P, dP: [rows, kb]
+    if (tl.keys() == 0) std::memset(dQi, 0, size_t(tl.rows * s.D) * 4);
+    for (int64_t k0 = tl.kbeg; k0 < tl.kend; k0 += kKeyBlock) {  // P, dP: [rows, kb]
       const int64_t kb = std::min(kKeyBlock, tl.kend - k0);
       const float *Kb = x.K + k0 * s.D, *Vb = x.V + k0 * s.D;
       gemm_serial(ctx, false, true, tl.rows, kb, s.D, scale, Qi, s.D, Kb, s.D, 0.f, P, kb);
@@ -234,7 +247,7 @@ void backward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const 
         const float di = Di[r];
         for (int64_t j = 0; j < kb; ++j) dr[j] = pr[j] * (dr[j] - di);
       }
-      gemm_serial(ctx, false, false, tl.rows, s.D, kb, scale, dP, kb, Kb, s.D, k0 ? 1.f : 0.f, dQi, s.D);
+      gemm_serial(ctx, false, false, tl.rows, s.D, kb, scale, dP, kb, Kb, s.D, k0 > tl.kbeg ? 1.f : 0.f, dQi, s.D);
       gemm_serial(ctx, true, false, kb, s.D, tl.rows, scale, dP, kb, Qi, s.D, 1.f, dK + k0 * s.D, s.D);
     }
   }
@@ -242,12 +255,12 @@ void backward_tiles(Context& ctx, const Group& g, int64_t t0, int64_t t1, const 
 }  // namespace
 
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse) {
+                   const uint8_t* key_mask, float* o, float* lse, const float* sinks) {
   const Items it = plan_items(ctx, s);
   for_items(ctx, it, [&](int64_t u) {
     const Group g(s, u / it.tiles / s.Hkv, u / it.tiles % s.Hkv, key_mask);
     const int64_t t0 = it.tiles == 1 ? 0 : u % it.tiles, t1 = it.tiles == 1 ? (s.Tq + kTile - 1) / kTile : t0 + 1;
-    forward_tiles(ctx, g, t0, t1, q, k, v, o, lse);
+    forward_tiles(ctx, g, t0, t1, q, k, v, o, lse, sinks);
   });
 }
 
@@ -291,6 +304,26 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
       }
       g.unpack_k(dK, dk);
       g.unpack_k(dV, dv);
+    }
+  }, 1);
+}
+
+void attention_sink_grad(Context& ctx, const AttnShape& s, const float* sinks, const float* o, const float* lse,
+                         const float* dout, float* dsinks) {
+  ctx.pool().parallel_for(s.H, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      double g = 0;  // over (b, i) in order: the same bits on any thread count
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t i = 0; i < s.Tq; ++i) {
+          const float l = lse[(b * s.H + h) * s.Tq + i];
+          if (l == kNegInf) continue;
+          const float* a = dout + ((b * s.Tq + i) * s.H + h) * s.D;
+          const float* c = o + ((b * s.Tq + i) * s.H + h) * s.D;
+          double di = 0;
+          for (int64_t d = 0; d < s.D; ++d) di += double(a[d]) * double(c[d]);
+          g -= std::exp(double(sinks[h]) - double(l)) * di;
+        }
+      dsinks[h] = float(g);
     }
   }, 1);
 }

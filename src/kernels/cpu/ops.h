@@ -109,13 +109,16 @@ void rope_fwd(Context& ctx, float* x, const int32_t* pos, const float* cos, cons
 void rope_bwd(Context& ctx, float* dx, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
               int64_t heads, const RopeDims& d);
 
-// attention.cpp
+// attention.cpp (semantics: kernels/ref/attention_ref.h; AttnShape::window, sinks [H] or null)
 using ref::AttnShape;
 void attention_fwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
-                   const uint8_t* key_mask, float* o, float* lse);
+                   const uint8_t* key_mask, float* o, float* lse, const float* sinks = nullptr);
 void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float* k, const float* v,
                    const uint8_t* key_mask, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                    float* dv);
+// The sinks' gradient (dsinks [H] overwritten), from the forward's o and lse.
+void attention_sink_grad(Context& ctx, const AttnShape& s, const float* sinks, const float* o, const float* lse,
+                         const float* dout, float* dsinks);
 
 // swiglu.cpp
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);

@@ -312,6 +312,7 @@ void by_chunks(int64_t D, F&& f) {
 
 bool attention_tiled_fits(const ref::AttnShape& s, std::initializer_list<const void*> ptrs) {
   if (s.D % 16 != 0 || s.D < 16 || s.D > 16 * kMaxChunks || s.Hkv <= 0 || s.H % s.Hkv != 0) return false;
+  if (s.window > 0) return false;  // the per-unit kernels (attention_units.h) run sliding windows
   if (s.B > 65535 || s.H > 65535) return false;
   for (const void* p : ptrs)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;

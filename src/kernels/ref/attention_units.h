@@ -16,7 +16,7 @@ namespace ar::ref {
 
 template <class T>
 AR_HD bool attn_sees(const AttnShape& s, const uint8_t* key_mask, int64_t b, int64_t i, int64_t j) {
-  return j <= i + (s.Tk - s.Tq) && (!key_mask || key_mask[b * s.Tk + j]);
+  return attn_in_window(s, i, j) && (!key_mask || key_mask[b * s.Tk + j]);
 }
 
 template <class T>
