@@ -444,6 +444,45 @@ TEST_P(CudaAttention, TiledMatchesTheDoubleReferenceAndTheUnits) {
   expect_same_bits(t.dv, t2.dv, "dv, second run");
 }
 
+// A sliding window (gpt-oss, Gemma 3): the tiled kernels decline it and the per-unit kernels run it, against
+// the double reference, with padded keys and more keys than queries.
+TEST(CudaAttentionWindow, UnitsRunItAsTheDoubleReference) {
+  AR_REQUIRE_GPU();
+  for (const ref::AttnShape base : {ref::AttnShape{2, 77, 77, 4, 2, 64}, ref::AttnShape{2, 40, 70, 2, 1, 32}}) {
+    ref::AttnShape s = base;
+    s.window = 20;
+    const int64_t nq = s.B * s.Tq * s.H * s.D, nk = s.B * s.Tk * s.Hkv * s.D, nl = s.B * s.H * s.Tq;
+    const auto q = uniform(size_t(nq), -2.f, 2.f, 11), k = uniform(size_t(nk), -2.f, 2.f, 12),
+               v = uniform(size_t(nk), -1.f, 1.f, 13), dout = uniform(size_t(nq), -1.f, 1.f, 14);
+    std::vector<uint8_t> mask(size_t(s.B * s.Tk), 1);
+    std::mt19937 rng(15);
+    for (auto& m : mask) m = rng() % 4 != 0;
+    auto qd = test::cast<double>(q), kd = test::cast<double>(k), vd = test::cast<double>(v),
+         dod = test::cast<double>(dout);
+    std::vector<double> o(static_cast<size_t>(nq)), lse(static_cast<size_t>(nl)), dq(static_cast<size_t>(nq)),
+        dk(static_cast<size_t>(nk)), dv(static_cast<size_t>(nk));
+    ref::attention_fwd(s, qd.data(), kd.data(), vd.data(), mask.data(), o.data(), lse.data());
+    ref::attention_bwd(s, qd.data(), kd.data(), vd.data(), mask.data(), o.data(), lse.data(), dod.data(), dq.data(),
+                       dk.data(), dv.data());
+    cuda::DeviceContext ctx(0);
+    auto gq = ctx.upload(q.data(), nq), gk = ctx.upload(k.data(), nk), gv = ctx.upload(v.data(), nk),
+         gdo = ctx.upload(dout.data(), nq);
+    auto gm = ctx.upload(mask.data(), int64_t(mask.size()));
+    EXPECT_FALSE(cuda::attention_tiled_fits(s, {gq.data(), gk.data(), gv.data(), gdo.data()}));
+    auto go = ctx.alloc<float>(nq), gl = ctx.alloc<float>(nl), gd = ctx.alloc<float>(nl), gdq = ctx.alloc<float>(nq),
+         gdk = ctx.alloc<float>(nk), gdv = ctx.alloc<float>(nk);
+    cuda::attention_fwd(ctx, s, gq.data(), gk.data(), gv.data(), gm.data(), go.data(), gl.data(),
+                        cuda::AttnKernels::Fastest);
+    cuda::attention_bwd(ctx, s, gq.data(), gk.data(), gv.data(), gm.data(), go.data(), gl.data(), gdo.data(), gd.data(),
+                        gdq.data(), gdk.data(), gdv.data(), cuda::AttnKernels::Fastest);
+    const auto ho = download(ctx, go), hdq = download(ctx, gdq), hdk = download(ctx, gdk), hdv = download(ctx, gdv);
+    EXPECT_LT(test::rel_err(ho.data(), o.data(), o.size()), 1e-5) << "o";
+    EXPECT_LT(test::rel_err(hdq.data(), dq.data(), dq.size()), 1e-5) << "dq";
+    EXPECT_LT(test::rel_err(hdk.data(), dk.data(), dk.size()), 1e-5) << "dk";
+    EXPECT_LT(test::rel_err(hdv.data(), dv.data(), dv.size()), 1e-5) << "dv";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttention,
     ::testing::Values(AttnCase{"gqa_d64_t77", {2, 77, 77, 4, 2, 64}, false},
