@@ -7,7 +7,7 @@
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/rmsnorm_ref.h"
 #include "kernels/ref/rope_ref.h"
-#include "kernels/ref/swiglu_ref.h"
+#include "kernels/ref/gate_act_ref.h"
 #include "kernels/ref/xent_ref.h"
 #include "test_util.h"
 
@@ -217,6 +217,44 @@ TEST(CpuKernels, SwiGlu) {
   ref::swiglu_bwd(dad.data(), gd.data(), ud.data(), dgd.data(), dud.data(), n);
   expect_close("dg", dg, dgd);
   expect_close("du", du, dud);
+}
+
+// gpt-oss's clamped SwiGLU against the double reference, with gate and up values on both sides of the
+// clamp and exactly at it.
+TEST(CpuKernels, ClampedSwiGlu) {
+  Context ctx(Device{}, 2);
+  const int64_t n = 10007;
+  const GateAct act{GateKind::ClampedSwiglu, 1.702f, 1.5f};
+  auto g = cast<float>(randn<double>(n, 24, 3.0)), u = cast<float>(randn<double>(n, 25, 3.0)),
+       da = cast<float>(randn<double>(n, 26));
+  g[0] = u[1] = 1.5f;
+  u[2] = -1.5f;
+  auto gd = cast<double>(g), ud = cast<double>(u), dad = cast<double>(da);
+  std::vector<float> a(n), dg(n), du(n);
+  std::vector<double> ad(n), dgd(n), dud(n);
+  cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, act);
+  ref::gate_fwd(act, gd.data(), ud.data(), ad.data(), n);
+  expect_close("a", a, ad);
+  cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n, act);
+  ref::gate_bwd(act, dad.data(), gd.data(), ud.data(), dgd.data(), dud.data(), n);
+  expect_close("dg", dg, dgd);
+  expect_close("du", du, dud);
+  size_t clamped_g = 0, clamped_u = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    clamped_g += g[size_t(i)] > 1.5f;
+    clamped_u += std::abs(u[size_t(i)]) > 1.5f;
+    if (g[size_t(i)] > 1.5f) {
+      EXPECT_EQ(dg[size_t(i)], 0.f) << i;
+    }
+    if (std::abs(u[size_t(i)]) > 1.5f) {
+      EXPECT_EQ(du[size_t(i)], 0.f) << i;
+    }
+  }
+  EXPECT_GT(clamped_g, size_t(n / 4));
+  EXPECT_GT(clamped_u, size_t(n / 4));
+  EXPECT_NE(dg[0], 0.f);  // at the clamp the gradient passes, as torch's clamp lets it
+  EXPECT_NE(du[1], 0.f);
+  EXPECT_NE(du[2], 0.f);
 }
 
 TEST(CpuKernels, ResidualAdd) {

@@ -4,7 +4,8 @@
 // tie rule, and experts that receive no token. Variants: Qwen3-MoE (top-3 of 8, renormalized, q/k norm),
 // Qwen2-MoE (top-2 of 6 not renormalized, shared expert, q/k/v bias), Mixtral (top-2 of 4), DeepSeek-V3's
 // routing (sigmoid, score-correction bias, 2 of 4 groups, scaled, an ungated shared expert; and without
-// groups or renormalization), gpt-oss's (top-2 of the biased logits, then softmax).
+// groups or renormalization), gpt-oss's (top-2 of the biased logits, then softmax; attention sinks, a
+// sliding window, biased experts with the clamped SwiGLU).
 #include <map>
 
 #include "block_case.h"
@@ -27,6 +28,7 @@ struct Variant {
   int64_t groups = 1, topk_groups = 1;
   double scaling = 1;
   bool shared_gate = true, router_bias = false, score_bias = false;
+  bool gpt_oss = false;  // the rest of gpt-oss's block: sinks, a 3-key window, o bias, expert biases, clamped gate
 };
 
 template <class V>
@@ -38,11 +40,16 @@ BlockPtrs<P> ptrs(Named<V>& m, int64_t E) {
   auto get = [&](const std::string& k) -> P { auto it = m.find(k); return it == m.end() ? nullptr : it->second.data(); };
   p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
   p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.ln2 = get("ln2");
+  p.bo = get("bo"); p.sinks = get("sinks");
   p.router = get("router"); p.router_bias = get("router_bias"); p.score_bias = get("score_bias"); p.sg = get("sg"); p.su = get("su"); p.sd = get("sd"); p.sgate = get("sgate");
   for (int64_t e = 0; e < E; ++e) {
     p.eg.push_back(get("eg" + std::to_string(e)));
     p.eu.push_back(get("eu" + std::to_string(e)));
     p.ed.push_back(get("ed" + std::to_string(e)));
+    if (!m.count("ebg" + std::to_string(e))) continue;
+    p.ebg.push_back(get("ebg" + std::to_string(e)));
+    p.ebu.push_back(get("ebu" + std::to_string(e)));
+    p.ebd.push_back(get("ebd" + std::to_string(e)));
   }
   return p;
 }
@@ -79,6 +86,19 @@ struct MoeCase {
       add("ed" + std::to_string(e), C * I, 0.3);
     }
     if (v.Is) { add("sg", v.Is * C, 0.4); add("su", v.Is * C, 0.4); add("sd", C * v.Is, 0.3); }
+    if (v.gpt_oss) {
+      d.window = 3;
+      d.sinks = true;
+      d.act = {GateKind::ClampedSwiglu, 1.702f, 0.8f};
+      d.moe.expert_bias = true;
+      add("sinks", d.H, 1.0);
+      add("bo", C, 0.2);
+      for (int64_t e = 0; e < v.E; ++e) {
+        add("ebg" + std::to_string(e), I, 0.3);
+        add("ebu" + std::to_string(e), I, 0.3);
+        add("ebd" + std::to_string(e), C, 0.2);
+      }
+    }
     if (v.Is && v.shared_gate) add("sgate", C, 0.4);
     x = randn<double>(size_t(B * T * C), 7);
     R = randn<double>(x.size(), 8);
@@ -335,7 +355,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, MoeBlockTest,
                                            Variant{"sigmoid_plain", 6, 3, 0, false, false, false,
                                                    Routing::SigmoidGroups, 1, 1, 1.5, true, false, true},
                                            Variant{"gpt_oss", 4, 2, 0, false, false, true, Routing::TopKSoftmax, 1,
-                                                   1, 1, true, true, false}),
+                                                   1, 1, true, true, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 // Equal router logits: the lower expert index wins, and the weights split evenly.

@@ -5,7 +5,7 @@
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/rmsnorm_ref.h"
 #include "kernels/ref/rope_ref.h"
-#include "kernels/ref/swiglu_ref.h"
+#include "kernels/ref/gate_act_ref.h"
 #include "kernels/ref/xent_ref.h"
 #include "test_util.h"
 
@@ -128,6 +128,39 @@ TEST(RefFd, SwiGlu) {
   ref::swiglu_bwd(R.data(), g.data(), u.data(), dg.data(), du.data(), n);
   expect_grad_matches_fd("dg", g, dg, loss);
   expect_grad_matches_fd("du", u, du, loss);
+}
+
+// gpt-oss's clamped SwiGLU: the gradient against finite differences away from the clamp (gate and up
+// on both sides of it), zero beyond it, and passing at it (torch's clamp).
+TEST(RefFd, ClampedSwiGlu) {
+  const int64_t n = 64;
+  const GateAct act{GateKind::ClampedSwiglu, 1.702f, 0.75f};
+  auto g = randn<double>(n, 34, 1.5), u = randn<double>(n, 35, 1.5), R = randn<double>(n, 36);
+  for (int64_t i = 0; i < n; ++i) {  // keep finite differences off the kinks
+    if (std::abs(g[size_t(i)] - 0.75) < 1e-3) g[size_t(i)] += 0.01;
+    if (std::abs(std::abs(u[size_t(i)]) - 0.75) < 1e-3) u[size_t(i)] += 0.01;
+  }
+  std::vector<double> a(n), dg(n), du(n);
+  auto loss = [&] { ref::gate_fwd(act, g.data(), u.data(), a.data(), n); return dot(a, R); };
+  ref::gate_bwd(act, R.data(), g.data(), u.data(), dg.data(), du.data(), n);
+  expect_grad_matches_fd("dg", g, dg, loss, 1e-6, size_t(n));
+  expect_grad_matches_fd("du", u, du, loss, 1e-6, size_t(n));
+  int beyond = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (g[size_t(i)] > 0.75) {
+      EXPECT_EQ(dg[size_t(i)], 0.0);
+      ++beyond;
+    }
+    if (std::abs(u[size_t(i)]) > 0.75) {
+      EXPECT_EQ(du[size_t(i)], 0.0);
+      ++beyond;
+    }
+  }
+  EXPECT_GT(beyond, 20);
+  double dgc, duc;  // exactly at the clamp: torch passes the gradient
+  ref::clamped_swiglu_bwd_elem(1.0, 0.75, 0.75, 1.702, 0.75, &dgc, &duc);
+  EXPECT_GT(dgc, 0.0);
+  EXPECT_GT(duc, 0.0);
 }
 
 TEST(RefFd, Embedding) {

@@ -1,10 +1,12 @@
 // The 2026 families on the quantization pipeline (DeepSeek-V3's latent attention and sigmoid router,
-// GLM-4.5's partial RoPE and biases), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
+// GLM-4.5's partial RoPE and biases, gpt-oss's sinks, windows and biased experts), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
 // every Linear (MLA's five, the experts, the shared experts) with every other tensor copied bit for bit and
 // the router listed as 16 bit; SignRound lowers each block's loss and beats RTN on the model's KL; the
 // data-parallel worlds 2 and 4 write the serial bytes; the MTP layers stored past num_hidden_layers are
 // copied unchanged.
+#include <cstring>
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe"};
+const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe", "gpt_oss"};
 
 TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
   for (const char* fam : kFamilies) {
@@ -99,6 +101,78 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
       EXPECT_TRUE(read_text_file(sr.path + "/model.safetensors") == serial) << fam << " world " << world;
     }
   }
+}
+
+// The model rewritten in gpt-oss's released layout (transformers 5's fused experts): per layer
+// gate_up_proj [E, C, 2I] with gate and up interleaved by column, down_proj [E, I, C], each expert's Linear
+// transposed, and the biases gate_up_proj_bias [E, 2I] (interleaved), down_proj_bias [E, C].
+void write_gpt_oss_fused_twin(const std::string& src, const std::string& dst) {
+  fs::create_directories(dst);
+  for (const char* f : {"config.json", "tokenizer.bin"}) fs::copy_file(src + "/" + f, dst + "/" + f);
+  const ModelConfig c = load_model_config(src + "/config.json");
+  auto in = SafetensorsFile::open(src + "/model.safetensors");
+  Context ctx(Device{}, 1);
+  std::vector<StEntry> out;
+  std::set<std::string> moved;
+  const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, C = c.hidden_size;
+  const auto at = [&](const std::string& n) {
+    moved.insert(n);
+    return reinterpret_cast<const uint16_t*>(in->bytes(*in->find(n)));
+  };
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = HfModel::layer_prefix(l) + "mlp.experts.";
+    Tensor gu = Tensor::empty({E, C, 2 * I}, DType::BF16, ctx), gub = Tensor::empty({E, 2 * I}, DType::BF16, ctx);
+    Tensor dn = Tensor::empty({E, I, C}, DType::BF16, ctx), dnb = Tensor::empty({E, C}, DType::BF16, ctx);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + std::to_string(e) + ".";
+      for (int j = 0; j < 2; ++j) {  // gate (even columns), up (odd columns)
+        const std::string proj = x + (j == 0 ? "gate_proj." : "up_proj.");
+        const uint16_t *w = at(proj + "weight"), *b = at(proj + "bias");
+        for (int64_t i = 0; i < I; ++i) {
+          gub.data<uint16_t>()[e * 2 * I + 2 * i + j] = b[i];
+          for (int64_t k = 0; k < C; ++k) gu.data<uint16_t>()[(e * C + k) * 2 * I + 2 * i + j] = w[i * C + k];
+        }
+      }
+      const uint16_t *w = at(x + "down_proj.weight"), *b = at(x + "down_proj.bias");
+      for (int64_t k = 0; k < C; ++k) {
+        dnb.data<uint16_t>()[e * C + k] = b[k];
+        for (int64_t i = 0; i < I; ++i) dn.data<uint16_t>()[(e * I + i) * C + k] = w[k * I + i];
+      }
+    }
+    out.push_back({p + "gate_up_proj", gu});
+    out.push_back({p + "gate_up_proj_bias", gub});
+    out.push_back({p + "down_proj", dn});
+    out.push_back({p + "down_proj_bias", dnb});
+  }
+  for (const auto& t : in->header().tensors)
+    if (!moved.count(t.name)) {
+      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
+      std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
+      out.push_back({t.name, copy});
+    }
+  write_safetensors(dst + "/model.safetensors", out);
+}
+
+// gpt-oss's released expert layout quantizes to the bytes of its per-expert twin (the layout AutoRound
+// writes), biases written per expert, and both read back with the same logits.
+TEST(PipelineFamilies, GptOssFusedExpertsWriteThePerExpertOutput) {
+  test::TempDir m("pfam_oss"), f("pfam_oss_fused"), qm("pfam_oss_q"), qf("pfam_oss_fused_q");
+  write_synthetic_model(m.path, tiny_moe_config("gpt_oss", 2), 54, DType::BF16);
+  write_gpt_oss_fused_twin(m.path, f.path);
+  ASSERT_TRUE(HfModel::open(f.path)->fused_experts(1));
+  auto o = test::moe_quantize_options(m.path, qm.path, 3);
+  quantize_model(o);
+  o.model_dir = f.path;
+  o.output_dir = qf.path;
+  quantize_model(o);
+  const auto a = test::tensor_bytes(qm.path + "/model.safetensors"), b = test::tensor_bytes(qf.path + "/model.safetensors");
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
+  EXPECT_TRUE(a.count("model.layers.1.mlp.experts.7.down_proj.bias"));
+  EXPECT_TRUE(a.count("model.layers.1.self_attn.sinks"));
+  EXPECT_TRUE(a.count("model.layers.1.mlp.router.bias"));
+  const json qc = read_json_file(qm.path + "/config.json")["quantization_config"];
+  EXPECT_FALSE(qc.contains("extra_config") && qc["extra_config"].contains("model.layers.1.mlp.router")) << qc.dump();
 }
 
 // DeepSeek's and GLM's multi-token-prediction layers (stored past num_hidden_layers) are copied as stored.

@@ -4,7 +4,8 @@
 //   q = h Wq^T + bq [N, H*D];  k, v = h Wk^T + bk, h Wv^T + bv  [N, Hkv*D]
 //   (q/k norm) q, k = rmsnorm per head over D with q_norm, k_norm
 //   q, k = rope(q, k) (partial RoPE: each head's first BlockDims::rope dims, GLM-4.5)
-//   o = attention(q, k, v, causal + key mask)   [N, H*D];   out = o Wo^T (+ bo)
+//   o = attention(q, k, v, causal + key mask [+ sliding window: BlockDims::window] [+ sinks: gpt-oss's
+//       per-head logit in the softmax's denominator])   [N, H*D];   out = o Wo^T (+ bo)
 // Its Linears are the block's linear_slot 0..3 (q, k, v, o); with FP8_STATIC each reads the QDQ of its
 // input (act_qdq_linear.h). Backward walks the graph in reverse, weight gradients into the non-null
 // entries of g; dh = null skips the q/k/v input-gradient GEMMs (tuning needs none) unless they have
@@ -82,10 +83,11 @@ class GqaAttention {
       ops_.copy(p(c.k), p(kv->k) + kv->len * KD, N * KD);
       ops_.copy(p(c.v), p(kv->v) + kv->len * KD, N * KD);
       kv->len += N;
-      ops_.attention_fwd({1, N, kv->len, d_.H, d_.Hkv, d_.D}, p(c.q), p(kv->k), p(kv->v), nullptr, p(c.o),
-                         p(c.lse));
+      ref::AttnShape sh{1, N, kv->len, d_.H, d_.Hkv, d_.D};
+      sh.window = d_.window;
+      ops_.attention_fwd(sh, p(c.q), p(kv->k), p(kv->v), nullptr, p(c.o), p(c.lse), sinks(w));
     } else {
-      ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse));
+      ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), sinks(w));
     }
     c.oo = ops_.operand(p(c.o), N * QD);
     ops_.linear_fwd(input(c, 3, c.oo, N * QD), w.wo, w.bo, out, N, QD, C);
@@ -105,6 +107,11 @@ class GqaAttention {
     lin(3, ops_.operand(dout, N * C), c.oo, w.wo, p(dob), false, g.wo, g.bo, QD, C);
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
+    if (g.sinks && d_.sinks) {  // accumulates, as the other non-Linear gradients do
+      Buf ds = ops_.alloc(d_.H);
+      ops_.attention_sink_grad(shape(aux), w.sinks, p(c.o), p(c.lse), p(dob), p(ds));
+      ops_.add(g.sinks, p(ds), g.sinks, d_.H);
+    }
     ops_.rope_bwd(p(dq), aux.pos, aux.cos, aux.sin, N, d_.H, rope());
     ops_.rope_bwd(p(dk), aux.pos, aux.cos, aux.sin, N, d_.Hkv, rope());
     if (d_.qk_norm) {  // dq/dk are w.r.t. normed q/k; map back to the projections
@@ -127,7 +134,12 @@ class GqaAttention {
     return act_qdq_input(ops_, scale(c, slot), x, c.xq[slot], n);
   }
   RopeDims rope() const { return {d_.D, 0, d_.rope ? d_.rope : d_.D, false}; }
-  ref::AttnShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D}; }
+  ref::AttnShape shape(const BlockAux<T>& aux) const {
+    ref::AttnShape sh{aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D};
+    sh.window = d_.window;
+    return sh;
+  }
+  const T* sinks(const BlockPtrs<const T*>& w) const { return d_.sinks ? w.sinks : nullptr; }
 
   Ops& ops_;
   BlockDims d_;

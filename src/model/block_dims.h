@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ref/gate_act_ref.h"
+
 namespace ar {
 
 // How a mixture-of-experts feed-forward picks and weighs its experts (model/moe_router.h).
@@ -19,6 +21,7 @@ struct MoeDims {
   int64_t groups = 1, topk_groups = 1;  // SigmoidGroups: expert groups, and how many of them a token may use
   double scaling = 1;                   // SigmoidGroups: the routed weights' factor (routed_scaling_factor)
   bool shared_gate = true;              // the shared expert's output times sigmoid(h Wsg^T) (Qwen2-MoE)
+  bool expert_bias = false;             // the experts' gate, up and down carry biases (gpt-oss)
 };
 
 // The block's attention module: grouped-query attention (model/attention_gqa.h) or multi-head latent
@@ -39,6 +42,9 @@ struct BlockDims {
   double eps = 1e-6;
   bool qk_norm = false;
   int64_t rope = 0;  // GQA with partial RoPE: a head's first `rope` dims rotated (0: all D)
+  int64_t window = 0;  // GQA: a query sees its `window` latest keys (a sliding-window layer; 0: all)
+  bool sinks = false;  // GQA: a learned logit per query head in the softmax's denominator (gpt-oss)
+  GateAct act;         // the feed-forward's gated activation (the MLP's, every expert's)
   AttnKind attn = AttnKind::Gqa;
   MlaDims mla;
   MoeDims moe;
@@ -62,15 +68,17 @@ struct BlockPtrs {
   P ln1 = nullptr, wq = nullptr, wk = nullptr, wv = nullptr, bq = nullptr, bk = nullptr, bv = nullptr;
   P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
     wd = nullptr;
+  P sinks = nullptr;  // attention sinks [H] (BlockDims::sinks)
   // MLA (BlockDims::mla; wo is o_proj, wq the q_proj of a model without q_lora): q_a_proj [q_lora, C],
   // q_a_layernorm, q_b_proj [H (nope + rope), q_lora], kv_a_proj_with_mqa [kv_lora + rope, C],
   // kv_a_layernorm, kv_b_proj [H (nope + v), kv_lora].
   P q_a = nullptr, q_a_norm = nullptr, q_b = nullptr, kv_a = nullptr, kv_a_norm = nullptr, kv_b = nullptr;
   // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C] and its bias [E] (gpt-oss); the
   // score-correction bias [E] (SigmoidGroups: selection only, no gradient); expert e's gate and up [I, C]
-  // and down [C, I]; the shared expert's gate/up/down and its gate [1, C].
+  // and down [C, I] (with MoeDims::expert_bias their biases [I], [I], [C]); the shared expert's gate/up/down
+  // and its gate [1, C].
   P router = nullptr, router_bias = nullptr, score_bias = nullptr;
-  std::vector<P> eg, eu, ed;
+  std::vector<P> eg, eu, ed, ebg, ebu, ebd;
   P sg = nullptr, su = nullptr, sd = nullptr, sgate = nullptr;
   // The attention module these pointers belong to (linear_slot's order depends on it).
   AttnKind attn = AttnKind::Gqa;

@@ -36,6 +36,7 @@ void gqa(Table& t, const ModelConfig& c) {
     t.bias("self_attn.v_proj.bias", KD, &W::bv);
   }
   if (c.o_bias) t.bias("self_attn.o_proj.bias", C, &W::bo);
+  if (c.attn_sinks) t.front.push_back({"self_attn.sinks", {c.num_heads}, TensorRole::Buffer, &W::sinks});
   t.linear("self_attn.q_proj.weight", QD, C, &W::wq);
   t.linear("self_attn.k_proj.weight", KD, C, &W::wk);
   t.linear("self_attn.v_proj.weight", KD, C, &W::wv);
@@ -85,42 +86,64 @@ void mlp(Table& t, const ModelConfig& c) {
   t.linear("mlp.down_proj.weight", C, I, &W::wd);
 }
 
-// The routed experts in the checkpoint's layout (model/moe_names.h), the shared expert, the router.
+// One routed expert's Linear (and with gpt-oss its bias) in the checkpoint's layout (model/moe_names.h):
+// per expert, transformers 5's fused [E, 2I, C] / [E, C, I], or gpt-oss's fused [E, C, 2I] / [E, I, C]
+// (transposed, gate and up interleaved) with the biases [E, 2I] / [E, C].
+void expert(Table& t, const ModelConfig& c, int64_t layer, bool fused, int64_t e, ExpertProj proj) {
+  const MoeConfig& m = c.moe;
+  const int64_t C = c.hidden_size, E = m.num_experts, I = m.expert_intermediate;
+  const bool dn = proj == ExpertProj::Down;
+  const int j = proj == ExpertProj::Gate ? 0 : proj == ExpertProj::Up ? 1 : 2;
+  std::vector<Tensor> W::* lists[3] = {&W::eg, &W::eu, &W::ed};
+  std::vector<Tensor> W::* biases[3] = {&W::ebg, &W::ebu, &W::ebd};
+  const std::string module = expert_linear_name(m.mixtral_names, e, proj);
+  BlockTensor x{module + ".weight", dn ? Shape{C, I} : Shape{I, C}, TensorRole::Linear, nullptr, lists[j], e};
+  BlockTensor b{module + ".bias", {dn ? C : I}, TensorRole::Bias, nullptr, biases[j], e};
+  if (!fused) {
+    x.stored = expert_weight_name(c, layer, e, proj);
+  } else if (!m.gpt_oss) {
+    x.stored = fused_experts_name(layer, proj);
+    x.offset = dn ? e * C * I : e * 2 * I * C + (j == 1 ? I * C : 0);
+    x.stored_shape = dn ? Shape{E, C, I} : Shape{E, 2 * I, C};
+  } else {
+    x.stored = fused_experts_name(layer, proj);
+    b.stored = fused_bias_name(layer, proj);
+    x.offset = dn ? e * I * C : e * C * 2 * I;
+    x.stored_shape = dn ? Shape{E, I, C} : Shape{E, C, 2 * I};
+    x.columns = dn ? BlockTensor::Columns{I, C, 0, 1} : BlockTensor::Columns{C, 2 * I, j, 2};
+    b.offset = dn ? e * C : e * 2 * I;
+    b.stored_shape = dn ? Shape{E, C} : Shape{E, 2 * I};
+    if (!dn) b.columns = {1, 2 * I, j, 2};
+  }
+  if (m.gpt_oss) t.front.push_back(std::move(b));
+  t.linears.push_back(std::move(x));
+}
+
+// The routed experts, the shared expert, the router.
 void moe(Table& t, const ModelConfig& c, int64_t layer, bool fused) {
   const MoeConfig& m = c.moe;
-  const int64_t C = c.hidden_size, E = m.num_experts, I = m.expert_intermediate, Is = m.shared_intermediate;
-  const std::string prefix = HfModel::layer_prefix(layer), router = router_weight_name(c, layer, fused);
-  const ExpertProj projs[3] = {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down};
-  std::vector<Tensor> W::* lists[3] = {&W::eg, &W::eu, &W::ed};
-  const std::string gate_up = fused_experts_name(layer, ExpertProj::Gate), down = fused_experts_name(layer, ExpertProj::Down);
+  const int64_t C = c.hidden_size, E = m.num_experts, Is = m.shared_intermediate;
+  const std::string router = router_module(c, fused);
   if (m.routing == Routing::SigmoidGroups)
-    t.front.push_back({router.substr(prefix.size(), router.size() - prefix.size() - 7) + ".e_score_correction_bias",
-                       {E}, TensorRole::Buffer, &W::score_bias});
+    t.front.push_back({router + ".e_score_correction_bias", {E}, TensorRole::Buffer, &W::score_bias});
+  if (m.gpt_oss) {  // GptOssTopKRouter is no nn.Linear: AutoRound neither quantizes nor lists it
+    t.front.push_back({router + ".weight", {E, C}, TensorRole::Buffer, &W::router});
+    t.bias(router + ".bias", E, &W::router_bias);
+  }
   for (int64_t e = 0; e < E; ++e)
-    for (int j = 0; j < 3; ++j) {
-      const bool dn = projs[j] == ExpertProj::Down;
-      BlockTensor x{expert_linear_name(m.mixtral_names, e, projs[j]) + ".weight", dn ? Shape{C, I} : Shape{I, C},
-                    TensorRole::Linear, nullptr, lists[j], e};
-      if (fused) {
-        x.stored = dn ? down : gate_up;
-        x.offset = dn ? e * C * I : e * 2 * I * C + (j == 1 ? I * C : 0);
-        x.stored_shape = dn ? Shape{E, C, I} : Shape{E, 2 * I, C};
-      } else {
-        x.stored = expert_weight_name(c, layer, e, projs[j]);
-      }
-      t.linears.push_back(std::move(x));
-    }
+    for (ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down}) expert(t, c, layer, fused, e, proj);
   if (Is) {
     const std::string s = "mlp." + m.shared_module + ".";
     t.linear(s + "gate_proj.weight", Is, C, &W::sg);
     t.linear(s + "up_proj.weight", Is, C, &W::su);
     t.linear(s + "down_proj.weight", C, Is, &W::sd);
   }
-  // The router keeps its stored name in every output; the report names it by the experts' module.
-  t.kept.push_back({m.mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", {E, C}, TensorRole::Kept,
-                    &W::router});
-  t.kept.back().stored = router;
-  t.kept.back().why = "MoE router";
+  // A Linear router keeps its stored name in every output; the report names it by the experts' module.
+  if (!m.gpt_oss) {
+    t.kept.push_back({router_module(c, false) + ".weight", {E, C}, TensorRole::Kept, &W::router});
+    t.kept.back().stored = router_weight_name(c, layer, fused);
+    t.kept.back().why = "MoE router";
+  }
   if (Is && m.shared_gate) {
     t.kept.push_back({"mlp.shared_expert_gate.weight", {1, C}, TensorRole::Kept, &W::sgate});
     t.kept.back().why = "MoE shared expert gate";
@@ -151,6 +174,10 @@ ModelConfig block_config(const BlockDims& d) {
   c.rms_norm_eps = d.eps;
   c.qk_norm = d.qk_norm;
   c.rotary_dims = d.rope;
+  c.sliding_window = d.window;
+  c.sliding_layers = {uint8_t(d.window > 0 ? 1 : 0)};
+  c.attn_sinks = d.sinks;
+  c.ffn_act = d.act;
   if (d.attn == AttnKind::Mla) {
     c.mla = {d.mla.q_lora, d.mla.kv_lora, d.mla.nope, d.mla.rope, d.mla.v, d.mla.interleave};
     c.head_dim = d.mla.rope;
@@ -167,6 +194,8 @@ ModelConfig block_config(const BlockDims& d) {
     m.topk_group = d.moe.topk_groups;
     m.routed_scaling_factor = d.moe.scaling;
     m.shared_gate = d.moe.shared_gate;
+    m.gpt_oss = d.moe.expert_bias;
+    if (m.gpt_oss) m.routing = Routing::TopKSoftmax;
   }
   return c;
 }

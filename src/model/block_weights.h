@@ -22,8 +22,9 @@ enum class TensorRole : uint8_t {
   Bias,    // a Linear's bias
   Linear,  // a quantizable Linear's weight (the table lists them in linear_slot order)
   Kept,    // a Linear that stays in 16 bit by rule (a MoE router, a shared expert's gate): BlockTensor::why
-  Buffer,  // a tensor the forward reads that is no parameter (DeepSeek's e_score_correction_bias), or a
-           // non-Linear tensor no module reads, copied unchanged (DeepSeek-V3.2's indexer k_norm)
+  Buffer,  // a tensor the forward reads that is no Linear, norm or bias (DeepSeek's e_score_correction_bias,
+           // gpt-oss's attention sinks), or a non-Linear tensor no module reads, copied unchanged
+           // (DeepSeek-V3.2's indexer k_norm)
 };
 
 struct BlockTensor {
@@ -40,6 +41,12 @@ struct BlockTensor {
   std::string stored{};
   int64_t offset = -1;
   Shape stored_shape{};
+  // A tensor stored transposed (gpt-oss's fused experts): the slice at offset is a [rows, cols] matrix
+  // and the tensor is the transpose of its columns first, first + step, ...; cols = 0: the slice as is.
+  struct Columns {
+    int64_t rows = 0, cols = 0, first = 0, step = 1;
+  };
+  Columns columns{};
   const char* why = nullptr;  // Kept: what the report says ("MoE router")
 
   Tensor& in(BlockWeights& w) const;
@@ -51,12 +58,14 @@ struct BlockTensor {
 // fp32 tensors of one decoder block, with the table they were loaded from.
 struct BlockWeights {
   Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
+  Tensor sinks;  // gpt-oss's attention sinks [H]
   // Multi-head latent attention (model/attention_mla.h; wq is q_proj without q_lora, wo is o_proj).
   Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
   // A MoE layer's feed-forward (model/moe_names.h): router (its bias, the score-correction bias), experts
-  // (one Tensor per expert Linear, in either checkpoint layout), the shared expert and its gate.
+  // (one Tensor per expert Linear, in either checkpoint layout; gpt-oss: their biases), the shared expert
+  // and its gate.
   Tensor router, router_bias, score_bias, sg, su, sd, sgate;
-  std::vector<Tensor> eg, eu, ed;
+  std::vector<Tensor> eg, eu, ed, ebg, ebu, ebd;
   // Tensors copied unchanged that no module reads (DeepSeek-V3.2's sparse-attention indexer).
   std::vector<Tensor> carried;
   bool mixtral_names = false;  // the experts' Linears are block_sparse_moe.experts.<e>.gate_proj ... (Mixtral)

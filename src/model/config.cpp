@@ -153,6 +153,9 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
   d.eps = rms_norm_eps;
   d.qk_norm = qk_norm;
   d.rope = rotary_dims;
+  if (layer < int64_t(sliding_layers.size()) && sliding_layers[size_t(layer)]) d.window = sliding_window;
+  d.sinks = attn_sinks;
+  d.act = ffn_act;
   if (is_mla()) {
     d.attn = AttnKind::Mla;
     d.Hkv = num_heads;
@@ -171,6 +174,7 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
     d.moe.topk_groups = moe.topk_group;
     d.moe.scaling = moe.routed_scaling_factor;
     d.moe.shared_gate = moe.shared_gate;
+    d.moe.expert_bias = moe.gpt_oss;
   }
   return d;
 }

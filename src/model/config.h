@@ -109,6 +109,11 @@ struct MoeConfig {
   std::string shared_module = "shared_expert";
   bool shared_gate = true;
   int64_t first_dense = 0;
+  // gpt-oss: the router is mlp.router (weight and bias), each expert's gate, up and down carry biases, and
+  // transformers 5's fused tensors are mlp.experts.gate_up_proj [E, C, 2I] (gate and up interleaved by
+  // column) + gate_up_proj_bias [E, 2I], down_proj [E, I, C] + down_proj_bias [E, C]: each Linear stored
+  // transposed (model/moe_names.h).
+  bool gpt_oss = false;
 };
 
 struct ModelConfig {
@@ -120,6 +125,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false, o_bias = false, qk_norm = false;
   int64_t rotary_dims = 0;  // partial RoPE (GLM-4.5's partial_rotary_factor): a head's first dims rotated (0: all)
+  // Sliding-window attention computed exactly (gpt-oss): the layers sliding_layers marks (layer_types'
+  // "sliding_attention") see their sliding_window latest keys; the others every earlier key.
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;  // 1: a sliding-window layer
+  bool attn_sinks = false;  // gpt-oss: self_attn.sinks [H], a logit per head in the softmax's denominator
+  GateAct ffn_act;          // the feed-forward's gated activation (gpt-oss: the clamped SwiGLU)
   // Sequences up to this many tokens attend densely (causal attention over all of them), as we compute
   // it; longer ones are refused (0: no limit). Mistral's sliding_window, DeepSeek-V3.2's index_topk (its
   // indexer keeps every token up to there): dense_limit_field names the config field.

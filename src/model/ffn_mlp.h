@@ -1,5 +1,5 @@
 // The gated MLP, a decoder block's dense feed-forward module (model/block_impl.h). With h the block's
-// normed input [N, C]:  a = silu(h Wg^T) * (h Wu^T) [N, I];  out = a Wd^T [N, C].
+// normed input [N, C]:  a = silu(h Wg^T) * (h Wu^T) [N, I] (or BlockDims::act's gate);  out = a Wd^T [N, C].
 // Its Linears are the block's linear_slot first..first+2 (gate, up, down); with FP8_STATIC each reads the
 // QDQ of its input (act_qdq_linear.h). Backward: dh [N, C] written, weight gradients into the non-null
 // entries of g.
@@ -35,7 +35,7 @@ class GatedMlp {
     c.g = ops_.alloc(N * I); c.u = ops_.alloc(N * I);
     ops_.linear_fwd(input(c, 0, h, N * C), w.wg, nullptr, p(c.g), N, C, I);
     ops_.linear_fwd(input(c, 1, h, N * C), w.wu, nullptr, p(c.u), N, C, I);
-    c.ao = ops_.swiglu_operand(p(c.g), p(c.u), N * I);
+    c.ao = ops_.swiglu_operand(p(c.g), p(c.u), N * I, d_.act);
     ops_.linear_fwd(input(c, 2, c.ao, N * I), w.wd, nullptr, out, N, I, C);
   }
 
@@ -51,7 +51,7 @@ class GatedMlp {
     };
     Buf da = ops_.alloc(N * I);
     lin(2, ops_.operand(dout, N * C), c.ao, w.wd, p(da), false, g.wd, I, C);
-    const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I);
+    const auto [dg, du] = ops_.swiglu_bwd_operands(p(da), p(c.g), p(c.u), N * I, d_.act);
     lin(0, dg, h, w.wg, dh, false, g.wg, C, I);
     lin(1, du, h, w.wu, dh, true, g.wu, C, I);
   }

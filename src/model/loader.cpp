@@ -18,7 +18,7 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   BlockPtrs<const float*> r;
   r.ln1 = p(ln1); r.wq = p(wq); r.wk = p(wk); r.wv = p(wv); r.bq = p(bq); r.bk = p(bk); r.bv = p(bv);
   r.q_norm = p(q_norm); r.k_norm = p(k_norm); r.wo = p(wo); r.bo = p(bo); r.ln2 = p(ln2); r.wg = p(wg);
-  r.wu = p(wu); r.wd = p(wd);
+  r.wu = p(wu); r.wd = p(wd); r.sinks = p(sinks);
   r.q_a = p(q_a); r.q_a_norm = p(q_a_norm); r.q_b = p(q_b); r.kv_a = p(kv_a); r.kv_a_norm = p(kv_a_norm);
   r.kv_b = p(kv_b);
   r.attn = attn;
@@ -29,6 +29,11 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
     r.eg.push_back(p(eg[e]));
     r.eu.push_back(p(eu[e]));
     r.ed.push_back(p(ed[e]));
+  }
+  for (size_t e = 0; e < ebg.size(); ++e) {
+    r.ebg.push_back(p(ebg[e]));
+    r.ebu.push_back(p(ebu[e]));
+    r.ebd.push_back(p(ebd[e]));
   }
   return r;
 }
@@ -203,7 +208,10 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
   w.mixtral_names = moe && cfg_.moe.mixtral_names;
   for (const BlockTensor& t : w.tensors) {
     const std::string stored = t.stored.empty() ? p + t.name : t.stored;
-    t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);
+    if (t.columns.cols > 0)
+      t.in(w) = stored_columns(load_slice(stored, t.offset, {t.columns.rows * t.columns.cols}, ctx), t, ctx);
+    else
+      t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);
   }
   return w;
 }

@@ -73,6 +73,8 @@ class HfModel {
   void detect_mixtral_spelling();  // moe_load.cpp: cfg_.moe.mixtral_w_names from the tensor names
   // Elements [offset, offset + numel(shape)) of a stored tensor as fp32 `shape` (an expert of a fused tensor).
   Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
+  // t's columns (BlockTensor::columns) of its loaded slice, transposed into t.shape (gpt-oss's experts).
+  static Tensor stored_columns(const Tensor& slice, const BlockTensor& t, Context& ctx);
   std::string dir_, context_field_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;

@@ -3,7 +3,9 @@
 // h = rmsnorm(x1) [N, C]:
 //   logits = h Wr^T (+ br) [N, E] (fp32);  S(n), w[n, k]: the K experts the routing picks for token n and
 //     their weights (model/moe_router.h)
-//   expert e on its routed rows X_e = h[rows(e)]:  Y_e = (silu(X_e Wg_e^T) * (X_e Wu_e^T)) Wd_e^T
+//   expert e on its routed rows X_e = h[rows(e)]:  Y_e = (silu(X_e Wg_e^T) * (X_e Wu_e^T)) Wd_e^T, or with
+//     gpt-oss's biases and clamped gate (BlockDims::act, MoeDims::expert_bias)
+//     Y_e = act(X_e Wg_e^T + bg_e, X_e Wu_e^T + bu_e) Wd_e^T + bd_e
 //   y[n] = sum_{k=0..K-1} w[n,k] Y_{S_k}[n]   (in k order, so the bits do not depend on threads or on
 //     which other tokens share the batch)
 //   a shared expert: y += SwiGLU_shared(h), times sigmoid(h Wsg^T) behind a gate (Qwen2-MoE)
@@ -14,7 +16,9 @@
 // Experts that receive no row are skipped (their weight gradients are a product over zero rows: zero,
 // plus whatever the policy adds to a weight gradient, e.g. the tuning tree's addends). The backward reaches the
 // router through the routing weights (dL/dw -> dL/dp -> dL/dlogits), so the input gradient carries the
-// routing path as autograd's does; the chosen experts are held fixed, as top-k has no gradient.
+// routing path as autograd's does; the chosen experts are held fixed, as top-k has no gradient. The
+// experts' biases get their gradients where the weights' are written or added directly (not through a
+// deferral sink: the tuner, which tunes no bias, defers).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -76,6 +80,20 @@ class MoeFfn {
 
   MoeFfn(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), m_(d.moe) {}
 
+  // One expert's weights (gate, up, down) and biases (null: none).
+  struct ExpertW {
+    const T *g, *u, *d, *bg = nullptr, *bu = nullptr, *bd = nullptr;
+  };
+  // Where an expert's gradients go (null: not wanted).
+  struct ExpertGrads {
+    T *g = nullptr, *u = nullptr, *d = nullptr, *bg = nullptr, *bu = nullptr, *bd = nullptr;
+  };
+  static ExpertW expert_w(const BlockPtrs<const T*>& w, int64_t e) {
+    const size_t i = size_t(e);
+    if (w.ebg.empty()) return {w.eg[i], w.eu[i], w.ed[i]};
+    return {w.eg[i], w.eu[i], w.ed[i], w.ebg[i], w.ebu[i], w.ebd[i]};
+  }
+
   // Forward in three stages, so that a caller with several batches (the tuner's leaves) can run the
   // experts of all of them in one pass: route each batch, run_experts over all, combine each
   // (BlockRunner::forward does the three for one). The bits do not depend on how many batches share the
@@ -126,8 +144,7 @@ class MoeFfn {
         for (int64_t i = 0; i < r; ++i) o.copy(c->h.x + x.slots[size_t(i)] / K * C, p(x.x) + i * C, C);
         x.xo = o.operand(p(x.x), r * C);
         x.y = o.alloc(r * C);
-        swiglu_fwd(o, c->act, expert_slot(e), x.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], r, m_.I, x.g,
-                   x.u, x.ao, x.q, p(x.y));
+        swiglu_fwd(o, c->act, expert_slot(e), x.xo, expert_w(w, e), r, m_.I, x.g, x.u, x.ao, x.q, p(x.y));
       }
     });
   }
@@ -214,9 +231,13 @@ class MoeFfn {
         c->dxe[size_t(e)] = o.alloc(r * C);
         Buf& dye = c->dye[size_t(e)];
         const Operand dy_e = o.operand(p(dye), r * C);
-        const auto d = swiglu_bwd(o, c->act, expert_slot(e), dy_e, x.xo, x.ao, x.q, x.g, x.u, w.eg[size_t(e)],
-                                  w.eu[size_t(e)], w.ed[size_t(e)], p(c->dxe[size_t(e)]), defer ? nullptr : dWg,
-                                  defer ? nullptr : dWu, defer ? nullptr : dWd, acc, r, I, dscale);
+        ExpertGrads grads;
+        if (!defer) {
+          auto at = [e](const std::vector<T*>& v) { return v.empty() ? nullptr : v[size_t(e)]; };
+          grads = {dWg, dWu, dWd, at(g.ebg), at(g.ebu), at(g.ebd)};
+        }
+        const auto d = swiglu_bwd(o, c->act, expert_slot(e), dy_e, x.xo, x.ao, x.q, x.g, x.u, expert_w(w, e),
+                                  p(c->dxe[size_t(e)]), grads, acc, r, I, dscale);
         if constexpr (requires { o.defer; }) {
           if (!defer) continue;
           const int64_t leaf = c->leaf >= 0 ? c->leaf : o.defer->leaves() - 1;
@@ -277,8 +298,7 @@ class MoeFfn {
     }
     s.xo = o.operand(p(s.x), R * C);
     s.y = o.alloc(R * C);
-    swiglu_fwd(o, nullptr, expert_slot(e), s.xo, w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], R, I, s.g,
-               s.u, s.ao, s.q, p(s.y));
+    swiglu_fwd(o, nullptr, expert_slot(e), s.xo, expert_w(w, e), R, I, s.g, s.u, s.ao, s.q, p(s.y));
     for (int64_t off = 0; Cache* c : cs) {
       Expert& x = c->ex[size_t(e)];
       const int64_t r = x.rows();
@@ -307,8 +327,7 @@ class MoeFfn {
       off += r;
     }
     const auto d = swiglu_bwd(o, nullptr, expert_slot(e), o.operand(p(dys), R * C), s.xo, s.ao, s.q, s.g, s.u,
-                              w.eg[size_t(e)], w.eu[size_t(e)], w.ed[size_t(e)], p(dxs), nullptr, nullptr, nullptr,
-                              false, R, I, nullptr);
+                              expert_w(w, e), p(dxs), {}, false, R, I, nullptr);
     for (int64_t off = 0; Cache* c : cs) {
       const Expert& x = c->ex[size_t(e)];
       const int64_t r = x.rows();
@@ -357,34 +376,34 @@ class MoeFfn {
     return act_qdq_input(o, scale(act, slot), x, q, n);
   }
   static void linear_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy, const Operand& x,
-                         const Operand& q, const T* W, T* dx, bool acc_dx, T* dW, bool acc, int64_t n, int64_t in,
-                         int64_t out, T* dscale) {
-    act_qdq_linear_bwd(o, scale(act, slot), slot, dy, x, q, W, dx, acc_dx, dW, acc, static_cast<T*>(nullptr), n, in,
-                       out, dscale);
+                         const Operand& q, const T* W, T* dx, bool acc_dx, T* dW, T* db, bool acc, int64_t n,
+                         int64_t in, int64_t out, T* dscale) {
+    act_qdq_linear_bwd(o, scale(act, slot), slot, dy, x, q, W, dx, acc_dx, dW, acc, db, n, in, out, dscale);
   }
 
-  // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows, keeping g, u, the product operand a and the QDQ
-  // inputs q (Linears slot, slot + 1, slot + 2) for backward (on `o`: ops_ or a grouped item's serial ops).
-  void swiglu_fwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& x, const T* Wg, const T* Wu, const T* Wd,
-                  int64_t r, int64_t I, Buf& g, Buf& u, Operand& a, Operand* q, T* y) const {
+  // y = (silu(x Wg^T) * (x Wu^T)) Wd^T over r rows (BlockDims::act's gate, W's biases), keeping g, u, the
+  // product operand a and the QDQ inputs q (Linears slot, slot + 1, slot + 2) for backward (on `o`: ops_ or
+  // a grouped item's serial ops).
+  void swiglu_fwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& x, const ExpertW& W, int64_t r, int64_t I,
+                  Buf& g, Buf& u, Operand& a, Operand* q, T* y) const {
     g = o.alloc(r * I);
     u = o.alloc(r * I);
-    o.linear_fwd(input(o, act, slot, x, q[0], r * d_.C), Wg, nullptr, p(g), r, d_.C, I);
-    o.linear_fwd(input(o, act, slot + 1, x, q[1], r * d_.C), Wu, nullptr, p(u), r, d_.C, I);
-    a = o.swiglu_operand(p(g), p(u), r * I);
-    o.linear_fwd(input(o, act, slot + 2, a, q[2], r * I), Wd, nullptr, y, r, I, d_.C);
+    o.linear_fwd(input(o, act, slot, x, q[0], r * d_.C), W.g, W.bg, p(g), r, d_.C, I);
+    o.linear_fwd(input(o, act, slot + 1, x, q[1], r * d_.C), W.u, W.bu, p(u), r, d_.C, I);
+    a = o.swiglu_operand(p(g), p(u), r * I, d_.act);
+    o.linear_fwd(input(o, act, slot + 2, a, q[2], r * I), W.d, W.bd, y, r, I, d_.C);
   }
   // Its backward from dy [r, C]: dx [r, C] written, weight gradients as in the block (the non-null
   // ones); returns the gate and up outputs' gradients.
   std::pair<Operand, Operand> swiglu_bwd(Ops& o, const ActQdq<T>* act, size_t slot, const Operand& dy,
                                          const Operand& x, const Operand& a, const Operand* q, Buf& g, Buf& u,
-                                         const T* Wg, const T* Wu, const T* Wd, T* dx, T* dWg, T* dWu, T* dWd,
-                                         bool acc, int64_t r, int64_t I, T* dscale) const {
+                                         const ExpertW& W, T* dx, const ExpertGrads& dW, bool acc, int64_t r,
+                                         int64_t I, T* dscale) const {
     Buf da = o.alloc(r * I);
-    linear_bwd(o, act, slot + 2, dy, a, q[2], Wd, p(da), false, dWd, acc, r, I, d_.C, dscale);
-    auto d = o.swiglu_bwd_operands(p(da), p(g), p(u), r * I);
-    linear_bwd(o, act, slot, d.first, x, q[0], Wg, dx, false, dWg, acc, r, d_.C, I, dscale);
-    linear_bwd(o, act, slot + 1, d.second, x, q[1], Wu, dx, true, dWu, acc, r, d_.C, I, dscale);
+    linear_bwd(o, act, slot + 2, dy, a, q[2], W.d, p(da), false, dW.d, dW.bd, acc, r, I, d_.C, dscale);
+    auto d = o.swiglu_bwd_operands(p(da), p(g), p(u), r * I, d_.act);
+    linear_bwd(o, act, slot, d.first, x, q[0], W.g, dx, false, dW.g, dW.bg, acc, r, d_.C, I, dscale);
+    linear_bwd(o, act, slot + 1, d.second, x, q[1], W.u, dx, true, dW.u, dW.bu, acc, r, d_.C, I, dscale);
     return d;
   }
 
@@ -394,7 +413,7 @@ class MoeFfn {
   void shared_fwd(const BlockPtrs<const T*>& w, const Operand& h, int64_t N, T* y, Cache& c) {
     const int64_t C = d_.C;
     c.sy = ops_.alloc(N * C);
-    swiglu_fwd(ops_, c.act, shared_slot(), h, w.sg, w.su, w.sd, N, m_.Is, c.sg, c.su, c.sao, c.sq, p(c.sy));
+    swiglu_fwd(ops_, c.act, shared_slot(), h, {w.sg, w.su, w.sd}, N, m_.Is, c.sg, c.su, c.sao, c.sq, p(c.sy));
     if (!m_.shared_gate) return ops_.add(y, p(c.sy), y, N * C);
     c.sz = ops_.alloc(N);
     ops_.linear_fwd(h, w.sgate, nullptr, p(c.sz), N, C, 1);
@@ -422,7 +441,7 @@ class MoeFfn {
       ops_.linear_bwd(ops_.operand(p(dz), N), h, w.sgate, dh, true, g.sgate, acc, nullptr, N, C, 1);
     }
     swiglu_bwd(ops_, c.act, shared_slot(), ops_.operand(m_.shared_gate ? p(dsy) : dy, N * C), h, c.sao, c.sq, c.sg,
-               c.su, w.sg, w.su, w.sd, p(dxs), g.sg, g.su, g.sd, acc, N, m_.Is, dscale);
+               c.su, {w.sg, w.su, w.sd}, p(dxs), {g.sg, g.su, g.sd}, acc, N, m_.Is, dscale);
     ops_.add(dh, p(dxs), dh, N * C);
   }
 

@@ -1,6 +1,7 @@
 // What a MoE layer's checkpoint layout needs of the loader (model/moe_names.h): which layout a layer has,
 // Mixtral's spelling, and a fused expert tensor read one expert at a time (each expert's gate, up and down
-// rows are contiguous), so the block materializes in fp32 without a second copy of the stacked tensor.
+// rows are contiguous), so the block materializes in fp32 without a second copy of the stacked tensor;
+// gpt-oss's transposed, interleaved slices are gathered into each Linear's [out, in] (stored_columns).
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/moe_names.h"
@@ -27,6 +28,20 @@ Tensor HfModel::load_slice(const std::string& name, int64_t offset, const Shape&
   const StTensorInfo* t = source_ ? nullptr : info(name, &file);
   if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
   return shards_[where_.at(name)]->load_f32_range(name, offset, shape, ctx);
+}
+
+Tensor HfModel::stored_columns(const Tensor& slice, const BlockTensor& t, Context& ctx) {
+  const BlockTensor::Columns& c = t.columns;
+  const int64_t n = (c.cols - c.first + c.step - 1) / c.step;
+  if (n * c.rows != shape_numel(t.shape))
+    fail(ErrorKind::Internal, "stored_columns: " + t.name + " is not " + std::to_string(n) + " columns of " +
+                                  std::to_string(c.rows) + " rows");
+  Tensor out = Tensor::empty(t.shape, DType::F32, ctx);
+  const float* src = slice.f32();
+  float* dst = out.f32();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < c.rows; ++r) dst[i * c.rows + r] = src[r * c.cols + c.first + i * c.step];
+  return out;
 }
 
 }  // namespace ar

@@ -32,8 +32,15 @@ std::string fused_experts_name(int64_t layer, ExpertProj proj) {
   return HfModel::layer_prefix(layer) + (proj == ExpertProj::Down ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj");
 }
 
+std::string fused_bias_name(int64_t layer, ExpertProj proj) { return fused_experts_name(layer, proj) + "_bias"; }
+
+std::string router_module(const ModelConfig& c, bool fused) {
+  if (c.moe.gpt_oss) return "mlp.router";
+  return c.moe.mixtral_names && !fused ? "block_sparse_moe.gate" : "mlp.gate";
+}
+
 std::string router_weight_name(const ModelConfig& c, int64_t layer, bool fused) {
-  return HfModel::layer_prefix(layer) + (c.moe.mixtral_names && !fused ? "block_sparse_moe" : "mlp") + ".gate.weight";
+  return HfModel::layer_prefix(layer) + router_module(c, fused) + ".weight";
 }
 
 std::string shared_expert_name(int64_t layer, ExpertProj proj) {

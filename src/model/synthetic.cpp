@@ -112,6 +112,15 @@ nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers) {
     c["intermediate_size"] = 32;  // Mixtral's experts are intermediate_size wide
     return c;
   }
+  if (arch == "gpt_oss") {  // sinks, 16-key windows on layers 0, 2, ..., biased experts, a clamp at 1.5
+    c["architectures"] = {"GptOssForCausalLM"};
+    c["num_local_experts"] = 8;
+    c["intermediate_size"] = 32;  // gpt-oss's experts are intermediate_size wide
+    c["head_dim"] = 16;
+    c["sliding_window"] = 16;
+    c["swiglu_limit"] = 1.5;
+    return c;
+  }
   c["num_experts"] = 8;
   c["moe_intermediate_size"] = 32;
   c["decoder_sparse_step"] = 1;

@@ -26,7 +26,8 @@ nlohmann::json tiny_llama_config(int64_t layers = 2);
 // dense), "qwen2_moe" (8 experts, top-2, a shared expert of 64 with its gate, every layer MoE),
 // "mixtral" (8 experts of 32, top-2), "deepseek_v3" (latent attention, YaRN, DeepSeek's grouped sigmoid
 // router, a shared expert, layer 0 dense), "deepseek_v32" (deepseek_v3 with the sparse-attention
-// indexer, index_topk 64), "glm4_moe" (biases, partial RoPE, the sigmoid router).
+// indexer, index_topk 64), "glm4_moe" (biases, partial RoPE, the sigmoid router), "gpt_oss" (sinks,
+// 16-key sliding windows on even layers, 8 biased experts of 32 with the clamped SwiGLU at 1.5).
 nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

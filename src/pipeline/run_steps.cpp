@@ -317,16 +317,21 @@ void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockW
   // The table (model/block_tensors.h): norms, biases and buffers, then the untuned Linears under their
   // in-block names, then the 16-bit Linears under their stored names.
   const auto stored = [&](const BlockTensor& t) { return t.stored.empty() ? prefix + t.name : t.stored; };
+  // A slice of a fused expert tensor (a weight or a gpt-oss bias) is written alone under its per-expert
+  // name, from its fp32 copy in the stored dtype (exact: the values came from it).
+  const auto unfused = [&](const BlockTensor& t) {
+    const DType dt = model.info(t.stored)->dtype;
+    outputs.add_tensor(ctx, prefix + t.name, t.in(w), dt == DType::F8E4M3 ? DType::BF16 : dt);
+  };
   for (const BlockTensor& t : w.tensors)
-    if (t.role == TensorRole::Norm || t.role == TensorRole::Bias || t.role == TensorRole::Buffer)
-      outputs.copy_tensor(model, stored(t), ctx);
+    if (t.role == TensorRole::Norm || t.role == TensorRole::Bias || t.role == TensorRole::Buffer) {
+      if (t.offset >= 0) unfused(t);
+      else outputs.copy_tensor(model, stored(t), ctx);
+    }
   for (const BlockTensor& t : w.tensors) {
     if (t.role != TensorRole::Linear || packed.count(t.module())) continue;
-    if (t.offset >= 0)  // a fused expert: written alone, from its fp32 copy in the stored dtype (exact)
-      outputs.add_tensor(ctx, prefix + t.name, t.in(w),
-                         model.info(t.stored)->dtype == DType::F8E4M3 ? DType::BF16 : model.info(t.stored)->dtype);
-    else
-      outputs.copy_tensor(model, stored(t), ctx, prefix + t.name);
+    if (t.offset >= 0) unfused(t);
+    else outputs.copy_tensor(model, stored(t), ctx, prefix + t.name);
   }
   for (const BlockTensor& t : w.tensors)
     if (t.role == TensorRole::Kept) outputs.copy_tensor(model, stored(t), ctx);

@@ -31,9 +31,9 @@ void bf16_to_fp32_serial(const uint16_t* src, float* dst, int64_t n, Isa isa);
 // the fp32 kernel (ops.h) followed by fp32_to_bf16. rmsnorm.cpp, swiglu.cpp.
 void rmsnorm_fwd_bf16(Context& ctx, const float* x, const float* w, uint16_t* y, float* rstd, int64_t rows,
                       int64_t dim, double eps);
-void swiglu_fwd_bf16(Context& ctx, const float* g, const float* u, uint16_t* a, int64_t n);
+void swiglu_fwd_bf16(Context& ctx, const float* g, const float* u, uint16_t* a, int64_t n, const GateAct& act = {});
 void swiglu_bwd_bf16(Context& ctx, const float* da, const float* g, const float* u, uint16_t* dg, uint16_t* du,
-                     int64_t n);
+                     int64_t n, const GateAct& act = {});
 // transpose.cpp — dst [cols, rows] = src [rows, cols]^T (a copy, spread over the pool).
 void transpose_bf16(Context& ctx, const uint16_t* src, uint16_t* dst, int64_t rows, int64_t cols);
 

@@ -167,28 +167,29 @@ struct CpuOps {
     cpu::rmsnorm_fwd_bf16(ctx, x, w, o.xb.data<uint16_t>(), rstd, rows, dim, eps);
     return o;
   }
-  Operand swiglu_operand(const float* g, const float* u, int64_t n) {
+  Operand swiglu_operand(const float* g, const float* u, int64_t n, const GateAct& act = {}) {
     if (!amp || keep_fp32) {
       Tensor a = alloc(n);
-      cpu::swiglu_fwd(ctx, g, u, a.f32(), n);
+      cpu::swiglu_fwd(ctx, g, u, a.f32(), n, act);
       return owned(std::move(a));
     }
     Operand o;
     o.xb = Tensor::empty({n}, DType::BF16, ctx);
-    cpu::swiglu_fwd_bf16(ctx, g, u, o.xb.data<uint16_t>(), n);
+    cpu::swiglu_fwd_bf16(ctx, g, u, o.xb.data<uint16_t>(), n, act);
     return o;
   }
   // The gradients of the gate and up projections' outputs, as GEMM operands.
-  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n) {
+  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n,
+                                                  const GateAct& act = {}) {
     if (!amp) {
       Tensor dg = alloc(n), du = alloc(n);
-      cpu::swiglu_bwd(ctx, da, g, u, dg.f32(), du.f32(), n);
+      cpu::swiglu_bwd(ctx, da, g, u, dg.f32(), du.f32(), n, act);
       return {owned(std::move(dg)), owned(std::move(du))};
     }
     std::pair<Operand, Operand> d;
     d.first.xb = Tensor::empty({n}, DType::BF16, ctx);
     d.second.xb = Tensor::empty({n}, DType::BF16, ctx);
-    cpu::swiglu_bwd_bf16(ctx, da, g, u, d.first.xb.data<uint16_t>(), d.second.xb.data<uint16_t>(), n);
+    cpu::swiglu_bwd_bf16(ctx, da, g, u, d.first.xb.data<uint16_t>(), d.second.xb.data<uint16_t>(), n, act);
     return d;
   }
   // FP8_STATIC's activation QDQ of operand x, which needs its fp32 values (keep_fp32 under amp).
@@ -277,8 +278,12 @@ struct CpuOps {
     cpu::rope_bwd(ctx, x, pos, c, s, rows, heads, d);
   }
   void attention_fwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m, float* o,
-                     float* lse) {
-    cpu::attention_fwd(ctx, sh, q, k, v, m, o, lse);
+                     float* lse, const float* sinks = nullptr) {
+    cpu::attention_fwd(ctx, sh, q, k, v, m, o, lse, sinks);
+  }
+  void attention_sink_grad(const AttnShape& sh, const float* sinks, const float* o, const float* lse,
+                           const float* dout, float* dsinks) {
+    cpu::attention_sink_grad(ctx, sh, sinks, o, lse, dout, dsinks);
   }
   void attention_bwd(const AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
                      const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/gate_act_ref.h"
 #include "kernels/ref/rope_ref.h"
 
 namespace ar::cpu {
@@ -120,9 +121,10 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
 void attention_sink_grad(Context& ctx, const AttnShape& s, const float* sinks, const float* o, const float* lse,
                          const float* dout, float* dsinks);
 
-// swiglu.cpp
-void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n);
-void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
+// swiglu.cpp: the gated activation (kernels/ref/gate_act_ref.h; SwiGLU unless `act` says otherwise)
+void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n, const GateAct& act = {});
+void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n,
+                const GateAct& act = {});
 
 // exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp (0 below FLT_MIN), the same bits on every
 // path (AVX-512 or AVX2 lanes, or scalar), so results do not depend on how a loop was chunked or on

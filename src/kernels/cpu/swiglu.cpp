@@ -1,6 +1,7 @@
-// SwiGLU gate a = silu(g) * u on flat arrays, silu(g) = g sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g))
-// with exp from exp.cpp (blocks of kBlock elements); fp32 or bf16 outputs (bf16_ops.h).
-// Reference: kernels/ref/swiglu_ref.h.
+// The gated activation a = act(g, u) on flat arrays (kernels/ref/gate_act_ref.h): SwiGLU a = silu(g) u,
+// silu(g) = g sigmoid(g), and gpt-oss's clamped SwiGLU; sigmoid(z) = 1 / (1 + exp(-z)) with exp from
+// exp.cpp (blocks of kBlock elements); fp32 or bf16 outputs (bf16_ops.h).
+// Reference: kernels/ref/gate_act_ref.h (SwiGLU: kernels/ref/swiglu_ref.h).
 #include <algorithm>
 #include <type_traits>
 
@@ -12,13 +13,18 @@ namespace ar::cpu {
 namespace {
 constexpr int64_t kBlock = 256;
 
-// fn(i0, len, e) for blocks of [i0, i1), e[k] = exp(-g[i0 + k]).
+// The sigmoid's argument: g (SwiGLU) or alpha min(g, limit) (clamped).
+float gate_arg(const GateAct& a, float g) {
+  return a.kind == GateKind::ClampedSwiglu ? a.alpha * std::min(g, a.limit) : g;
+}
+
+// fn(b, len, e) for blocks of [i0, i1), e[k] = exp(-z) of element b + k's sigmoid argument z.
 template <class Fn>
-void with_exp_neg(const float* g, int64_t i0, int64_t i1, Fn fn) {
+void with_exp_neg(const GateAct& act, const float* g, int64_t i0, int64_t i1, Fn fn) {
   float e[kBlock];
   for (int64_t b = i0; b < i1; b += kBlock) {
     const int64_t len = std::min(kBlock, i1 - b);
-    for (int64_t k = 0; k < len; ++k) e[k] = -g[b + k];
+    for (int64_t k = 0; k < len; ++k) e[k] = -gate_arg(act, g[b + k]);
     exp_inplace(e, len);
     fn(b, len, e);
   }
@@ -27,33 +33,48 @@ void with_exp_neg(const float* g, int64_t i0, int64_t i1, Fn fn) {
 // Out = float writes the results in place; Out = uint16_t computes a block in fp32 on the stack and
 // rounds it to bf16 (fp32_to_bf16's bits).
 template <class Out>
-void swiglu_fwd_t(Context& ctx, const float* g, const float* u, Out* a, int64_t n) {
+void gate_fwd_t(Context& ctx, const GateAct& act, const float* g, const float* u, Out* a, int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
   const Isa isa = kernel_isa();
+  const bool clamped = act.kind == GateKind::ClampedSwiglu;
+  const float L = act.limit;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float buf[kBlock];
-    with_exp_neg(g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
+    with_exp_neg(act, g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
       float* y = f32 ? reinterpret_cast<float*>(a) + b : buf;
-      for (int64_t k = 0; k < len; ++k) y[k] = g[b + k] / (1.f + e[k]) * u[b + k];
+      if (clamped)
+        for (int64_t k = 0; k < len; ++k)
+          y[k] = (std::clamp(u[b + k], -L, L) + 1.f) * (std::min(g[b + k], L) * (1.f / (1.f + e[k])));
+      else
+        for (int64_t k = 0; k < len; ++k) y[k] = g[b + k] / (1.f + e[k]) * u[b + k];
       if constexpr (!f32) fp32_to_bf16_serial(buf, a + b, len, isa);
     });
   }, ThreadPool::grain(8));
 }
 
 template <class Out>
-void swiglu_bwd_t(Context& ctx, const float* da, const float* g, const float* u, Out* dg, Out* du, int64_t n) {
+void gate_bwd_t(Context& ctx, const GateAct& act, const float* da, const float* g, const float* u, Out* dg, Out* du,
+                int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
   const Isa isa = kernel_isa();
+  const bool clamped = act.kind == GateKind::ClampedSwiglu;
+  const float L = act.limit, alpha = act.alpha;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float bg[kBlock], bu[kBlock];
-    with_exp_neg(g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
+    with_exp_neg(act, g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
       float* yg = f32 ? reinterpret_cast<float*>(dg) + b : bg;
       float* yu = f32 ? reinterpret_cast<float*>(du) + b : bu;
       for (int64_t k = 0; k < len; ++k) {
         const int64_t i = b + k;
-        const float sg = 1.f / (1.f + e[k]);
-        yu[k] = da[i] * g[i] * sg;
-        yg[k] = da[i] * u[i] * sg * (1.f + g[i] * (1.f - sg));
+        const float s = 1.f / (1.f + e[k]);
+        if (clamped) {  // kernels/ref/gate_act_ref.h's clamped_swiglu_bwd_elem
+          const float gc = std::min(g[i], L), uc = std::clamp(u[i], -L, L);
+          yu[k] = -L <= u[i] && u[i] <= L ? da[i] * gc * s : 0.f;
+          yg[k] = g[i] <= L ? da[i] * (uc + 1.f) * s * (1.f + alpha * gc * (1.f - s)) : 0.f;
+        } else {
+          yu[k] = da[i] * g[i] * s;
+          yg[k] = da[i] * u[i] * s * (1.f + g[i] * (1.f - s));
+        }
       }
       if constexpr (!f32) {
         fp32_to_bf16_serial(bg, dg + b, len, isa);
@@ -64,16 +85,19 @@ void swiglu_bwd_t(Context& ctx, const float* da, const float* g, const float* u,
 }
 }  // namespace
 
-void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n) { swiglu_fwd_t(ctx, g, u, a, n); }
-void swiglu_fwd_bf16(Context& ctx, const float* g, const float* u, uint16_t* a, int64_t n) {
-  swiglu_fwd_t(ctx, g, u, a, n);
+void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n, const GateAct& act) {
+  gate_fwd_t(ctx, act, g, u, a, n);
 }
-void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n) {
-  swiglu_bwd_t(ctx, da, g, u, dg, du, n);
+void swiglu_fwd_bf16(Context& ctx, const float* g, const float* u, uint16_t* a, int64_t n, const GateAct& act) {
+  gate_fwd_t(ctx, act, g, u, a, n);
+}
+void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n,
+                const GateAct& act) {
+  gate_bwd_t(ctx, act, da, g, u, dg, du, n);
 }
 void swiglu_bwd_bf16(Context& ctx, const float* da, const float* g, const float* u, uint16_t* dg, uint16_t* du,
-                     int64_t n) {
-  swiglu_bwd_t(ctx, da, g, u, dg, du, n);
+                     int64_t n, const GateAct& act) {
+  gate_bwd_t(ctx, act, da, g, u, dg, du, n);
 }
 
 }  // namespace ar::cpu

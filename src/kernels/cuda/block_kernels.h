@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/gate_act_ref.h"
 #include "kernels/ref/rope_ref.h"
 
 namespace ar::cuda {
@@ -21,8 +22,10 @@ void rmsnorm_bwd(DeviceContext& ctx, const float* dy, const float* x, const floa
 void rope(DeviceContext& ctx, float* x, const int32_t* pos, const float* cos, const float* sin, int64_t rows,
           int64_t heads, const RopeDims& d, bool inverse);
 
-void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, int64_t n);
-void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n);
+// The gated activation (kernels/ref/gate_act_ref.h; SwiGLU unless `act` says otherwise).
+void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, int64_t n, const GateAct& act = {});
+void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n,
+                const GateAct& act = {});
 
 void add(DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 // y = bf16 of x, round to nearest even (core/dtype.h's f32_to_bf16): the --amp GEMM operands.

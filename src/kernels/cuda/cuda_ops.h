@@ -61,14 +61,15 @@ struct CudaOps {
     cuda::rmsnorm_fwd(ctx, x, w, y.data(), rstd, rows, dim, eps);
     return owned(std::move(y), rows * dim);
   }
-  Operand swiglu_operand(const float* g, const float* u, int64_t n) {
+  Operand swiglu_operand(const float* g, const float* u, int64_t n, const GateAct& act = {}) {
     Buf a = alloc(n);
-    cuda::swiglu_fwd(ctx, g, u, a.data(), n);
+    cuda::swiglu_fwd(ctx, g, u, a.data(), n, act);
     return owned(std::move(a), n);
   }
-  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n) {
+  std::pair<Operand, Operand> swiglu_bwd_operands(const float* da, const float* g, const float* u, int64_t n,
+                                                  const GateAct& act = {}) {
     Buf dg = alloc(n), du = alloc(n);
-    cuda::swiglu_bwd(ctx, da, g, u, dg.data(), du.data(), n);
+    cuda::swiglu_bwd(ctx, da, g, u, dg.data(), du.data(), n, act);
     return {owned(std::move(dg), n), owned(std::move(du), n)};
   }
   Operand act_qdq_operand(const Operand&, float, int64_t) { unsupported("FP8_STATIC's activation QDQ"); }
@@ -115,8 +116,12 @@ struct CudaOps {
     rope(ctx, x, pos, c, s, rows, heads, d, true);
   }
   void attention_fwd(const ref::AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
-                     float* o, float* lse) {
+                     float* o, float* lse, const float* sinks = nullptr) {
+    if (sinks) unsupported("attention sinks (gpt-oss)");
     cuda::attention_fwd(ctx, sh, q, k, v, m, o, lse);
+  }
+  void attention_sink_grad(const ref::AttnShape&, const float*, const float*, const float*, const float*, float*) {
+    unsupported("attention sinks (gpt-oss)");
   }
   void attention_bwd(const ref::AttnShape& sh, const float* q, const float* k, const float* v, const uint8_t* m,
                      const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {

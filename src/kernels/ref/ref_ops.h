@@ -12,7 +12,7 @@
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/rmsnorm_ref.h"
 #include "kernels/ref/rope_ref.h"
-#include "kernels/ref/swiglu_ref.h"
+#include "kernels/ref/gate_act_ref.h"
 
 namespace ar::ref {
 
@@ -46,14 +46,15 @@ struct RefOps {
     ref::rmsnorm_fwd(x, w, y.data(), rstd, rows, dim, eps);
     return owned(std::move(y));
   }
-  Operand swiglu_operand(const T* g, const T* u, int64_t n) {
+  Operand swiglu_operand(const T* g, const T* u, int64_t n, const GateAct& act = {}) {
     Buf a = alloc(n);
-    ref::swiglu_fwd(g, u, a.data(), n);
+    ref::gate_fwd(act, g, u, a.data(), n);
     return owned(std::move(a));
   }
-  std::pair<Operand, Operand> swiglu_bwd_operands(const T* da, const T* g, const T* u, int64_t n) {
+  std::pair<Operand, Operand> swiglu_bwd_operands(const T* da, const T* g, const T* u, int64_t n,
+                                                  const GateAct& act = {}) {
     Buf dg = alloc(n), du = alloc(n);
-    ref::swiglu_bwd(da, g, u, dg.data(), du.data(), n);
+    ref::gate_bwd(act, da, g, u, dg.data(), du.data(), n);
     return {owned(std::move(dg)), owned(std::move(du))};
   }
   // FP8_STATIC's activation QDQ of operand x (kernels/ref/act_qdq_ref.h); the backward returns dL/ds.
@@ -87,8 +88,12 @@ struct RefOps {
   void rope_bwd(T* x, const int32_t* pos, const T* c, const T* s, int64_t rows, int64_t heads, const RopeDims& d) {
     ref::rope_bwd(x, pos, c, s, rows, heads, d);
   }
-  void attention_fwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, T* o, T* lse) {
-    ref::attention_fwd(sh, q, k, v, m, o, lse);
+  void attention_fwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, T* o, T* lse,
+                     const T* sinks = nullptr) {
+    ref::attention_fwd(sh, q, k, v, m, o, lse, sinks);
+  }
+  void attention_sink_grad(const AttnShape& sh, const T* sinks, const T* o, const T* lse, const T* dout, T* dsinks) {
+    ref::attention_sink_grad(sh, sinks, o, lse, dout, dsinks);
   }
   void attention_bwd(const AttnShape& sh, const T* q, const T* k, const T* v, const uint8_t* m, const T* o,
                      const T* lse, const T* dout, T* dq, T* dk, T* dv) {
