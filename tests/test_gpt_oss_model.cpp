@@ -2,7 +2,10 @@
 // sliding window, sinks, the clamped SwiGLU's fields, YaRN without truncation, GptOssConfig's defaults)
 // and refusals, the layer's tensor table in both expert layouts, and the logits of tiny random checkpoints
 // against transformers' (tests/data/gpt_oss, made by tools/make_gpt_oss_goldens.py): transformers 5's
-// fused experts and the per-expert layout AutoRound writes give the same logits.
+// fused experts and the per-expert layout AutoRound writes give the same logits, and the release's MXFP4
+// experts are read exactly.
+#include <functional>
+
 #include "hf_checkpoint.h"
 #include "model/block_tensors.h"
 #include "model/config.h"
@@ -108,7 +111,7 @@ TEST(GptOssModel, BothLayoutsLoadTheSameBlock) {
 }
 
 TEST(GptOssModel, LogitsMatchTransformersInBothLayouts) {
-  for (const char* c : {"gpt_oss", "layer_types"}) {
+  for (const char* c : {"gpt_oss", "layer_types", "mxfp4"}) {
     const std::string dir = kDir + c;
     auto golden = SafetensorsFile::open(dir + "/expected.safetensors");
     const StTensorInfo* ti = golden->find("ids");
@@ -118,7 +121,9 @@ TEST(GptOssModel, LogitsMatchTransformersInBothLayouts) {
     std::memcpy(ids.data(), golden->bytes(*ti), ids.size() * 4);
     const auto expect = read_f32(*golden, "logits", size_t(B * T * 64));
     const auto fused = logits_of(dir + "/model", ids, B, T);
-    EXPECT_TRUE(logits_of(dir + "/per_expert", ids, B, T) == fused) << c << ": the layouts give different logits";
+    if (std::string(c) != "mxfp4") {
+      EXPECT_TRUE(logits_of(dir + "/per_expert", ids, B, T) == fused) << c << ": the layouts give different logits";
+    }
     double worst = 0, scale = 0;
     for (size_t i = 0; i < expect.size(); ++i) {
       worst = std::max(worst, std::abs(double(fused[i]) - double(expect[i])));
@@ -126,6 +131,53 @@ TEST(GptOssModel, LogitsMatchTransformersInBothLayouts) {
     }
     EXPECT_LT(worst, 5e-6 * scale) << c << " (largest logit " << scale << ")";
   }
+}
+
+// The release's MXFP4 experts: read exactly (transformers' logits above, case mxfp4); a lying scale, a
+// wrong block shape and MXFP4 on another family are refused naming the tensor or field.
+TEST(GptOssModel, Mxfp4ExpertsAreCheckedAndRefusedByName) {
+  const std::string src = kDir + "mxfp4/model";
+  const ModelConfig c = load_model_config(src + "/config.json");
+  EXPECT_TRUE(c.quant.mxfp4_experts);
+  EXPECT_FALSE(c.quant.present);
+  EXPECT_TRUE(HfModel::open(src)->fused_experts(1));
+  const auto rewrite = [&](const std::string& to, const std::function<void(std::vector<StEntry>&)>& edit) {
+    std::filesystem::create_directories(to);
+    std::filesystem::copy_file(src + "/config.json", to + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    auto f = SafetensorsFile::open(src + "/model.safetensors");
+    Context ctx;
+    std::vector<StEntry> all;
+    for (const auto& t : f->header().tensors) {
+      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
+      std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
+      all.push_back(std::move(e));
+    }
+    edit(all);
+    write_safetensors(to + "/model.safetensors", all);
+  };
+  TempDir nan("oss_mxfp4_nan"), shape("oss_mxfp4_shape");
+  rewrite(nan.path, [](std::vector<StEntry>& all) {
+    for (auto& e : all)
+      if (e.name == "model.layers.1.mlp.experts.down_proj_scales") e.tensor.data<uint8_t>()[5] = 0xFF;
+  });
+  Context ctx;
+  const std::string err = error_of([&] { HfModel::open(nan.path)->load_block(1, ctx); });
+  EXPECT_NE(err.find("model.layers.1.mlp.experts.down_proj_scales' holds 0xFF"), std::string::npos) << err;
+  rewrite(shape.path, [&](std::vector<StEntry>& all) {
+    for (auto& e : all)
+      if (e.name == "model.layers.0.mlp.experts.gate_up_proj_scales")
+        e.tensor = Tensor::empty({4, 64, 1, 1}, DType::U8, ctx);
+  });
+  const std::string bad = error_of([&] { HfModel::open(shape.path); });
+  EXPECT_NE(bad.find("gate_up_proj_scales' is U8 [4, 64, 1, 1]; MXFP4 experts need U8 [4, 64, 2]"), std::string::npos)
+      << bad;
+  json j = read_config(kDir + "gpt_oss/model");
+  j["quantization_config"] = {{"quant_method", "mxfp4"}};
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["num_local_experts"] = 4;
+  EXPECT_NE(error_of([&] { parse_model_config(j, "cfg.json"); }).find("'mxfp4' is read for gpt-oss's experts only"),
+            std::string::npos);
 }
 
 }  // namespace

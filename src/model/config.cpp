@@ -232,6 +232,9 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   if (j.contains("quantization_config") && j["quantization_config"].is_object())
     c.quant = parse_quant_config(in.at("quantization_config"), path);
   spec->configure(c, j, path);
+  if (c.quant.mxfp4_experts && !c.moe.gpt_oss)
+    bad_field(path, "quantization_config.quant_method", "'mxfp4' is read for gpt-oss's experts only, not for " +
+                                                            c.architecture);
   for (const auto* o : {&j, j.contains("rope_parameters") ? &j["rope_parameters"] : nullptr})  // an arch without
     if (o && o->is_object() && o->contains("partial_rotary_factor") && !c.rotary_dims &&  // partial RoPE
         (*o)["partial_rotary_factor"] != 1.0)

@@ -59,6 +59,10 @@ struct QuantConfig {
   // activation schemes (dynamic ones, which need a runtime quantizer) are not applied: eval scores
   // their weights.
   bool act_static = false;
+  // gpt-oss's release (quant_method "mxfp4"): only the fused experts are quantized, stored as
+  // <name>_blocks / <name>_scales (model/mxfp4_experts.cpp); every other tensor is 16 bit. present stays
+  // false: no Linear is read packed.
+  bool mxfp4_experts = false;
   // Packed Linears of their own bits and group size (an auto_round extra_config entry, a gptq
   // `dynamic` "+:" override; --layer_config writes them): exact module names, then patterns in order
   // (extra_config's searched, dynamic's matched from the start, as gptqmodel does; the first wins).

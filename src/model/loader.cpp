@@ -208,7 +208,9 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
   w.mixtral_names = moe && cfg_.moe.mixtral_names;
   for (const BlockTensor& t : w.tensors) {
     const std::string stored = t.stored.empty() ? p + t.name : t.stored;
-    if (t.columns.cols > 0)
+    if (t.columns.cols > 0 && t.role == TensorRole::Linear && cfg_.quant.mxfp4_experts)
+      t.in(w) = stored_columns(load_mxfp4_expert(stored, t.stored_shape, t.index, ctx), t, ctx);
+    else if (t.columns.cols > 0)
       t.in(w) = stored_columns(load_slice(stored, t.offset, {t.columns.rows * t.columns.cols}, ctx), t, ctx);
     else
       t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);

@@ -75,6 +75,10 @@ class HfModel {
   Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
   // t's columns (BlockTensor::columns) of its loaded slice, transposed into t.shape (gpt-oss's experts).
   static Tensor stored_columns(const Tensor& slice, const BlockTensor& t, Context& ctx);
+  // gpt-oss's MXFP4 experts (mxfp4_experts.cpp): the blocks and scales behind the fused tensor `name` of
+  // bf16-layout shape [E, in, out], checked at open; one expert dequantized into that layout [in, out].
+  void check_mxfp4_experts(const std::string& name, const Shape& bf16) const;
+  Tensor load_mxfp4_expert(const std::string& name, const Shape& bf16, int64_t expert, Context& ctx) const;
   std::string dir_, context_field_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;

@@ -14,7 +14,7 @@
 namespace ar {
 
 namespace {
-enum class Role { Norm, Embedding, Linear, Bias, LmHead, Experts };
+enum class Role { Norm, Embedding, Linear, Bias, LmHead, Experts, Mxfp4Experts };
 
 struct Expected {
   std::string name;
@@ -30,6 +30,7 @@ const char* role_name(Role r) {
     case Role::Bias: return "a bias";
     case Role::LmHead: return "lm_head";
     case Role::Experts: return "a fused expert tensor";
+    case Role::Mxfp4Experts: return "MXFP4 experts";
   }
   return "a weight";
 }
@@ -42,7 +43,9 @@ void add_block(std::vector<Expected>& out, const HfModel& m, int64_t layer) {
   std::set<std::string> fused_seen;
   for (const BlockTensor& t : block_tensors(c, layer, fused)) {
     if (t.offset >= 0) {
-      if (fused_seen.insert(t.stored).second) out.push_back({t.stored, t.stored_shape, Role::Experts});
+      const bool mxfp4 = c.quant.mxfp4_experts && t.role == TensorRole::Linear;  // gpt-oss's release
+      if (fused_seen.insert(t.stored).second)
+        out.push_back({t.stored, t.stored_shape, mxfp4 ? Role::Mxfp4Experts : Role::Experts});
       continue;
     }
     const Role role = t.role == TensorRole::Norm || t.role == TensorRole::Buffer ? Role::Norm
@@ -173,6 +176,10 @@ void HfModel::check_tensors() const {
   if (!cfg_.tie_word_embeddings && !has_lm_head)
     fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
   for (const Expected& e : expected_tensors(*this, has_lm_head)) {
+    if (e.role == Role::Mxfp4Experts) {
+      check_mxfp4_experts(e.name, e.shape);
+      continue;
+    }
     if ((e.role == Role::Linear || e.role == Role::LmHead) && e.name.size() > kWeight.size() &&
         check_float_linear(*this, e.name.substr(0, e.name.size() - kWeight.size()), e.shape))
       continue;

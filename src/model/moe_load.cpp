@@ -8,7 +8,10 @@
 
 namespace ar {
 
-bool HfModel::fused_experts(int64_t layer) const { return has(fused_experts_name(layer, ExpertProj::Gate)); }
+bool HfModel::fused_experts(int64_t layer) const {
+  const std::string gate_up = fused_experts_name(layer, ExpertProj::Gate);
+  return has(gate_up) || (cfg_.quant.mxfp4_experts && has(gate_up + "_blocks"));
+}
 
 // A Mixtral checkpoint spells its experts' Linears w1/w3/w2 (the original checkpoints) unless its first
 // MoE layer's expert 0 is stored as gate_proj (plain, GPTQ-packed or compressed-tensors-packed: a quantized

@@ -191,10 +191,15 @@ QuantConfig parse_quant_config(const JsonIn& qi, const std::string& path) {
   const std::string method = qi.str("quant_method", std::string());
   if (method == "compressed-tensors") return parse_compressed_tensors(qi, path);
   if (method == "fp8") return parse_fine_grained_fp8(qi, path);
+  if (method == "mxfp4") {  // gpt-oss's release: the experts (model/mxfp4_experts.cpp); the rest is 16 bit
+    QuantConfig q;
+    q.mxfp4_experts = true;
+    return q;
+  }
   const std::string packing =
       qi.str("packing_format", std::string(method == "gptq" ? "auto_gptq" : method == "awq" ? "auto_awq" : ""));
   if (method != "auto-round" && method != "gptq" && method != "awq")
-    bad_field(path, "quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq, compressed-tensors, fp8)");
+    bad_field(path, "quant_method", "'" + printable(method) + "' is not supported (auto-round, gptq, awq, compressed-tensors, fp8, mxfp4)");
   QuantConfig q;
   q.bits = int(q_int(qi, "bits", 4));
   if (method == "auto-round" && (packing == "auto_round:llm_compressor" || packing == "auto_round:fp8_static" ||

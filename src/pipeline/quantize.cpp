@@ -57,8 +57,12 @@ namespace {
 // A quantized checkpoint is quantized again only from FP8 weights with dynamic activations (DeepSeek-V3,
 // Kimi K2 and Qwen3 FP8 releases; compressed-tensors FP8 weight-only): every Linear is read
 // dequantized exactly (E4M3 code x its tile's fp32 multiplier, in fp32), as AutoRound dequantizes
-// them first (it rounds to bf16). Packed integer and 4-bit float weights are refused.
+// them first (it rounds to bf16). gpt-oss's MXFP4 experts are read the same way (AutoRound loads them
+// with Mxfp4Config(dequantize=True)). Packed integer and other 4-bit float weights are refused.
 void check_quantized_source(const QuantConfig& q, const std::string& dir) {
+  if (q.mxfp4_experts)
+    log_info("the model's MXFP4 experts are dequantized exactly (every value fits bf16) and quantized from there; "
+             "its 16-bit tensors are read as stored");
   if (!q.present) return;
   if (q.fp != FloatQuant::Fp8 || q.act_static)
     fail(ErrorKind::InvalidInput, dir + ": the model is already quantized (only FP8 weights with dynamic activations "

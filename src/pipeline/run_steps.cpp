@@ -318,9 +318,10 @@ void write_block(Context& ctx, const HfModel& model, int64_t layer, const BlockW
   // in-block names, then the 16-bit Linears under their stored names.
   const auto stored = [&](const BlockTensor& t) { return t.stored.empty() ? prefix + t.name : t.stored; };
   // A slice of a fused expert tensor (a weight or a gpt-oss bias) is written alone under its per-expert
-  // name, from its fp32 copy in the stored dtype (exact: the values came from it).
-  const auto unfused = [&](const BlockTensor& t) {
-    const DType dt = model.info(t.stored)->dtype;
+  // name, from its fp32 copy in the stored dtype (exact: the values came from it; MXFP4 in bf16).
+  const auto unfused = [&](const BlockTensor& t) {  // gpt-oss's MXFP4 experts (no such tensor): bf16, exact
+    const StTensorInfo* info = model.info(t.stored);
+    const DType dt = info ? info->dtype : DType::BF16;
     outputs.add_tensor(ctx, prefix + t.name, t.in(w), dt == DType::F8E4M3 ? DType::BF16 : dt);
   };
   for (const BlockTensor& t : w.tensors)

@@ -4,7 +4,8 @@
 // intermediate_size, routed by a biased router (mlp.router: top-k of the logits, softmax over the
 // selected), each expert with biased gate/up/down Linears and the clamped SwiGLU
 // (gate = min(gate, limit), up = clamp(up, -limit, limit), (up + 1) gate sigmoid(alpha gate)).
-// The experts' checkpoint layouts: model/moe_names.h. No GGUF output yet (llama.cpp's gpt-oss).
+// The experts' checkpoint layouts: model/moe_names.h; the release's MXFP4 experts: model/mxfp4_experts.cpp.
+// No GGUF output yet (llama.cpp's gpt-oss).
 #include <cmath>
 
 #include "core/error.h"
