@@ -1,7 +1,7 @@
 // Fuzz target: a float-scheme checkpoint's model.safetensors (model/dequant_float.cpp through
 // HfModel::open and load). Byte 0 picks one of the committed tests/data/float_ckpt configurations
-// (MXFP4, MXFP8, NVFP4, FP8 per channel / block, AutoRound's packings); the rest is the safetensors
-// image. Every Linear of the block and lm_head is read, so the part checks and the dequantization
+// (MXFP4, MXFP8, NVFP4, FP8 per channel / block, AutoRound's packings) or gpt-oss's MXFP4 release
+// (tests/data/gpt_oss/mxfp4: model/mxfp4_experts.cpp); the rest is the safetensors image. Every Linear of the block and lm_head is read, so the part checks and the dequantization
 // both run, and (FP8_STATIC) the Linears' static activation scales.
 #include <filesystem>
 
@@ -12,9 +12,11 @@
 #include "model/loader.h"
 
 namespace {
-const char* kCases[] = {"mxfp4_llm_compressor",      "mxfp8_llm_compressor",  "nvfp4_llm_compressor",
-                        "nvfp4_auto_round",          "fp8_static_llm_compressor", "fp8_static_auto_round",
-                        "fp8_block_llm_compressor"};
+// Configuration directories under tests/data (byte 0's order: make_seeds.cpp writes the seeds in it).
+const char* kCases[] = {"float_ckpt/mxfp4_llm_compressor",      "float_ckpt/mxfp8_llm_compressor",
+                        "float_ckpt/nvfp4_llm_compressor",      "float_ckpt/nvfp4_auto_round",
+                        "float_ckpt/fp8_static_llm_compressor", "float_ckpt/fp8_static_auto_round",
+                        "float_ckpt/fp8_block_llm_compressor",  "gpt_oss/mxfp4/model"};
 constexpr size_t kN = sizeof kCases / sizeof kCases[0];
 
 // Once per process: <scratch>/float_ckpt_<i>/config.json for every case.
@@ -25,7 +27,7 @@ const std::string& case_dir(size_t i) {
       const std::string dir = ar::fuzz::scratch_dir() + "/float_ckpt_" + std::to_string(k);
       std::filesystem::create_directories(dir);
       const std::string cfg =
-          ar::read_text_file(std::string(AR_SOURCE_DIR) + "/tests/data/float_ckpt/" + kCases[k] + "/config.json");
+          ar::read_text_file(std::string(AR_SOURCE_DIR) + "/tests/data/" + kCases[k] + "/config.json");
       ar::fuzz::write_file(dir + "/config.json", reinterpret_cast<const uint8_t*>(cfg.data()), cfg.size());
       d.push_back(dir);
     }

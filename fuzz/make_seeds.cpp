@@ -247,6 +247,11 @@ int main(int argc, char** argv) {
       b.insert(b.begin(), i);
       write("float_ckpt", std::string(float_cases[i]) + ".bin", b.data(), b.size());
     }
+    if (const fs::path p = fs::path(AR_SOURCE_DIR) / "tests/data/gpt_oss/mxfp4/model/model.safetensors"; have(p)) {
+      Bytes b = read(p);  // case 7: gpt-oss's MXFP4 experts
+      b.insert(b.begin(), uint8_t(7));
+      write("float_ckpt", "gpt_oss_mxfp4.bin", b.data(), b.size());
+    }
     if (have(fx / "stories260K/tok512.bin"))
       write("tokenizer_json", "llama2c_converted.json",
             ar::llama2c_tokenizer_json(ar::Llama2cTokenizer::load((fx / "stories260K/tok512.bin").string())));

@@ -24,6 +24,7 @@
 #include "pipeline/quantize.h"
 #include "quant/qdq.h"
 #include "quant/signround.h"
+#include "fp_schemes.h"
 #include "quantize_options.h"
 #include "test_util.h"
 
@@ -280,6 +281,46 @@ TEST(PipelineFamilies, GptOssMxfp4ReleaseQuantizesAsItsBf16Twin) {
   for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
   EXPECT_EQ(read_json_file(qx.path + "/config.json")["quantization_config"],
             read_json_file(qt.path + "/config.json")["quantization_config"]);
+}
+
+// gpt-oss in the float schemes: MXFP4 written as auto_round and llm_compressor reads back the same Linears
+// (every expert packed, biases beside them), and FP8_STATIC gives each expert Linear its input scale; the
+// quantized models run with finite logits near the FP model's.
+TEST(PipelineFamilies, GptOssFloatSchemes) {
+  test::TempDir m("pfam_ossfp"), q("pfam_ossfp_q"), s("pfam_ossfp_s");
+  write_synthetic_model(m.path, tiny_moe_config("gpt_oss", 2), 56, DType::BF16);
+  auto o = test::moe_quantize_options(m.path, q.path, 3);
+  o.fmt = test::kFpSchemes[0].fmt;  // MXFP4
+  o.format = "auto_round,llm_compressor";
+  quantize_model(o);
+  auto a = HfModel::open(q.path + "/auto-round"), b = HfModel::open(q.path + "/llm-compressor");
+  Context ctx(Device{}, 2);
+  for (int64_t l = 0; l < 2; ++l) {
+    const BlockWeights wa = a->load_block(l, ctx), wb = b->load_block(l, ctx);
+    const auto la = quant::block_linears(wa), lb = quant::block_linears(wb);
+    ASSERT_EQ(la.size(), 4u + 3 * 8);
+    for (size_t i = 0; i < la.size(); ++i)
+      for (int64_t j = 0; j < la[i].second->numel(); ++j)
+        ASSERT_EQ(la[i].second->f32()[j], lb[i].second->f32()[j]) << la[i].first << " [" << j << "]";
+  }
+  const auto t = test::tensor_bytes(q.path + "/llm-compressor/model.safetensors");
+  EXPECT_TRUE(t.count("model.layers.1.mlp.experts.3.down_proj.weight_packed"));
+  EXPECT_TRUE(t.count("model.layers.1.mlp.experts.3.down_proj.bias"));
+  o = test::moe_quantize_options(m.path, s.path, 0);
+  o.fmt = test::fp8_static_format();
+  o.format = "llm_compressor";
+  quantize_model(o);
+  const auto f = test::tensor_bytes(s.path + "/model.safetensors");
+  EXPECT_TRUE(f.count("model.layers.0.mlp.experts.5.up_proj.input_scale"));
+  auto fp = HfModel::open(m.path);
+  const std::vector<int32_t> ids = load_tokenizer(*fp)->encode("The river had changed its course over the years.");
+  Transformer tf(*fp, ctx, false);
+  for (const std::string& dir : {q.path + "/auto-round", s.path}) {
+    auto mq = HfModel::open(dir);
+    Transformer tq(*mq, ctx, false);
+    const double kl = compare_models(tq, tf, ids, 16, 1).kl_mean;
+    EXPECT_TRUE(std::isfinite(kl) && kl < 0.5) << dir << ": KL " << kl;
+  }
 }
 
 // DeepSeek's and GLM's multi-token-prediction layers (stored past num_hidden_layers) are copied as stored.

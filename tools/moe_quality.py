@@ -9,11 +9,13 @@ the built CLI. From the repository root (about 15 minutes on 2 cores):
 
     /work/arvenv/bin/python tools/moe_quality.py --autoround build/src/cli/autoround --work /tmp/moeq
 
-The model: Qwen3MoeForCausalLM generated with transformers (hidden 256, 2 layers, 4 heads of 64 / 2 KV
-heads, 16 experts of 128, top-4 renormalized, transformers' initialisation under torch.manual_seed(0),
-bfloat16, per-expert tensors as save_pretrained writes them) with the Llama-2 tokenizer. Calibration:
-compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen tokens, the same ids for
-both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB, 256-token windows.
+The model (--arch): Qwen3MoeForCausalLM (default) or GptOssForCausalLM generated with transformers
+(hidden 256, 2 layers, 4 heads of 64 / 2 KV heads, 16 experts of 128, top-4 (Qwen3-MoE: renormalized;
+gpt-oss: sinks, a 128-key window on layer 0, biased experts, the clamped SwiGLU, YaRN), transformers'
+initialisation under torch.manual_seed(0), bfloat16, as save_pretrained writes them) with the Llama-2
+tokenizer. Calibration: compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen
+tokens, the same ids for both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB,
+256-token windows. Peak RSS: ours from /usr/bin/time -v, AutoRound's worker from getrusage.
 """
 from __future__ import annotations
 
@@ -33,11 +35,11 @@ import float_quality as fq  # noqa: E402
 TAG = "MOEQ_WORKER "
 
 
-def make_model(d, seqlen):
+def make_model(d, seqlen, arch="qwen3_moe"):
     if (d / "config.json").exists():
         return
     import torch
-    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import AutoTokenizer, GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     d.mkdir(parents=True, exist_ok=True)
     tk = ca.FIXTURES / "tokenizers/llama2-spm"
@@ -45,13 +47,18 @@ def make_model(d, seqlen):
         if (tk / f).exists():
             shutil.copyfile(tk / f, d / f)
     tok = AutoTokenizer.from_pretrained(d)
-    cfg = Qwen3MoeConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=768, moe_intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                         num_experts=16, num_experts_per_tok=4, norm_topk_prob=True,
-                         max_position_embeddings=max(4096, seqlen), tie_word_embeddings=False,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    common = dict(vocab_size=len(tok), hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, num_experts_per_tok=4, tie_word_embeddings=False,
+                  max_position_embeddings=max(4096, seqlen), bos_token_id=tok.bos_token_id,
+                  eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
-    Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval().save_pretrained(d)
+    if arch == "gpt_oss":
+        model = GptOssForCausalLM(GptOssConfig(**common, intermediate_size=128, num_local_experts=16,
+                                               sliding_window=128))
+    else:
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**common, intermediate_size=768, moe_intermediate_size=128,
+                                                   num_experts=16, norm_topk_prob=True))
+    model.to(torch.bfloat16).eval().save_pretrained(d)
 
 
 def worker(a):
@@ -65,17 +72,35 @@ def worker(a):
                    seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu")
     _, folders = ar.quantize_and_save(output_dir=a.out, format="auto_round")
     folders = folders if isinstance(folders, (list, tuple)) else [folders]
-    print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0}), flush=True)
+    import resource
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0, "rss_mb": rss_mb}), flush=True)
+
+
+def autoround_run(a, model, ids_file, out, iters, env):
+    """The worker (AutoRound on the ids) in its own process: its output directory, wall s and peak RSS MiB."""
+    wcmd = [sys.executable, __file__, "--_worker", "--model_dir", str(model), "--ids_file", str(ids_file),
+            "--out", str(out), "--iters", str(iters), "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size)]
+    t0 = time.perf_counter()
+    r = subprocess.run(wcmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    res = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith(TAG)]
+    if r.returncode or not res:
+        sys.exit(f"auto-round failed (iters {iters}):\n{(r.stdout + r.stderr)[-3000:]}")
+    j = json.loads(res[-1][len(TAG):])
+    return j["dir"], wall, j["rss_mb"]
 
 
 def main():
-    a = fq.run_args("/tmp/moeq").parse_args()
+    ap = fq.run_args("/tmp/moeq")
+    ap.add_argument("--arch", choices=("qwen3_moe", "gpt_oss"), default="qwen3_moe")
+    a = ap.parse_args()
     if a._worker:
         return worker(a)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "qwen3moe-h256-e16x128-top4"
-    make_model(model, a.seqlen)
+    model = work / ("qwen3moe-h256-e16x128-top4" if a.arch == "qwen3_moe" else "gptoss-h256-e16x128-top4")
+    make_model(model, a.seqlen, a.arch)
     g = argparse.Namespace(seqlen=a.seqlen, nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
     jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
     evaltxt = work / "eval.txt"
@@ -83,8 +108,9 @@ def main():
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     print(f"model {model.name}; calibration {a.nsamples} x {a.seqlen} tokens; SignRound {a.iters} iters, "
           f"batch {a.batch_size}; nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
-    print("| method | KL mean ours | KL mean AutoRound | top-1 ours / AutoRound | wall s ours / AutoRound |")
-    print("|---|---|---|---|---|")
+    print("| method | KL mean ours | KL mean AutoRound | top-1 ours / AutoRound | wall s ours / AutoRound | "
+          "peak RSS MiB ours / AutoRound |")
+    print("|---|---|---|---|---|---|")
     rows = []
     for method, iters in (("RTN", 0), (f"SignRound {a.iters}", a.iters)):
         out_ours = work / f"ours-{iters}"
@@ -92,20 +118,21 @@ def main():
                "--seqlen", str(a.seqlen), "--batch_size", str(a.batch_size), "--dataset", str(jsonl), "--bits", "4",
                "--group_size", "128", "--format", "auto_round", "--output_dir", str(out_ours), "--overwrite"]
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
         w_ours = time.perf_counter() - t0
         if r.returncode:
             sys.exit(f"ours failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
+        rss_ours = [int(l.split()[-1]) / 1024 for l in r.stderr.splitlines() if "Maximum resident set size" in l][0]
         routing = [l for l in r.stderr.splitlines() if "experts received no token" in l]
-        ar_dir, w_ar = fq.autoround_run(__file__, a, model, ids_file, work / f"ar-{iters}", iters, env, TAG,
-                                        f"iters {iters}")
+        ar_dir, w_ar, rss_ar = autoround_run(a, model, ids_file, work / f"ar-{iters}", iters, env)
         ko, eo = fq.kl(a, out_ours, model, evaltxt)
         ka, ea = fq.kl(a, ar_dir, model, evaltxt)
         rows.append({"method": method, "ours": ko, "autoround": ka, "err": [eo, ea], "wall_ours": w_ours,
-                     "wall_autoround": w_ar, "routing": routing})
+                     "wall_autoround": w_ar, "rss_mb_ours": rss_ours, "rss_mb_autoround": rss_ar, "routing": routing})
         f = lambda j, k, fmt: (fmt % j[k]) if j else "n/a"  # noqa: E731
         print(f"| {method} | {f(ko, 'kl_mean', '%.5f')} | {f(ka, 'kl_mean', '%.5f')} | "
-              f"{f(ko, 'top1_agreement', '%.4f')} / {f(ka, 'top1_agreement', '%.4f')} | {w_ours:.1f} / {w_ar:.1f} |"
+              f"{f(ko, 'top1_agreement', '%.4f')} / {f(ka, 'top1_agreement', '%.4f')} | {w_ours:.1f} / {w_ar:.1f} | "
+              f"{rss_ours:.0f} / {rss_ar:.0f} |"
               + (f" ours: {eo}" if eo else "") + (f" AutoRound: {ea}" if ea else ""), flush=True)
         for line in routing:
             print("    " + line.split("] ", 1)[-1])
