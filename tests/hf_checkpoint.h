@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "golden_file.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -80,28 +82,57 @@ inline void append_layer_copy(const std::string& dir, int64_t from, int64_t to) 
   write_safetensors(dir + "/model.safetensors", all);
 }
 
-// Our logits of `dir/model` against transformers' (dir/expected.safetensors) in both expert layouts: the
-// layouts give identical logits, and both are within 5e-6 of the largest logit of transformers'.
-inline void expect_logits_match_transformers(const std::string& dir, const std::string& tag) {
+// Every tensor of `in` not named in `skip`, copied (a checkpoint rewritten with some tensors replaced).
+inline void append_stored_except(const SafetensorsFile& in, const std::set<std::string>& skip,
+                                 std::vector<StEntry>& out, Context& ctx) {
+  for (const auto& t : in.header().tensors)
+    if (!skip.count(t.name)) {
+      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
+      std::memcpy(copy.raw(), in.bytes(t), t.end - t.begin);
+      out.push_back({t.name, copy});
+    }
+}
+
+// A golden's token ids (dir/expected.safetensors: ids [B, T]).
+struct GoldenIds {
+  std::vector<int32_t> ids;
+  int64_t B = 0, T = 0;
+};
+inline GoldenIds golden_ids(const std::string& dir) {
   auto golden = SafetensorsFile::open(dir + "/expected.safetensors");
   const StTensorInfo* ti = golden->find("ids");
-  ASSERT_TRUE(ti);
-  const int64_t B = ti->shape[0], T = ti->shape[1];
-  std::vector<int32_t> ids(size_t(B * T));
-  std::memcpy(ids.data(), golden->bytes(*ti), ids.size() * 4);
-  const ModelConfig cfg = load_model_config(dir + "/model/config.json");
-  const auto expect = read_f32(*golden, "logits", size_t(B * T * cfg.vocab_size));
-  const auto fused = logits_of(dir + "/model", ids, B, T);
-  TempDir per("per_expert_" + tag);
-  write_per_expert(dir + "/model", per.path);
-  const auto per_expert = logits_of(per.path, ids, B, T);
-  EXPECT_TRUE(per_expert == fused) << tag << ": the two layouts give different logits";
+  if (!ti) fail(ErrorKind::InvalidInput, dir + "/expected.safetensors: no ids");
+  GoldenIds g{std::vector<int32_t>(size_t(ti->shape[0] * ti->shape[1])), ti->shape[0], ti->shape[1]};
+  std::memcpy(g.ids.data(), golden->bytes(*ti), g.ids.size() * 4);
+  return g;
+}
+
+// Our logits of `model` against transformers' (dir/expected.safetensors): within 5e-6 of its largest
+// logit. Returns ours.
+inline std::vector<float> expect_matches_golden(const std::string& dir, const std::string& model,
+                                                const std::string& tag) {
+  const GoldenIds g = golden_ids(dir);
+  const ModelConfig cfg = load_model_config(model + "/config.json");
+  const auto expect = read_f32(*SafetensorsFile::open(dir + "/expected.safetensors"), "logits",
+                               size_t(g.B * g.T * cfg.vocab_size));
+  const auto ours = logits_of(model, g.ids, g.B, g.T);
   double worst = 0, scale = 0;
   for (size_t i = 0; i < expect.size(); ++i) {
-    worst = std::max(worst, std::abs(double(fused[i]) - double(expect[i])));
+    worst = std::max(worst, std::abs(double(ours[i]) - double(expect[i])));
     scale = std::max(scale, std::abs(double(expect[i])));
   }
   EXPECT_LT(worst, 5e-6 * scale) << tag << " (largest logit " << scale << ")";
+  return ours;
+}
+
+// Our logits of `dir/model` against transformers' in both expert layouts: the layouts give identical
+// logits, and both match the golden.
+inline void expect_logits_match_transformers(const std::string& dir, const std::string& tag) {
+  const auto fused = expect_matches_golden(dir, dir + "/model", tag);
+  TempDir per("per_expert_" + tag);
+  write_per_expert(dir + "/model", per.path);
+  const GoldenIds g = golden_ids(dir);
+  EXPECT_TRUE(logits_of(per.path, g.ids, g.B, g.T) == fused) << tag << ": the two layouts give different logits";
 }
 
 }  // namespace ar::test

@@ -114,28 +114,32 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
 
 // A mixture-of-experts model across processes: every process routes its own shard, so experts see
 // different token counts per process; the tree-summed gradient, the gathered per-expert imatrix and the
-// added token counts make 2 processes write the serial bytes (SignRound, then opt-RTN).
+// added token counts make 2 processes write the serial bytes (SignRound, then opt-RTN), for Qwen2-MoE and
+// for gpt-oss (sinks, windows, biased experts).
 TEST(DistJob, MoeProcessSplitsWriteTheSerialBytes) {
-  Fixture f("dj_moe", 1, 33);
-  ar::write_synthetic_model(f.model, ar::tiny_moe_config("qwen2_moe"), 34);
-  for (const char* iters : {"4", "0"}) {
-    auto args = quant_args(f.model, f.dir + "/serial", std::atoi(iters));
-    args.erase(std::find(args.begin(), args.end(), "--asym"));  // symmetric: opt-RTN's imatrix search
-    args.insert(args.end(), {"--report", f.dir + "/serial.json"});
-    run_serial(args, f.dir);
-    const auto ref = ar::test::dir_files(f.dir + "/serial");
-    auto a = args;
-    a[3] = f.dir + "/job";
-    a.back() = f.dir + "/job.json";
-    const auto ends = run_job(2, a, f.dir);
-    expect_all_ok(ends, std::string("MoE, iters ") + iters);
-    EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ref) << "MoE iters " << iters << ": 2 processes differ from serial";
-    const auto tokens = [](const std::string& report) {
-      return nlohmann::json::parse(ar::read_text_file(report))["blocks"][1]["expert_tokens"];
-    };
-    EXPECT_EQ(tokens(f.dir + "/job.json"), tokens(f.dir + "/serial.json"));
-    EXPECT_EQ(tokens(f.dir + "/serial.json").size(), 8u);
-    for (const char* d : {"/serial", "/job", "/serial.json", "/job.json"}) fs::remove_all(f.dir + d);
+  for (const char* arch : {"qwen2_moe", "gpt_oss"}) {
+    Fixture f(std::string("dj_moe_") + arch, 1, 33);
+    ar::write_synthetic_model(f.model, ar::tiny_moe_config(arch), 34);
+    for (const char* iters : {"4", "0"}) {
+      auto args = quant_args(f.model, f.dir + "/serial", std::atoi(iters));
+      args.erase(std::find(args.begin(), args.end(), "--asym"));  // symmetric: opt-RTN's imatrix search
+      args.insert(args.end(), {"--report", f.dir + "/serial.json"});
+      run_serial(args, f.dir);
+      const auto ref = ar::test::dir_files(f.dir + "/serial");
+      auto a = args;
+      a[3] = f.dir + "/job";
+      a.back() = f.dir + "/job.json";
+      const auto ends = run_job(2, a, f.dir);
+      expect_all_ok(ends, std::string("MoE, iters ") + iters);
+      EXPECT_TRUE(ar::test::dir_files(f.dir + "/job") == ref)
+          << arch << " iters " << iters << ": 2 processes differ from serial";
+      const auto tokens = [](const std::string& report) {
+        return nlohmann::json::parse(ar::read_text_file(report))["blocks"][1]["expert_tokens"];
+      };
+      EXPECT_EQ(tokens(f.dir + "/job.json"), tokens(f.dir + "/serial.json"));
+      EXPECT_EQ(tokens(f.dir + "/serial.json").size(), 8u);
+      for (const char* d : {"/serial", "/job", "/serial.json", "/job.json"}) fs::remove_all(f.dir + d);
+    }
   }
 }
 

@@ -12,9 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
+#include "gpt_oss_twins.h"
 #include "hf_checkpoint.h"
-#include "core/dtype.h"
-#include "core/small_float.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -108,71 +107,31 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
   }
 }
 
-// The model rewritten in gpt-oss's released layout (transformers 5's fused experts): per layer
-// gate_up_proj [E, C, 2I] with gate and up interleaved by column, down_proj [E, I, C], each expert's Linear
-// transposed, and the biases gate_up_proj_bias [E, 2I] (interleaved), down_proj_bias [E, C].
-void write_gpt_oss_fused_twin(const std::string& src, const std::string& dst) {
-  fs::create_directories(dst);
-  for (const char* f : {"config.json", "tokenizer.bin"}) fs::copy_file(src + "/" + f, dst + "/" + f);
-  const ModelConfig c = load_model_config(src + "/config.json");
-  auto in = SafetensorsFile::open(src + "/model.safetensors");
-  Context ctx(Device{}, 1);
-  std::vector<StEntry> out;
-  std::set<std::string> moved;
-  const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, C = c.hidden_size;
-  const auto at = [&](const std::string& n) {
-    moved.insert(n);
-    return reinterpret_cast<const uint16_t*>(in->bytes(*in->find(n)));
-  };
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = HfModel::layer_prefix(l) + "mlp.experts.";
-    Tensor gu = Tensor::empty({E, C, 2 * I}, DType::BF16, ctx), gub = Tensor::empty({E, 2 * I}, DType::BF16, ctx);
-    Tensor dn = Tensor::empty({E, I, C}, DType::BF16, ctx), dnb = Tensor::empty({E, C}, DType::BF16, ctx);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = p + std::to_string(e) + ".";
-      for (int j = 0; j < 2; ++j) {  // gate (even columns), up (odd columns)
-        const std::string proj = x + (j == 0 ? "gate_proj." : "up_proj.");
-        const uint16_t *w = at(proj + "weight"), *b = at(proj + "bias");
-        for (int64_t i = 0; i < I; ++i) {
-          gub.data<uint16_t>()[e * 2 * I + 2 * i + j] = b[i];
-          for (int64_t k = 0; k < C; ++k) gu.data<uint16_t>()[(e * C + k) * 2 * I + 2 * i + j] = w[i * C + k];
-        }
-      }
-      const uint16_t *w = at(x + "down_proj.weight"), *b = at(x + "down_proj.bias");
-      for (int64_t k = 0; k < C; ++k) {
-        dnb.data<uint16_t>()[e * C + k] = b[k];
-        for (int64_t i = 0; i < I; ++i) dn.data<uint16_t>()[(e * I + i) * C + k] = w[k * I + i];
-      }
-    }
-    out.push_back({p + "gate_up_proj", gu});
-    out.push_back({p + "gate_up_proj_bias", gub});
-    out.push_back({p + "down_proj", dn});
-    out.push_back({p + "down_proj_bias", dnb});
-  }
-  for (const auto& t : in->header().tensors)
-    if (!moved.count(t.name)) {
-      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
-      std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
-      out.push_back({t.name, copy});
-    }
-  write_safetensors(dst + "/model.safetensors", out);
+// Quantizes models `a` and `b` alike (SignRound, 3 iterations) into qa and qb and expects the same
+// tensors byte for byte and the same quantization_config; returns qa's tensors.
+std::map<std::string, std::string> expect_same_quantized(const std::string& a, const std::string& b,
+                                                         const std::string& qa, const std::string& qb) {
+  auto o = test::moe_quantize_options(a, qa, 3);
+  quantize_model(o);
+  o.model_dir = b;
+  o.output_dir = qb;
+  quantize_model(o);
+  const auto x = test::tensor_bytes(qa + "/model.safetensors"), y = test::tensor_bytes(qb + "/model.safetensors");
+  EXPECT_EQ(x.size(), y.size());
+  for (const auto& [name, bytes] : x) EXPECT_TRUE(y.count(name) && y.at(name) == bytes) << name;
+  EXPECT_EQ(read_json_file(qa + "/config.json")["quantization_config"],
+            read_json_file(qb + "/config.json")["quantization_config"]);
+  return x;
 }
 
 // gpt-oss's released expert layout quantizes to the bytes of its per-expert twin (the layout AutoRound
-// writes), biases written per expert, and both read back with the same logits.
+// writes), biases written per expert, the router copied and not listed.
 TEST(PipelineFamilies, GptOssFusedExpertsWriteThePerExpertOutput) {
   test::TempDir m("pfam_oss"), f("pfam_oss_fused"), qm("pfam_oss_q"), qf("pfam_oss_fused_q");
   write_synthetic_model(m.path, tiny_moe_config("gpt_oss", 2), 54, DType::BF16);
-  write_gpt_oss_fused_twin(m.path, f.path);
+  test::write_gpt_oss_fused_twin(m.path, f.path);
   ASSERT_TRUE(HfModel::open(f.path)->fused_experts(1));
-  auto o = test::moe_quantize_options(m.path, qm.path, 3);
-  quantize_model(o);
-  o.model_dir = f.path;
-  o.output_dir = qf.path;
-  quantize_model(o);
-  const auto a = test::tensor_bytes(qm.path + "/model.safetensors"), b = test::tensor_bytes(qf.path + "/model.safetensors");
-  EXPECT_EQ(a.size(), b.size());
-  for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
+  const auto a = expect_same_quantized(m.path, f.path, qm.path, qf.path);
   EXPECT_TRUE(a.count("model.layers.1.mlp.experts.7.down_proj.bias"));
   EXPECT_TRUE(a.count("model.layers.1.self_attn.sinks"));
   EXPECT_TRUE(a.count("model.layers.1.mlp.router.bias"));
@@ -180,107 +139,12 @@ TEST(PipelineFamilies, GptOssFusedExpertsWriteThePerExpertOutput) {
   EXPECT_FALSE(qc.contains("extra_config") && qc["extra_config"].contains("model.layers.1.mlp.router")) << qc.dump();
 }
 
-// gpt-oss's release layout: the per-expert model's experts rounded to MXFP4 (per 32 inputs a power-of-two
-// scale and E2M1 codes) and stored as gate_up_proj_blocks / _scales, down_proj_blocks / _scales with
-// quant_method mxfp4 (to `mx`), and the same rounded values in bf16 one tensor per expert (to `twin`).
-void write_gpt_oss_mxfp4_twins(const std::string& src, const std::string& mx, const std::string& twin) {
-  for (const auto& d : {mx, twin}) {
-    fs::create_directories(d);
-    fs::copy_file(src + "/tokenizer.bin", d + "/tokenizer.bin");
-  }
-  json cfg = read_json_file(src + "/config.json");
-  write_file_atomic(twin + "/config.json", cfg.dump());
-  cfg["quantization_config"] = {{"quant_method", "mxfp4"}};
-  write_file_atomic(mx + "/config.json", cfg.dump());
-  const ModelConfig c = load_model_config(src + "/config.json");
-  auto in = SafetensorsFile::open(src + "/model.safetensors");
-  const auto model = HfModel::open(src);
-  Context ctx(Device{}, 1);
-  std::vector<StEntry> packed, dense;
-  std::set<std::string> moved;
-  const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, C = c.hidden_size;
-  // Row r of a Linear [rows, cols] in MXFP4 into blocks/scales at row `at`; the rounded row into `back`.
-  const auto round_row = [](const float* x, int64_t cols, uint8_t* blocks, uint8_t* scales, uint16_t* back) {
-    for (int64_t g = 0; g < cols / 32; ++g) {
-      float amax = 0;
-      for (int64_t k = 0; k < 32; ++k) amax = std::max(amax, std::abs(x[g * 32 + k]));
-      const int e = amax > 0 ? int(std::ceil(std::log2(amax / 6.0f))) : -127;
-      scales[g] = uint8_t(std::clamp(e, -127, 127) + 127);
-      for (int64_t k = 0; k < 32; ++k) {
-        const uint8_t code = e2m1_encode(std::ldexp(x[g * 32 + k], -(int(scales[g]) - 127)));
-        blocks[g * 16 + k / 2] |= uint8_t(k % 2 ? code << 4 : code);
-        back[g * 32 + k] = f32_to_bf16(std::ldexp(e2m1_decode(code), int(scales[g]) - 127));
-      }
-    }
-  };
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = HfModel::layer_prefix(l) + "mlp.experts.";
-    Tensor gb = Tensor::zeros({E, 2 * I, C / 32, 16}, DType::U8, ctx), gs = Tensor::empty({E, 2 * I, C / 32}, DType::U8, ctx);
-    Tensor db = Tensor::zeros({E, C, I / 32, 16}, DType::U8, ctx), ds = Tensor::empty({E, C, I / 32}, DType::U8, ctx);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = p + std::to_string(e) + ".";
-      for (int j = 0; j < 3; ++j) {
-        const std::string name = x + (j == 0 ? "gate_proj" : j == 1 ? "up_proj" : "down_proj") + ".weight";
-        moved.insert(name);
-        const Tensor w = model->load(name, {}, ctx);
-        const int64_t rows = w.dim(0), cols = w.dim(1);
-        Tensor back = Tensor::empty({rows, cols}, DType::BF16, ctx);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t at = j == 2 ? e * C + r : e * 2 * I + 2 * r + j;  // gate and up rows interleaved
-          uint8_t* blocks = (j == 2 ? db : gb).data<uint8_t>() + at * (cols / 32) * 16;
-          uint8_t* scales = (j == 2 ? ds : gs).data<uint8_t>() + at * (cols / 32);
-          round_row(w.f32() + r * cols, cols, blocks, scales, back.data<uint16_t>() + r * cols);
-        }
-        dense.push_back({name, back});
-      }
-    }
-    packed.push_back({p + "gate_up_proj_blocks", gb});
-    packed.push_back({p + "gate_up_proj_scales", gs});
-    packed.push_back({p + "down_proj_blocks", db});
-    packed.push_back({p + "down_proj_scales", ds});
-  }
-  for (const auto& t : in->header().tensors)  // biases: per expert in the twin, fused in the release
-    if (!moved.count(t.name)) {
-      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
-      std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
-      dense.push_back({t.name, copy});
-      if (t.name.find(".mlp.experts.") == std::string::npos) packed.push_back({t.name, copy});
-    }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = HfModel::layer_prefix(l) + "mlp.experts.";
-    Tensor gub = Tensor::empty({E, 2 * I}, DType::BF16, ctx), dnb = Tensor::empty({E, C}, DType::BF16, ctx);
-    for (int64_t e = 0; e < E; ++e) {
-      const auto bias = [&](const char* proj) {
-        return reinterpret_cast<const uint16_t*>(in->bytes(*in->find(p + std::to_string(e) + "." + proj + ".bias")));
-      };
-      for (int64_t i = 0; i < I; ++i) {
-        gub.data<uint16_t>()[e * 2 * I + 2 * i] = bias("gate_proj")[i];
-        gub.data<uint16_t>()[e * 2 * I + 2 * i + 1] = bias("up_proj")[i];
-      }
-      std::memcpy(dnb.data<uint16_t>() + e * C, bias("down_proj"), size_t(C) * 2);
-    }
-    packed.push_back({p + "gate_up_proj_bias", gub});
-    packed.push_back({p + "down_proj_bias", dnb});
-  }
-  write_safetensors(mx + "/model.safetensors", packed);
-  write_safetensors(twin + "/model.safetensors", dense);
-}
-
 // gpt-oss's MXFP4 release is quantized from its exact values: the bytes of quantizing its bf16 twin.
 TEST(PipelineFamilies, GptOssMxfp4ReleaseQuantizesAsItsBf16Twin) {
   test::TempDir m("pfam_mx"), mx("pfam_mx_rel"), twin("pfam_mx_twin"), qx("pfam_mx_q"), qt("pfam_mx_twin_q");
   write_synthetic_model(m.path, tiny_moe_config("gpt_oss", 2), 55, DType::BF16);
-  write_gpt_oss_mxfp4_twins(m.path, mx.path, twin.path);
-  auto o = test::moe_quantize_options(mx.path, qx.path, 3);
-  quantize_model(o);
-  o.model_dir = twin.path;
-  o.output_dir = qt.path;
-  quantize_model(o);
-  const auto a = test::tensor_bytes(qx.path + "/model.safetensors"), b = test::tensor_bytes(qt.path + "/model.safetensors");
-  EXPECT_EQ(a.size(), b.size());
-  for (const auto& [name, bytes] : a) EXPECT_TRUE(b.count(name) && b.at(name) == bytes) << name;
-  EXPECT_EQ(read_json_file(qx.path + "/config.json")["quantization_config"],
-            read_json_file(qt.path + "/config.json")["quantization_config"]);
+  test::write_gpt_oss_mxfp4_twins(m.path, mx.path, twin.path);
+  expect_same_quantized(mx.path, twin.path, qx.path, qt.path);
 }
 
 // gpt-oss in the float schemes: MXFP4 written as auto_round and llm_compressor reads back the same Linears

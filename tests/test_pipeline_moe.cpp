@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "hf_checkpoint.h"
 #include "core/dtype.h"
 #include "io/gguf.h"
 #include "kernels/cpu/bf16_ops.h"
@@ -68,12 +69,7 @@ void write_fused_twin(const std::string& src, const std::string& dst) {
     out.push_back({fused_experts_name(l, ExpertProj::Gate), gu});
     out.push_back({fused_experts_name(l, ExpertProj::Down), dn});
   }
-  for (const auto& t : in->header().tensors)
-    if (!expert_names.count(t.name)) {
-      Tensor copy = Tensor::empty(t.shape, t.dtype, ctx);
-      std::memcpy(copy.raw(), in->bytes(t), t.end - t.begin);
-      out.push_back({t.name, copy});
-    }
+  test::append_stored_except(*in, expert_names, out, ctx);
   write_safetensors(dst + "/model.safetensors", out);
 }
 
