@@ -8,6 +8,9 @@
 //   experts then ungated).
 //   --kv_lora R (with --q_lora, --nope, --rope_dim, --v_dim): multi-head latent attention instead of
 //   GQA (DeepSeek-V3: --q_lora 1536 --kv_lora 512 --nope 128 --rope_dim 64 --v_dim 128 --heads 128).
+//   --gpt_oss 1 [--window W]: gpt-oss's block (attention sinks, a W-key sliding window (default 128),
+//   the biased router's top-k softmax, biased experts with the clamped SwiGLU), e.g. gpt-oss-120B's:
+//   --hidden 2880 --inter 2880 --heads 64 --kv 8 --head_dim 64 --experts 128 --topk 4.
 // FLOPs count the active weights.
 #pragma once
 #include <cmath>
@@ -102,6 +105,14 @@ inline BlockDims bench_dims(int argc, char** argv, int64_t hidden, int64_t inter
     d.moe.I = d.I;
     d.moe.norm_topk = true;
     d.moe.Is = arg(argc, argv, "--shared", 0) * d.I;
+    if (arg(argc, argv, "--gpt_oss", 0)) {
+      d.moe.routing = Routing::TopKSoftmax;
+      d.moe.norm_topk = false;
+      d.moe.expert_bias = true;
+      d.act = {GateKind::ClampedSwiglu, 1.702f, 7.0f};
+      d.sinks = true;
+      d.window = arg(argc, argv, "--window", 128);
+    }
     if (std::strcmp(sarg(argc, argv, "--routing", "softmax"), "sigmoid") == 0) {
       d.moe.routing = Routing::SigmoidGroups;
       d.moe.groups = arg(argc, argv, "--groups", 1);
