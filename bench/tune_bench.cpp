@@ -181,6 +181,15 @@ void print_estimate(const char* what, const PeakMemory& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (flag(argc, argv, "--help") || flag(argc, argv, "-h")) {  // the usage is this file's header
+    std::printf("tune_bench: SignRound iteration time and memory of one decoder block (bench/tune_bench.cpp's\n"
+                "header lists the flags; the block's shape flags: bench/bench_block.h; examples: docs/benchmarks.md)\n"
+                "  tune_bench [--amp | --both] [--hidden --inter --heads --kv --head_dim --seq --bs --iters --threads]\n"
+                "             [--experts E --topk K [--shared N] [--routing sigmoid ...] [--gpt_oss 1 [--window W]]]\n"
+                "             [--kv_lora R ...] [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]\n"
+                "             [--estimate_only [--nsamples N]]\n");
+    return 0;
+  }
   ar::set_process_malloc_policy();  // as the CLI runs
   ar::flush_denormals();            // core/float_mode.h: on this thread and every later one
   try {
