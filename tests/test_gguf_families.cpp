@@ -1,7 +1,8 @@
 // GGUF of the 2026 families (docs/gguf.md): DeepSeek-V3 as llama.cpp's deepseek2 (MLA's kv_b_proj split
 // into attn_k_b / attn_v_b, the latent as one KV head, YaRN keys, group-limited sigmoid routing with
 // exp_probs_b, leading dense layers, shared experts) and GLM-4.5 as glm4moe (post_attention_norm, partial
-// RoPE, q/k/v biases or q/k norm). Each file holds llama.cpp's tensors and keys, and reads back through
+// RoPE, q/k/v biases or q/k norm) and gpt-oss as gpt-oss (sinks, the router's and experts' biases stacked
+// like their weights, the sliding layers' pattern, YaRN). Each file holds llama.cpp's tensors and keys, and reads back through
 // our reader to the fake companion's weights (world 2 writes the serial bytes); what llama.cpp cannot
 // run is refused before writing.
 #include <cstring>
@@ -29,6 +30,15 @@ namespace {
 
 // Whole 256-element k-quant rows wherever the shapes allow.
 json family_config(const std::string& variant) {
+  if (variant.rfind("gpt_oss", 0) == 0) {  // llama.cpp's fixed clamp; every layer MoE
+    json c = tiny_moe_config("gpt_oss", 3);
+    c["hidden_size"] = 256;
+    c["intermediate_size"] = 256;
+    c["head_dim"] = 64;
+    c["swiglu_limit"] = 7.0;
+    if (variant == "gpt_oss_types") c["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention"};
+    return c;
+  }
   const bool glm = variant.rfind("glm", 0) == 0;
   json c = tiny_moe_config(glm ? "glm4_moe" : "deepseek_v3", 3);
   c["hidden_size"] = 256;
@@ -63,6 +73,32 @@ void expect_layout(const GgufFile& g, const std::string& variant) {
     EXPECT_EQ(t[name]->dims, dims) << variant << ": " << name;
   };
   auto key = [&](const std::string& k) { return g.find(g.string("general.architecture", "") + "." + k); };
+  if (variant.rfind("gpt_oss", 0) == 0) {  // src/models/openai-moe.cpp
+    EXPECT_EQ(g.string("general.architecture", ""), "gpt-oss");
+    expect("blk.0.attn_sinks.weight", GgmlType::F32, {4});
+    expect("blk.0.attn_output.bias", GgmlType::F32, {256});
+    expect("blk.0.post_attention_norm.weight", GgmlType::F32, {256});
+    expect("blk.0.ffn_gate_inp.weight", GgmlType::F32, {256, 8});
+    expect("blk.0.ffn_gate_inp.bias", GgmlType::F32, {8});
+    expect("blk.2.ffn_up_exps.weight", GgmlType::Q4_K, {256, 256, 8});
+    expect("blk.2.ffn_gate_exps.bias", GgmlType::F32, {256, 8});
+    expect("blk.2.ffn_up_exps.bias", GgmlType::F32, {256, 8});
+    expect("blk.2.ffn_down_exps.bias", GgmlType::F32, {256, 8});
+    EXPECT_EQ(t.count("blk.0.ffn_norm.weight"), 0u);
+    EXPECT_EQ(key("expert_feed_forward_length")->num, 256);
+    EXPECT_EQ(key("attention.sliding_window")->num, 16);
+    EXPECT_EQ(key("rope.scaling.type")->str, "yarn");
+    EXPECT_EQ(key("rope.scaling.original_context_length")->num, 4096);
+    const GgufValue* pattern = key("attention.sliding_window_pattern");
+    if (variant == "gpt_oss") {
+      EXPECT_EQ(pattern, nullptr);  // llama.cpp's default: even layers slide
+      return;
+    }
+    ASSERT_NE(pattern, nullptr);
+    EXPECT_EQ(pattern->elem, GgufType::Bool);
+    EXPECT_EQ(pattern->nums, (std::vector<double>{0, 1, 1}));
+    return;
+  }
   expect("blk.0.ffn_gate.weight", GgmlType::Q4_K, {256, 256});  // the leading dense layer
   expect("blk.1.ffn_gate_inp.weight", GgmlType::F32, {256, 8});
   expect("blk.1.exp_probs_b.bias", GgmlType::F32, {8});
@@ -108,7 +144,7 @@ void expect_layout(const GgufFile& g, const std::string& variant) {
 }
 
 TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
-  for (const char* variant : {"deepseek", "deepseek_no_q_lora", "glm45", "glm_qk_norm"}) {
+  for (const char* variant : {"deepseek", "deepseek_no_q_lora", "glm45", "glm_qk_norm", "gpt_oss", "gpt_oss_types"}) {
     test::TempDir m(std::string("ggf_m_") + variant), q(std::string("ggf_q_") + variant);
     write_synthetic_model(m.path, family_config(variant), 61, DType::BF16);
     auto o = test::moe_quantize_options(m.path, q.path, 2);
@@ -132,6 +168,10 @@ TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
     EXPECT_EQ(gm->config().rope_scaling.type, f->config().rope_scaling.type) << variant;
     EXPECT_EQ(gm->config().moe.n_group, f->config().moe.n_group) << variant;
     EXPECT_EQ(gm->config().moe.routed_scaling_factor, f->config().moe.routed_scaling_factor) << variant;
+    EXPECT_EQ(gm->config().sliding_layers, f->config().sliding_layers) << variant;
+    EXPECT_EQ(gm->config().sliding_window, f->config().sliding_window) << variant;
+    EXPECT_EQ(gm->config().attn_sinks, f->config().attn_sinks) << variant;
+    EXPECT_EQ(gm->config().moe.expert_intermediate, f->config().moe.expert_intermediate) << variant;
     Context ctx(Device{}, 2);
     for (int64_t l = 0; l < 3; ++l) {
       const BlockWeights wa = gm->load_block(l, ctx), wb = f->load_block(l, ctx);
@@ -162,6 +202,10 @@ TEST(GgufFamilies, RefusedBeforeWriting) {
                           {"mscale_all_dim", 1.0}}}},
        "mscale != mscale_all_dim"},
       {"deepseek_v32", json::object(), "architecture 'DeepseekV32ForCausalLM' is not supported"},
+      {"gpt_oss", json::object(), "swiglu_alpha / swiglu_limit other than 1.702 / 7"},  // the tiny config's 1.5
+      {"gpt_oss", {{"swiglu_limit", 7.0}, {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16.0},
+                   {"original_max_position_embeddings", 64}}}}, "beta_fast / beta_slow other than 32 / 1"},
+      {"gpt_oss", {{"swiglu_limit", 7.0}, {"sliding_window", nullptr}}, "sliding layers without a window"},
   };
   for (const Case& c : cases) {
     test::TempDir m("ggf_refuse_m");

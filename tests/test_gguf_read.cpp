@@ -530,7 +530,8 @@ TEST(GgufRead, ContextLengthBelowWhatTheCommandNeedsNamesTheKey) {
 #endif
 
 // Regenerates the committed fuzz seeds (fuzz/corpus/gguf_tensors: one-layer models of each architecture
-// in q4_0, q8_0 and f16; deepseek2 and glm4moe with a dense and a MoE layer) when AR_WRITE_GGUF_SEEDS names a directory; skipped otherwise.
+// in q4_0, q8_0 and f16; deepseek2 and glm4moe with a dense and a MoE layer, gpt-oss with a full and a
+// sliding layer) when AR_WRITE_GGUF_SEEDS names a directory; skipped otherwise.
 TEST(GgufRead, WritesFuzzSeeds) {
   const char* out = std::getenv("AR_WRITE_GGUF_SEEDS");
   if (!out) GTEST_SKIP() << "set AR_WRITE_GGUF_SEEDS=<dir> to regenerate fuzz/corpus/gguf_tensors";  // MoE seeds too
@@ -541,7 +542,8 @@ TEST(GgufRead, WritesFuzzSeeds) {
                         Seed{"qwen2_moe", "gguf:q4_0", false, "qwen2moe_q4_0.gguf"},
                         Seed{"mixtral", "gguf:q8_0", false, "mixtral_q8_0.gguf"},
                         Seed{"deepseek_v3", "gguf:q4_0", false, "deepseek2_q4_0.gguf"},
-                        Seed{"glm4_moe", "gguf:q8_0", false, "glm4moe_q8_0.gguf"}}) {
+                        Seed{"glm4_moe", "gguf:q8_0", false, "glm4moe_q8_0.gguf"},
+                        Seed{"gpt_oss", "gguf:q8_0", false, "gpt_oss_q8_0.gguf"}}) {
     const std::string m = test::temp_path("ggr_seed_m"), q = test::temp_path("ggr_seed_q");
     const bool moe = std::string(s.arch).find("For") == std::string::npos;  // tiny_moe_config's names
     nlohmann::json c = moe ? tiny_moe_config(s.arch, 1) : config_of(s.arch, 32, 32, 260, s.tied);
@@ -553,7 +555,9 @@ TEST(GgufRead, WritesFuzzSeeds) {
       if (c.contains("shared_expert_intermediate_size")) c["shared_expert_intermediate_size"] = 32;
     }
     const bool sigmoid = c.contains("first_k_dense_replace");  // a dense layer 0, then a MoE layer
-    c["num_hidden_layers"] = sigmoid ? 2 : 1;
+    const bool gpt_oss = std::string(s.arch) == "gpt_oss";      // a full layer, then a sliding one
+    c["num_hidden_layers"] = sigmoid || gpt_oss ? 2 : 1;
+    if (gpt_oss) c["swiglu_limit"] = 7.0, c["layer_types"] = {"full_attention", "sliding_attention"};
     c["num_attention_heads"] = 2;
     c["num_key_value_heads"] = c.contains("kv_lora_rank") ? 2 : 1;
     c["max_position_embeddings"] = 64;

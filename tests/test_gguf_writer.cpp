@@ -605,6 +605,19 @@ TEST(GgufVocab, DeepseekV3PreTokenizerIsNamed) {
   EXPECT_EQ(t->encode("ab"), (std::vector<int32_t>{2}));
 }
 
+// o200k's split (GPT-4o; gpt-oss's o200k_harmony) as tokenizer.json spells it: CR and LF as regex escapes.
+TEST(GgufVocab, Gpt4oPreTokenizerIsNamed) {
+  test::TempDir dir("gguf_o200k_tok");
+  std::ofstream(dir.path + "/tokenizer.json") << R"json({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+    "merges": ["a b"]}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}})json";
+  EXPECT_EQ(read_gguf_vocab(dir.path, 3).pre, "gpt-4o");
+  const auto t = HfBpeTokenizer::from_tokenizer_json(dir.path + "/tokenizer.json", nlohmann::json::object());
+  EXPECT_EQ(t->encode("ab"), (std::vector<int32_t>{2}));
+  EXPECT_EQ(t->encode("ba"), (std::vector<int32_t>{1, 0}));
+}
+
 TEST(GgufVocab, UnsupportedTokenizersAreRefused) {
   const std::string dir = test::temp_path("gguf_no_tok");
   fs::create_directories(dir);

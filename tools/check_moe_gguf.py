@@ -9,7 +9,7 @@ sdist, `cmake --build build --target llama-perplexity`). From the repository roo
     /work/arvenv/bin/python tools/check_moe_gguf.py --autoround build/src/cli/autoround \\
         --llama_bin /path/to/llama.cpp/build/bin --work /tmp/moe_gguf
 
-For Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3 and GLM-4.5 (hidden 256, 4 heads / 2 KV heads, 8 experts
+For Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, GLM-4.5 and gpt-oss (`--archs` picks; hidden 256, 4 heads / 2 KV heads, 8 experts
 of 256, top-2, 2 layers, every layer MoE as llama.cpp's qwen*moe requires, DeepSeek's and GLM's first
 layer dense; random transformers weights, bf16; vocab 512)
 it writes `--format gguf:<preset>,fake --iters 10` with our CLI (calibration: the built-in corpus),
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--work", default="/tmp/moe_gguf")
     ap.add_argument("--presets", default="q4_k_m,q2_k_s")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--archs", default=",".join(cml.ARCHS))
     a = ap.parse_args()
     autoround = os.path.abspath(a.autoround)
     os.makedirs(a.work, exist_ok=True)
@@ -49,7 +50,7 @@ def main():
     print("| model | preset | file MB | llama-perplexity PPL | our eval of the GGUF | our eval of fake |")
     print("|---|---|---|---|---|---|")
     ok = True
-    for arch in cml.ARCHS:
+    for arch in a.archs.split(","):
         model = os.path.join(a.work, arch)
         if not os.path.exists(os.path.join(model, "config.json")):
             cml.make_model(arch, model, hidden=256, expert=256, dense_first=False)

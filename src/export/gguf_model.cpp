@@ -97,8 +97,8 @@ std::string in_layer_name(const std::string& rest, const GgufArch& g) {
   return {};
 }
 
-// "model.layers.N.<tensor>" -> "blk.N.<llama.cpp name>"; *expert gets an expert Linear's index (its rows
-// are part e of the stacked ffn_*_exps tensor), else -1. Only the tensors of the layer's table
+// "model.layers.N.<tensor>" -> "blk.N.<llama.cpp name>"; *expert gets an expert Linear's index (its rows,
+// or its bias, are part e of the stacked ffn_*_exps tensor), else -1. Only the tensors of the layer's table
 // (model/block_tensors.h) are named.
 std::string layer_tensor_name(const std::string& hf_name, const ModelConfig& cfg, int64_t* expert) {
   *expert = -1;
@@ -113,9 +113,10 @@ std::string layer_tensor_name(const std::string& hf_name, const ModelConfig& cfg
   const std::string rest = hf_name.substr(q + 1), blk = "blk." + std::to_string(layer) + ".";
   const size_t dot = rest.rfind('.');
   if (const char* exps = expert_module(rest.substr(0, dot == std::string::npos ? 0 : dot), expert)) {
-    if (!cfg.is_moe_layer(layer) || *expert >= cfg.moe.num_experts || rest.substr(dot + 1) != "weight")
+    const std::string kind = rest.substr(dot + 1);  // gpt-oss's experts carry biases: stacked as their weights
+    if (!cfg.is_moe_layer(layer) || *expert >= cfg.moe.num_experts || (kind != "weight" && (kind != "bias" || !cfg.moe.gpt_oss)))
       unknown(hf_name, "is not an expert weight of this model");
-    return blk + exps + ".weight";
+    return blk + exps + "." + kind;
   }
   bool listed = false;
   for (const BlockTensor& t : block_tensors(cfg, layer, false)) listed |= t.name == rest || t.stored == hf_name;
@@ -238,6 +239,7 @@ void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& cfg, const std::s
     if (auto* u = std::get_if<uint32_t>(&k.value)) w.add_u32(key, *u);
     else if (auto* f = std::get_if<float>(&k.value)) w.add_f32(key, *f);
     else if (auto* b = std::get_if<bool>(&k.value)) w.add_bool(key, *b);
+    else if (auto* a = std::get_if<std::vector<bool>>(&k.value)) w.add_bool_array(key, *a);
     else w.add_string(key, std::get<std::string>(k.value));
   }
   add_gguf_vocab(w, read_gguf_vocab(model_dir, cfg.vocab_size));

@@ -121,11 +121,23 @@ std::string pre_name(const std::vector<std::string>& splits, const std::string& 
       {"deepseek-v3",
        {"\\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
         "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-        "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}}};
+        "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}},
+      // o200k (GPT-4o, gpt-oss's o200k_harmony): cased letter runs with an optional contraction, digit runs
+      // of up to 3, punctuation runs with trailing newlines or slashes, whitespace
+      {"gpt-4o",
+       {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+        "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}};
+  // CR and LF as characters or as the regex escapes \r, \n (tokenizer.json files spell them either way)
+  const auto canonical = [](std::vector<std::string> v) {
+    for (std::string& s : v)
+      for (size_t i = 0; (i = s.find_first_of("\r\n", i)) != std::string::npos;) s.replace(i, 1, s[i] == '\r' ? "\\r" : "\\n");
+    return v;
+  };
   for (const auto& k : known)
-    if (k.splits == splits) return k.name;
+    if (canonical(k.splits) == canonical(splits)) return k.name;
   fail(ErrorKind::Unsupported, file + ": GGUF export: the pre-tokenizer matches none of llama.cpp's gpt-2, llama-bpe, "
-                                      "qwen2, smollm, deepseek-v3");
+                                      "qwen2, smollm, deepseek-v3, gpt-4o");
 }
 
 bool is_sentencepiece(const JsonIn& j, const std::string& file) {

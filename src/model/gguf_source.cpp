@@ -79,6 +79,15 @@ class Keys final : public GgufKeyReader {
     if (!g_.find(full(key))) return std::nullopt;
     return g_.string(full(key), "");
   }
+  std::optional<std::vector<bool>> flags(const std::string& key) const override {
+    const GgufValue* v = g_.find(full(key));
+    if (!v) return std::nullopt;
+    if (v->type != GgufType::Array || v->elem != GgufType::Bool) bad(key, "must be an array of bools");
+    std::vector<bool> out;
+    for (double x : v->nums) out.push_back(x != 0);
+    return out;
+  }
+  bool has(const std::string& key) const override { return g_.find(full(key)) != nullptr; }
   // A positive finite number, `def` when absent (none: required).
   double positive(const std::string& key, std::optional<double> def) const {
     const std::optional<double> v = number(key);

@@ -102,9 +102,10 @@ constexpr const char* kLayerOrder[] = {
     "attn_norm.weight", "attn_q_a_norm.weight", "attn_kv_a_norm.weight", "attn_q_a.weight", "attn_q_b.weight",
     "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias",
     "attn_kv_a_mqa.weight", "attn_v_b.weight", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight",
-    "attn_output.bias", "ffn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-    "ffn_down.weight", "ffn_gate_inp.weight", "exp_probs_b.bias", "ffn_gate_exps.weight", "ffn_up_exps.weight",
-    "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+    "attn_output.bias", "attn_sinks.weight", "ffn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight",
+    "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "exp_probs_b.bias",
+    "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias", "ffn_down_exps.weight",
+    "ffn_down_exps.bias", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
     "ffn_gate_inp_shexp.weight"};
 
 size_t layer_rank(const std::string& gguf_name) {
@@ -116,7 +117,8 @@ size_t layer_rank(const std::string& gguf_name) {
 }  // namespace
 
 // A layer's tensors from its table (model/block_tensors.h), in the converter's order: 1-D ones and routers
-// f32, a MoE layer's experts stacked per projection (declared once, filled expert by expert), a shared
+// f32, a MoE layer's experts (and gpt-oss's expert biases) stacked per projection (declared once, filled
+// expert by expert), a shared
 // expert's gate [1, C] as 1-D, MLA's kv_b_proj as attn_k_b and attn_v_b.
 void GgufOutput::declare_layer(int64_t layer) {
   const std::string p = HfModel::layer_prefix(layer);
@@ -127,7 +129,7 @@ void GgufOutput::declare_layer(int64_t layer) {
   for (const auto& [rank, t] : items) {
     const std::string hf = p + t.name;
     if (t.list) declare(hf, t.shape, cfg_.moe.num_experts);
-    else if (t.role == TensorRole::Kept) declare(hf, t.shape[0] == 1 ? Shape{t.shape[1]} : t.shape, 1, true);
+    else if (t.role != TensorRole::Linear) declare(hf, t.shape[0] == 1 ? Shape{t.shape[1]} : t.shape, 1, true);
     else if (t.role == TensorRole::Linear && is_mla_kv_b(hf)) declare_kv_b(hf, t.shape);
     else declare(hf, t.shape);
   }

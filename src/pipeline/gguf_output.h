@@ -5,8 +5,8 @@
 // attn_q_a_norm / kv_a_norm / q_a / q_b, attn_q/k/v (and biases), MLA's attn_kv_a_mqa / k_b / v_b,
 // attn_q_norm/k_norm, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and output
 // (not when tied). A MoE layer adds its router (f32), exp_probs_b, the stacked experts
-// ffn_{gate,up,down}_exps (each expert's rows arrive under its HF name and fill part e of the stack)
-// and a shared expert. MLA's kv_b_proj arrives once and fills attn_k_b and attn_v_b.
+// ffn_{gate,up,down}_exps (each expert's rows arrive under its HF name and fill part e of the stack;
+// gpt-oss's expert biases likewise) and a shared expert. MLA's kv_b_proj arrives once and fills attn_k_b and attn_v_b.
 // Tensors may arrive in any order within that stream; each is held until every tensor declared
 // before it is written, so at most one block's packed tensors wait in memory. The llama
 // architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).

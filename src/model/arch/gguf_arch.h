@@ -16,15 +16,17 @@
 
 namespace ar {
 
-// A hyperparameter key without its "<arch>." prefix and its value in the GGUF type llama.cpp reads.
+// A hyperparameter key without its "<arch>." prefix and its value in the GGUF type llama.cpp reads (a
+// bool array: one flag per layer, attention.sliding_window_pattern).
+using GgufKeyValue = std::variant<uint32_t, float, bool, std::string, std::vector<bool>>;
 struct GgufKey {
   std::string key;
-  std::variant<uint32_t, float, bool, std::string> value;
+  GgufKeyValue value;
 };
 // Sets `key` (in place when it is already listed, so the file keeps the common keys' order); a count
 // that does not fit u32 is refused naming the key.
 void set_gguf_count(std::vector<GgufKey>& keys, const std::string& key, int64_t v);
-void set_gguf_key(std::vector<GgufKey>& keys, const std::string& key, std::variant<uint32_t, float, bool, std::string> v);
+void set_gguf_key(std::vector<GgufKey>& keys, const std::string& key, GgufKeyValue v);
 
 // A GGUF file's keys as a family reads them back, the file and key named in errors.
 class GgufKeyReader {
@@ -37,6 +39,9 @@ class GgufKeyReader {
   virtual std::optional<double> number(const std::string& key) const = 0;
   virtual std::optional<bool> flag(const std::string& key) const = 0;
   virtual std::optional<std::string> text(const std::string& key) const = 0;
+  virtual std::optional<std::vector<bool>> flags(const std::string& key) const = 0;  // a bool array
+  // Whether the key is present, whatever its type.
+  virtual bool has(const std::string& key) const = 0;
   // "<file>: key '<arch>.<key>' <why>": InvalidInput (bad) or Unsupported (unsupported).
   [[noreturn]] virtual void bad(const std::string& key, const std::string& why) const = 0;
   [[noreturn]] virtual void unsupported(const std::string& key, const std::string& why) const = 0;

@@ -6,7 +6,7 @@
 
 namespace ar {
 
-void set_gguf_key(std::vector<GgufKey>& keys, const std::string& key, std::variant<uint32_t, float, bool, std::string> v) {
+void set_gguf_key(std::vector<GgufKey>& keys, const std::string& key, GgufKeyValue v) {
   auto it = std::find_if(keys.begin(), keys.end(), [&](const GgufKey& k) { return k.key == key; });
   if (it == keys.end()) keys.push_back({key, std::move(v)});
   else it->value = std::move(v);

@@ -5,7 +5,8 @@
 // selected), each expert with biased gate/up/down Linears and the clamped SwiGLU
 // (gate = min(gate, limit), up = clamp(up, -limit, limit), (up + 1) gate sigmoid(alpha gate)).
 // The experts' checkpoint layouts: model/moe_names.h; the release's MXFP4 experts: model/mxfp4_experts.cpp.
-// No GGUF output yet (llama.cpp's gpt-oss).
+// GGUF: llama.cpp's gpt-oss (kGgufGptOss below).
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -50,5 +51,91 @@ void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::str
   if (!j.contains("rope_parameters") || !j["rope_parameters"].is_object() || !j["rope_parameters"].contains("rope_theta"))
     default_rope(cfg, j);
 }
+
+namespace {
+// llama.cpp's gpt-oss graph (src/models/openai-moe.cpp) fixes what config.json may vary: the activation's
+// alpha and limit, the o_proj bias, YaRN's ramp (beta 32 / 1) and attention factor.
+void check_gpt_oss_gguf(const ModelConfig& cfg) {
+  if (cfg.ffn_act.alpha != 1.702f || cfg.ffn_act.limit != 7.0f)
+    refuse_gguf(cfg, "gpt-oss", "has swiglu_alpha / swiglu_limit other than 1.702 / 7");
+  if (!cfg.o_bias || !cfg.qkv_bias) refuse_gguf(cfg, "gpt-oss", "has attention_bias false");
+  const bool slides = std::find(cfg.sliding_layers.begin(), cfg.sliding_layers.end(), 1) != cfg.sliding_layers.end();
+  if (slides && cfg.sliding_window == 0) refuse_gguf(cfg, "gpt-oss", "has sliding layers without a window (sliding_window null)");
+  const RopeScaling& r = cfg.rope_scaling;
+  if (r.type == "yarn" && (r.beta_fast != 32 || r.beta_slow != 1 || r.mscale != 0 || r.mscale_all_dim != 0 || r.attention_factor != 0))
+    refuse_gguf(cfg, "gpt-oss", "has YaRN with beta_fast / beta_slow other than 32 / 1, mscale or an attention_factor");
+}
+
+// The period-2 pattern (even layers sliding) is llama.cpp's default and written as nothing, as the
+// converter does; any other as one flag per layer.
+void write_gpt_oss_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  set_gguf_count(keys, "expert_feed_forward_length", cfg.moe.expert_intermediate);
+  set_gguf_count(keys, "attention.sliding_window", cfg.sliding_window);
+  std::vector<bool> sliding;
+  bool period_two = true;
+  for (size_t l = 0; l < cfg.sliding_layers.size(); ++l) {
+    sliding.push_back(cfg.sliding_layers[l] != 0);
+    period_two = period_two && sliding.back() == (l % 2 == 0);
+  }
+  if (!period_two) set_gguf_key(keys, "attention.sliding_window_pattern", sliding);
+  const RopeScaling& r = cfg.rope_scaling;
+  if (r.type != "yarn") return;
+  set_gguf_key(keys, "rope.scaling.type", std::string("yarn"));
+  set_gguf_key(keys, "rope.scaling.factor", float(r.factor));
+  set_gguf_count(keys, "rope.scaling.original_context_length", r.original_max_position_embeddings);
+}
+
+// Read back as llama.cpp runs the file: its YaRN rounds the correction range outwards (truncate true;
+// transformers' gpt-oss does not), its sliding_window_pattern a period (default 2: even layers sliding)
+// or a flag per layer.
+void read_gpt_oss_keys(const GgufKeyReader& k, nlohmann::json& j) {
+  read_gqa_head_keys(k, j);
+  const int64_t layers = j["num_hidden_layers"].get<int64_t>();
+  j["num_local_experts"] = k.required_count("expert_count");
+  j["num_experts_per_tok"] = k.required_count("expert_used_count");
+  j["intermediate_size"] = k.required_count("expert_feed_forward_length");
+  j["sliding_window"] = k.required_count("attention.sliding_window");
+  std::vector<bool> sliding;
+  if (auto flags = k.flags("attention.sliding_window_pattern")) {
+    if (int64_t(flags->size()) != layers) k.bad("attention.sliding_window_pattern", "has " + std::to_string(flags->size()) + " flags for " + std::to_string(layers) + " layers");
+    sliding = *flags;
+  } else {
+    const int64_t period = k.has("attention.sliding_window_pattern") ? k.natural("attention.sliding_window_pattern").value_or(2) : 2;
+    for (int64_t l = 0; l < layers; ++l) sliding.push_back(period == 0 || l % period < period - 1);
+  }
+  nlohmann::json types = nlohmann::json::array();
+  for (bool s : sliding) types.push_back(s ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  const std::string type = k.text("rope.scaling.type").value_or("none");
+  if (type == "none") {
+    j["rope_scaling"] = {{"rope_type", "default"}};
+    return;
+  }
+  if (type != "yarn") k.unsupported("rope.scaling.type", "= '" + type + "' is not read (none, yarn)");
+  j["rope_scaling"] = {{"rope_type", "yarn"},
+                       {"factor", k.number("rope.scaling.factor").value_or(1)},
+                       {"original_max_position_embeddings", k.required_count("rope.scaling.original_context_length")},
+                       {"beta_fast", 32},
+                       {"beta_slow", 1},
+                       {"truncate", true}};
+}
+
+// The router and sinks by llama.cpp's names; post_attention_layernorm is its attn_post_norm
+// (blk.N.post_attention_norm), the norm before the experts.
+constexpr GgufRename kGptOssRenames[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"},
+                                         {"self_attn.sinks", "attn_sinks.weight"},
+                                         {"mlp.router.weight", "ffn_gate_inp.weight"},
+                                         {"mlp.router.bias", "ffn_gate_inp.bias"}};
+}  // namespace
+
+// llama.cpp's gpt-oss: softmax over the selected logits (a fixed renormalization), every layer MoE.
+const GgufArch kGgufGptOss{.name = "gpt-oss",
+                           .read_as = GgufReadAs::Moe,
+                           .topk_norm = GgufTopkNorm::Always,
+                           .yarn = true,
+                           .renames = kGptOssRenames,
+                           .check = check_gpt_oss_gguf,
+                           .write_keys = write_gpt_oss_keys,
+                           .read_keys = read_gpt_oss_keys};
 
 }  // namespace ar

@@ -17,7 +17,7 @@ constexpr ArchSpec kArchs[] = {
     {"DeepseekV3ForCausalLM", configure_deepseek_v3, &kGgufDeepseekV3},
     {"DeepseekV32ForCausalLM", configure_deepseek_v32, nullptr},
     {"Glm4MoeForCausalLM", configure_glm4_moe, &kGgufGlm4Moe},
-    {"GptOssForCausalLM", configure_gpt_oss, nullptr},
+    {"GptOssForCausalLM", configure_gpt_oss, &kGgufGptOss},
 };
 }  // namespace
 
