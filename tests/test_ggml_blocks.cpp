@@ -7,6 +7,7 @@
 //   parameters; decoding equals the documented formula of the parameters;
 // - the legacy reference quantizer writes the bytes of gguf.quants.quantize;
 // - the block size table, names, and the errors for bad names, row lengths and codes.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -15,6 +16,7 @@
 #include "io/json_file.h"
 #include "quant/ggml_kquants.h"
 #include "quant/ggml_legacy.h"
+#include "quant/ggml_mxfp4.h"
 #include "quant/ggml_types.h"
 #include "test_util.h"
 
@@ -273,4 +275,35 @@ TEST(GgmlBlocks, F32RowsAreCopied) {
   float y[3];
   ggml_dequantize(GgmlType::F32, reinterpret_cast<const uint8_t*>(x), y, 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(bits(y[i]), bits(x[i]));
+}
+
+// ggml's MXFP4 (dequantize_row_mxfp4): every exponent byte and code against kv[c] * 2^(e - 128) in double,
+// subnormal, overflowing (e = 255: 2^127, no NaN) and signed-zero cases included; then a block's nibble
+// order (element j < 16 in qs[j]'s low nibble, j + 16 in its high one).
+TEST(GgmlMxfp4, EveryExponentAndCodeAsGgml) {
+  const int kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  for (int e = 0; e < 256; ++e)
+    for (int c = 0; c < 16; ++c) {
+      const double want = kv[c] * std::ldexp(1.0, e - 128);
+      float want_f = want > 0x1.fffffep127 ? INFINITY : want < -0x1.fffffep127 ? -INFINITY : float(want);
+      if (want != 0 && std::fabs(want) < 0x1p-126) {  // a subnormal, built from its bits (the test thread flushes)
+        const uint32_t b = uint32_t(std::fabs(want) / 0x1p-149) | (want < 0 ? 0x80000000u : 0);
+        std::memcpy(&want_f, &b, 4);
+      }
+      const float got = quant::ggml_mxfp4_value(uint8_t(e), uint8_t(c));
+      ASSERT_EQ(std::memcmp(&got, &want_f, 4), 0) << "e " << e << " code " << c << ": " << got << " vs " << want_f;
+    }
+  EXPECT_EQ(quant::ggml_mxfp4_value(0, 1), 0x1p-128f);  // subnormal, built from its bits
+  EXPECT_TRUE(std::isinf(quant::ggml_mxfp4_value(255, 7)));
+  EXPECT_EQ(quant::ggml_mxfp4_value(255, 1), 0x1p127f);  // 2^127 x 1, the largest finite
+  uint8_t blk[17] = {127};  // scale 2^-1: kv / 2 = the E2M1 values
+  for (int j = 0; j < 16; ++j) blk[1 + j] = uint8_t(j | (15 - j) << 4);
+  float y[32];
+  quant::ggml_dequantize(quant::GgmlType::MXFP4, blk, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], kv[j] * 0.5f) << j;
+    EXPECT_EQ(y[j + 16], kv[15 - j] * 0.5f) << j;
+  }
+  EXPECT_EQ(quant::ggml_row_bytes(quant::GgmlType::MXFP4, 64), 34);
+  EXPECT_STREQ(quant::ggml_type_name(quant::GgmlType::MXFP4), "mxfp4");
 }

@@ -6,12 +6,14 @@
 // logits take a .gguf for --model.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/error.h"
 #include "eval/generate.h"
@@ -26,6 +28,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
 #include "pipeline/quantize.h"
+#include "quant/ggml_types.h"
 #include "quant/gguf_rtn.h"
 #include "test_util.h"
 #include "stories260k_model.h"
@@ -528,6 +531,42 @@ TEST(GgufRead, ContextLengthBelowWhatTheCommandNeedsNamesTheKey) {
   EXPECT_FALSE(fs::exists(small().dir + "/l.bin"));
 }
 #endif
+
+// llama.cpp's gpt-oss files keep the experts in ggml's MXFP4 (quant/ggml_mxfp4.h): a q8_0 file whose
+// blk.0.ffn_gate_exps is rewritten in place as MXFP4 blocks (the type id changed, the blocks in the
+// first 17/34 of its bytes, the rest a gap) reads back each expert's rows from its part of the stack.
+TEST(GgufRead, Mxfp4ExpertsReadBack) {
+  test::TempDir dir("ggr_mxfp4");
+  nlohmann::json c = tiny_moe_config("gpt_oss", 1);
+  c["hidden_size"] = 32, c["vocab_size"] = 260, c["num_local_experts"] = 4, c["intermediate_size"] = 32;
+  c["num_attention_heads"] = 2, c["num_key_value_heads"] = 1, c["swiglu_limit"] = 7.0;
+  write_synthetic_model(dir.path + "/m", c, 23);
+  const std::string path = write_gguf(dir.path + "/m", dir.path + "/q", "gguf:q8_0");
+  std::string bytes = slurp(path);
+  const GgufFile g = GgufFile::open(path);
+  const std::string name = "blk.0.ffn_gate_exps.weight";
+  const auto t = std::find_if(g.tensors.begin(), g.tensors.end(), [&](const GgufTensorInfo& x) { return x.name == name; });
+  ASSERT_NE(t, g.tensors.end());
+  ASSERT_EQ(t->dims, (std::vector<uint64_t>{32, 32, 4}));  // {C, I, E}: one block per row
+  put<uint32_t>(bytes, find_info(bytes, name).type, uint32_t(quant::GgmlType::MXFP4));
+  std::mt19937 rng(5);
+  std::vector<uint8_t> blocks(size_t(32 * 4 * 17));
+  for (size_t b = 0; b < blocks.size() / 17; ++b) {
+    blocks[b * 17] = uint8_t(120 + rng() % 12);  // scales 2^-8 .. 2^3
+    for (int j = 1; j < 17; ++j) blocks[b * 17 + size_t(j)] = uint8_t(rng());
+  }
+  std::memcpy(bytes.data() + g.data_start + t->offset, blocks.data(), blocks.size());
+  spit(path, bytes);
+  const auto m = open_model(path);
+  Context ctx(Device{}, 1);
+  const BlockWeights w = m->load_block(0, ctx);
+  ASSERT_EQ(w.eg.size(), 4u);
+  for (size_t e = 0; e < 4; ++e) {
+    std::vector<float> want(32 * 32);
+    quant::ggml_dequantize(quant::GgmlType::MXFP4, blocks.data() + e * 32 * 17, want.data(), 32 * 32);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(w.eg[e].f32()[i], want[i]) << "expert " << e << " [" << i << "]";
+  }
+}
 
 // Regenerates the committed fuzz seeds (fuzz/corpus/gguf_tensors: one-layer models of each architecture
 // in q4_0, q8_0 and f16; deepseek2 and glm4moe with a dense and a MoE layer, gpt-oss with a full and a

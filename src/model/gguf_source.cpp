@@ -279,7 +279,7 @@ GgufSource::Entry take(const GgufFile& g, const std::map<std::string, const Gguf
   if (!quant::ggml_type_known(t.type))
     bad(ErrorKind::Unsupported, "has ggml type " + std::to_string(t.type) +
                                     ", which is not decoded here (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
-                                    "q3_k, q4_k, q5_k, q6_k)");
+                                    "q3_k, q4_k, q5_k, q6_k, mxfp4)");
   std::vector<uint64_t> dims = t.dims;
   while (dims.size() > w.dims.size() && dims.back() == 1) dims.pop_back();
   if (dims != w.dims)

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "quant/ggml_kquants.h"
 #include "quant/ggml_legacy.h"
+#include "quant/ggml_mxfp4.h"
 
 namespace ar::quant {
 
@@ -21,7 +22,7 @@ struct TypeInfo {
 };
 
 // Block sizes as ggml's block_* structs lay them out (fp16 fields are 2 bytes, no padding).
-constexpr std::array<TypeInfo, 13> kTypes{{
+constexpr std::array<TypeInfo, 14> kTypes{{
     {GgmlType::F32, "f32", 1, 4},
     {GgmlType::F16, "f16", 1, 2},
     {GgmlType::Q4_0, "q4_0", 32, 2 + 16},
@@ -35,6 +36,7 @@ constexpr std::array<TypeInfo, 13> kTypes{{
     {GgmlType::Q5_K, "q5_k", 256, 2 + 2 + 12 + 32 + 128},  // d, dmin, scales, qh, qs
     {GgmlType::Q6_K, "q6_k", 256, 128 + 64 + 16 + 2},      // ql, qh, scales, d
     {GgmlType::BF16, "bf16", 1, 2},
+    {GgmlType::MXFP4, "mxfp4", kGgmlMxfp4Block, kGgmlMxfp4BlockBytes},  // e, qs (read only: ggml_mxfp4.h)
 }};
 
 const TypeInfo* find_info(uint32_t id) {
@@ -64,8 +66,8 @@ GgmlType ggml_type_from_name(const std::string& name) {
   for (const auto& ti : kTypes)
     if (low == ti.name) return ti.type;
   fail(ErrorKind::InvalidInput, "unknown ggml type '" + name +
-                                    "' (expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k "
-                                    "or q6_k)");
+                                    "' (expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, "
+                                    "q6_k or mxfp4)");
 }
 
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
@@ -93,6 +95,7 @@ void ggml_dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K: ggml_kquant_dequantize(t, src, dst, n); return;
+    case GgmlType::MXFP4: ggml_mxfp4_dequantize(src, dst, n); return;
   }
   AR_CHECK(false, "unhandled ggml type");
 }

@@ -25,6 +25,7 @@ enum class GgmlType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   BF16 = 30,
+  MXFP4 = 39,  // read only (llama.cpp's gpt-oss experts): ggml_mxfp4.h
 };
 
 // The k-quants' super-block: 256 elements (ggml's QK_K); the legacy types' block: 32 (QK4_0 ...).
@@ -33,7 +34,7 @@ inline constexpr int64_t kGgmlLegacyBlock = 32;
 
 // False for ids outside the list above (e.g. a GGUF file with an IQ type); use before casting.
 bool ggml_type_known(uint32_t id);
-// Elements per block: 256 (k-quants), 32 (legacy), 1 (F32, F16, BF16).
+// Elements per block: 256 (k-quants), 32 (legacy, MXFP4), 1 (F32, F16, BF16).
 int64_t ggml_block_elems(GgmlType t);
 // Bytes per block, e.g. q4_0 18, q4_k 144, f16 2.
 int64_t ggml_block_bytes(GgmlType t);
