@@ -478,14 +478,16 @@ TEST(Bf16Producers, EqualFp32KernelThenRounding) {
     cpu::swiglu_bwd_bf16(ctx, da.data(), g.data(), u.data(), dgb.data(), dub.data(), n);
     EXPECT_EQ(dgb, rounded(dg)) << threads;
     EXPECT_EQ(dub, rounded(du)) << threads;
-    const GateAct clamped{GateKind::ClampedSwiglu, 1.702f, 0.9f};  // gpt-oss's gate
-    cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, clamped);
-    cpu::swiglu_fwd_bf16(ctx, g.data(), u.data(), ab.data(), n, clamped);
-    EXPECT_EQ(ab, rounded(a)) << threads;
-    cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n, clamped);
-    cpu::swiglu_bwd_bf16(ctx, da.data(), g.data(), u.data(), dgb.data(), dub.data(), n, clamped);
-    EXPECT_EQ(dgb, rounded(dg)) << threads;
-    EXPECT_EQ(dub, rounded(du)) << threads;
+    for (const GateAct gate : {GateAct{GateKind::ClampedSwiglu, 1.702f, 0.9f},  // gpt-oss's gate
+                               GateAct{GateKind::GeluTanh}}) {                 // Gemma's
+      cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, gate);
+      cpu::swiglu_fwd_bf16(ctx, g.data(), u.data(), ab.data(), n, gate);
+      EXPECT_EQ(ab, rounded(a)) << threads;
+      cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n, gate);
+      cpu::swiglu_bwd_bf16(ctx, da.data(), g.data(), u.data(), dgb.data(), dub.data(), n, gate);
+      EXPECT_EQ(dgb, rounded(dg)) << threads;
+      EXPECT_EQ(dub, rounded(du)) << threads;
+    }
   }
 }
 

@@ -257,6 +257,26 @@ TEST(CpuKernels, ClampedSwiGlu) {
   EXPECT_NE(du[2], 0.f);
 }
 
+// Gemma's GeLU-tanh gate against the double reference, gates from -12 to 12 (both saturated ends).
+TEST(CpuKernels, GeluTanhGate) {
+  Context ctx(Device{}, 2);
+  const int64_t n = 10007;
+  const GateAct act{GateKind::GeluTanh};
+  auto g = cast<float>(randn<double>(n, 27, 4.0)), u = cast<float>(randn<double>(n, 28)),
+       da = cast<float>(randn<double>(n, 29));
+  g[0] = 12.f, g[1] = -12.f, g[2] = 0.f;
+  auto gd = cast<double>(g), ud = cast<double>(u), dad = cast<double>(da);
+  std::vector<float> a(n), dg(n), du(n);
+  std::vector<double> ad(n), dgd(n), dud(n);
+  cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, act);
+  ref::gate_fwd(act, gd.data(), ud.data(), ad.data(), n);
+  expect_close("a", a, ad);
+  cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n, act);
+  ref::gate_bwd(act, dad.data(), gd.data(), ud.data(), dgd.data(), dud.data(), n);
+  expect_close("dg", dg, dgd);
+  expect_close("du", du, dud);
+}
+
 TEST(CpuKernels, ResidualAdd) {
   Context ctx;
   auto a = cast<float>(randn<double>(999, 1)), b = cast<float>(randn<double>(999, 2));

@@ -163,6 +163,25 @@ TEST(RefFd, ClampedSwiGlu) {
   EXPECT_GT(duc, 0.0);
 }
 
+// Gemma's GeLU-tanh gate against finite differences, with gates far out on both sides (where sigmoid(2z)
+// saturates), and its forward against torch's formula g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u.
+TEST(RefFd, GeluTanh) {
+  const int64_t n = 64;
+  const GateAct act{GateKind::GeluTanh};
+  auto g = randn<double>(n, 37, 2.5), u = randn<double>(n, 38), R = randn<double>(n, 39);
+  g[0] = 9, g[1] = -9, g[2] = 0;
+  std::vector<double> a(n), dg(n), du(n);
+  auto loss = [&] { ref::gate_fwd(act, g.data(), u.data(), a.data(), n); return dot(a, R); };
+  ref::gate_bwd(act, R.data(), g.data(), u.data(), dg.data(), du.data(), n);
+  expect_grad_matches_fd("dg", g, dg, loss);
+  expect_grad_matches_fd("du", u, du, loss);
+  loss();  // a at the unperturbed inputs
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[size_t(i)], torch = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(a[size_t(i)], torch * u[size_t(i)], 1e-14 * (1 + std::abs(a[size_t(i)]))) << i;
+  }
+}
+
 TEST(RefFd, Embedding) {
   const int64_t V = 6, dim = 4, rows = 5;
   auto E = randn<double>(V * dim, 17), R = randn<double>(rows * dim, 18);

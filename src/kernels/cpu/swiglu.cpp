@@ -1,6 +1,7 @@
 // The gated activation a = act(g, u) on flat arrays (kernels/ref/gate_act_ref.h): SwiGLU a = silu(g) u,
-// silu(g) = g sigmoid(g), and gpt-oss's clamped SwiGLU; sigmoid(z) = 1 / (1 + exp(-z)) with exp from
-// exp.cpp (blocks of kBlock elements); fp32 or bf16 outputs (bf16_ops.h).
+// silu(g) = g sigmoid(g), gpt-oss's clamped SwiGLU and Gemma's GeLU-tanh gelu(g) u = g sigmoid(2z) u;
+// sigmoid(z) = 1 / (1 + exp(-z)) with exp from exp.cpp (blocks of kBlock elements); fp32 or bf16 outputs
+// (bf16_ops.h).
 // Reference: kernels/ref/gate_act_ref.h (SwiGLU: kernels/ref/swiglu_ref.h).
 #include <algorithm>
 #include <type_traits>
@@ -13,9 +14,10 @@ namespace ar::cpu {
 namespace {
 constexpr int64_t kBlock = 256;
 
-// The sigmoid's argument: g (SwiGLU) or alpha min(g, limit) (clamped).
+// The sigmoid's argument: g (SwiGLU), alpha min(g, limit) (clamped), 2z (GeLU-tanh).
 float gate_arg(const GateAct& a, float g) {
-  return a.kind == GateKind::ClampedSwiglu ? a.alpha * std::min(g, a.limit) : g;
+  if (a.kind == GateKind::ClampedSwiglu) return a.alpha * std::min(g, a.limit);
+  return a.kind == GateKind::GeluTanh ? ref::gelu_tanh_arg(g) : g;
 }
 
 // fn(b, len, e) for blocks of [i0, i1), e[k] = exp(-z) of element b + k's sigmoid argument z.
@@ -57,7 +59,7 @@ void gate_bwd_t(Context& ctx, const GateAct& act, const float* da, const float* 
                 int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
   const Isa isa = kernel_isa();
-  const bool clamped = act.kind == GateKind::ClampedSwiglu;
+  const bool clamped = act.kind == GateKind::ClampedSwiglu, gelu = act.kind == GateKind::GeluTanh;
   const float L = act.limit, alpha = act.alpha;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float bg[kBlock], bu[kBlock];
@@ -71,6 +73,10 @@ void gate_bwd_t(Context& ctx, const GateAct& act, const float* da, const float* 
           const float gc = std::min(g[i], L), uc = std::clamp(u[i], -L, L);
           yu[k] = -L <= u[i] && u[i] <= L ? da[i] * gc * s : 0.f;
           yg[k] = g[i] <= L ? da[i] * (uc + 1.f) * s * (1.f + alpha * gc * (1.f - s)) : 0.f;
+        } else if (gelu) {  // gelu_tanh_bwd_elem
+          yu[k] = da[i] * g[i] * s;
+          const float one_minus_s = s < 0.5f ? 1.f - s : e[k] * s;
+          yg[k] = da[i] * u[i] * s * (1.f + g[i] * one_minus_s * ref::gelu_tanh_arg_grad(g[i]));
         } else {
           yu[k] = da[i] * g[i] * s;
           yg[k] = da[i] * u[i] * s * (1.f + g[i] * (1.f - s));
