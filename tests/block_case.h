@@ -1,5 +1,6 @@
-// A small decoder block with random double weights in four variants (Llama, q/k/v/o biases, Qwen3 q/k
-// norm, a key padding mask), for the block tests on every backend (test_block.cpp, test_cuda.cpp).
+// A small decoder block with random double weights in five variants (Llama, q/k/v/o biases, Qwen3 q/k
+// norm, a key padding mask, Gemma 3: sandwich norms, the GeLU-tanh gate, q/k norm, its own softmax scale
+// and a 3-key window), for the block tests on every backend (test_block.cpp, test_cuda.cpp).
 #pragma once
 #include <cmath>
 #include <map>
@@ -27,6 +28,7 @@ inline void rope_inputs(int64_t B, int64_t T, int64_t D, std::vector<double>& cs
 struct Variant {
   const char* name;
   bool bias, qk_norm, mask;
+  bool gemma = false;
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -39,6 +41,7 @@ struct Weights {
     p.ln1 = get("ln1"); p.wq = get("wq"); p.wk = get("wk"); p.wv = get("wv"); p.bq = get("bq"); p.bk = get("bk");
     p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.bo = get("bo");
     p.ln2 = get("ln2"); p.wg = get("wg"); p.wu = get("wu"); p.wd = get("wd");
+    p.ln_post_attn = get("ln_pa"); p.ln_post_ffn = get("ln_pf");
     return p;
   }
 };
@@ -66,6 +69,13 @@ struct BlockCase {
     add("wg", d.I * d.C, 0.4); add("wu", d.I * d.C, 0.4); add("wd", d.C * d.I, 0.3);
     if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); add("bo", d.C, 0.2); }
     if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
+    if (v.gemma) {
+      d.sandwich = true;
+      d.act = {GateKind::GeluTanh};
+      d.scale = 0.3;
+      d.window = 3;
+      add("ln_pa", d.C, 0.2, 1.0); add("ln_pf", d.C, 0.2, 1.0);
+    }
     x = randn<double>(size_t(B * T * d.C), 7);
     R = randn<double>(x.size(), 8);
     rope_inputs(B, T, d.D, cs, sn, pos);

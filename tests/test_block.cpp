@@ -1,7 +1,7 @@
 // Whole decoder block: reference backward (double) vs central finite differences for the input and
 // every weight, and the fp32 CPU block vs the double reference block (forward and all gradients).
 // Variants: plain Llama, Qwen2-style q/k/v bias (+ o bias as Llama attention_bias), Qwen3 q/k norm,
-// padding mask. With FP8_STATIC's activation QDQ in front of every Linear (ActQdq), the straight-
+// padding mask, Gemma 3 (sandwich norms, GeLU-tanh, a softmax scale of its own, a 3-key window). With FP8_STATIC's activation QDQ in front of every Linear (ActQdq), the straight-
 // through gradients against finite differences of the surrogate they are the exact gradients of, and
 // the fp32 block against the double one.
 #include <map>
@@ -201,7 +201,8 @@ TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) { expect_cpu_matche
 
 INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,
                          ::testing::Values(Variant{"llama", false, false, false}, Variant{"bias", true, false, false},
-                                           Variant{"qwen3", false, true, false}, Variant{"masked", true, true, true}),
+                                           Variant{"qwen3", false, true, false}, Variant{"masked", true, true, true},
+                                           Variant{"gemma3", false, true, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -369,7 +369,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, CudaBlock,
                          ::testing::Values(test::Variant{"llama", false, false, false},
                                            test::Variant{"bias", true, false, false},
                                            test::Variant{"qwen3", false, true, false},
-                                           test::Variant{"masked", true, true, true}),
+                                           test::Variant{"masked", true, true, true},
+                                           test::Variant{"gemma3", false, true, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 struct AttnCase {

@@ -84,6 +84,7 @@ class GqaAttention {
       ops_.copy(p(c.v), p(kv->v) + kv->len * KD, N * KD);
       kv->len += N;
       ref::AttnShape sh{1, N, kv->len, d_.H, d_.Hkv, d_.D};
+      sh.scale = d_.scale;
       sh.window = d_.window;
       ops_.attention_fwd(sh, p(c.q), p(kv->k), p(kv->v), nullptr, p(c.o), p(c.lse), sinks(w));
     } else {
@@ -136,6 +137,7 @@ class GqaAttention {
   RopeDims rope() const { return {d_.D, 0, d_.rope ? d_.rope : d_.D, false}; }
   ref::AttnShape shape(const BlockAux<T>& aux) const {
     ref::AttnShape sh{aux.B, aux.T, aux.T, d_.H, d_.Hkv, d_.D};
+    sh.scale = d_.scale;
     sh.window = d_.window;
     return sh;
   }

@@ -44,6 +44,10 @@ struct BlockDims {
   int64_t rope = 0;  // GQA with partial RoPE: a head's first `rope` dims rotated (0: all D)
   int64_t window = 0;  // GQA: a query sees its `window` latest keys (a sliding-window layer; 0: all)
   bool sinks = false;  // GQA: a learned logit per query head in the softmax's denominator (gpt-oss)
+  double scale = 0;    // GQA: the softmax's scale of q k^T (Gemma's query_pre_attn_scalar^-1/2); 0: 1/sqrt(D)
+  // Sandwich norms (Gemma): the attention's and the feed-forward's outputs are RMS-normed (BlockPtrs'
+  // ln_post_attn, ln_post_ffn) before their residual adds. Dense feed-forwards only.
+  bool sandwich = false;
   GateAct act;         // the feed-forward's gated activation (the MLP's, every expert's)
   AttnKind attn = AttnKind::Gqa;
   MlaDims mla;
@@ -69,6 +73,7 @@ struct BlockPtrs {
   P q_norm = nullptr, k_norm = nullptr, wo = nullptr, bo = nullptr, ln2 = nullptr, wg = nullptr, wu = nullptr,
     wd = nullptr;
   P sinks = nullptr;  // attention sinks [H] (BlockDims::sinks)
+  P ln_post_attn = nullptr, ln_post_ffn = nullptr;  // sandwich norms (BlockDims::sandwich)
   // MLA (BlockDims::mla; wo is o_proj, wq the q_proj of a model without q_lora): q_a_proj [q_lora, C],
   // q_a_layernorm, q_b_proj [H (nope + rope), q_lora], kv_a_proj_with_mqa [kv_lora + rope, C],
   // kv_a_layernorm, kv_b_proj [H (nope + v), kv_lora].

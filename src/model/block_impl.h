@@ -4,6 +4,8 @@
 //   h1 = rmsnorm(x, ln1);  x1 = x + Attention(h1)        [N, C]
 //   Attention: grouped-query (model/attention_gqa.h) or multi-head latent (model/attention_mla.h)
 //   h2 = rmsnorm(x1, ln2); y = x1 + FeedForward(h2)      [N, C]
+//   With sandwich norms (BlockDims::sandwich, Gemma) each module's output is normed before its residual
+//   add: x1 = x + rmsnorm(Attention(h1), ln_post_attn), y = x1 + rmsnorm(FeedForward(h2), ln_post_ffn).
 //   FeedForward: the gated MLP (model/ffn_mlp.h) or, in a mixture-of-experts block (BlockDims::moe),
 //   MoeFfn (model/moe_ffn.h)
 // Backward walks the same graph in reverse; weight gradients accumulate into the Grad pointers
@@ -42,6 +44,7 @@ class BlockRunner {
     typename GatedMlp<Ops>::Cache mlp;
     Buf h2;  // MoE: h2 in fp32 (the router and the experts' row gathers read it)
     typename MoeFfn<Ops>::Cache moe;
+    Buf attn_out, rstd_pa, ffn_out, rstd_pf;  // sandwich norms: the modules' outputs and their norms' rstd
   };
 
   using KvCache = AttnKvCache<Ops>;
@@ -79,14 +82,18 @@ class BlockRunner {
       if (d_.is_moe()) fail(ErrorKind::Unsupported, "a mixture-of-experts block does not run on a device yet");
       if (d_.attn == AttnKind::Mla) fail(ErrorKind::Unsupported, "multi-head latent attention does not run on a device yet");
     }
+    if (d_.sandwich && d_.is_moe()) fail(ErrorKind::Unsupported, "sandwich norms around a mixture-of-experts feed-forward");
     c.x = x;
     c.rstd1 = ops_.alloc(N);
     c.h1o = ops_.rmsnorm_operand(x, w.ln1, p(c.rstd1), N, C, d_.eps);
     c.x1 = ops_.alloc(N * C);
+    if (d_.sandwich) c.attn_out = ops_.alloc(N * C);
+    T* a = d_.sandwich ? p(c.attn_out) : p(c.x1);
     if constexpr (!on_device()) {
-      if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, p(c.x1), c.mla, kv, act);
+      if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.mla, kv, act);
     }
-    if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, p(c.x1), c.attn, kv, act);
+    if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.attn, kv, act);
+    if (d_.sandwich) post_norm_fwd(a, w.ln_post_attn, p(c.x1), c.rstd_pa, N);
     ops_.add(x, p(c.x1), p(c.x1), N * C);
     c.rstd2 = ops_.alloc(N);
     if (d_.is_moe()) {
@@ -97,7 +104,9 @@ class BlockRunner {
       return true;
     }
     c.h2o = ops_.rmsnorm_operand(p(c.x1), w.ln2, p(c.rstd2), N, C, d_.eps);
-    mlp().forward(w, c.h2o, N, y, c.mlp, act);
+    if (d_.sandwich) c.ffn_out = ops_.alloc(N * C);
+    mlp().forward(w, c.h2o, N, d_.sandwich ? p(c.ffn_out) : y, c.mlp, act);
+    if (d_.sandwich) post_norm_fwd(p(c.ffn_out), w.ln_post_ffn, y, c.rstd_pf, N);
     ops_.add(p(c.x1), y, y, N * C);
     return false;
   }
@@ -134,20 +143,23 @@ class BlockRunner {
     Buf dx1 = ops_.alloc(N * C);
     ops_.copy(dy, p(dx1), N * C);
     {  // feed-forward
-      Buf dh2 = ops_.alloc(N * C);
+      Buf dh2 = ops_.alloc(N * C), df;
+      const T* dff = d_.sandwich ? post_norm_bwd(dy, p(c.ffn_out), w.ln_post_ffn, c.rstd_pf, g.ln_post_ffn, df, N) : dy;
       if (d_.is_moe())
-        moe().input_grad(w, N, dy, p(dh2), g, accumulate, c.moe, dscale);
+        moe().input_grad(w, N, dff, p(dh2), g, accumulate, c.moe, dscale);
       else
-        mlp().backward(w, c.mlp, c.h2o, N, dy, p(dh2), g, accumulate, dscale);
+        mlp().backward(w, c.mlp, c.h2o, N, dff, p(dh2), g, accumulate, dscale);
       ops_.rmsnorm_bwd(p(dh2), p(c.x1), w.ln2, p(c.rstd2), p(dx1), true, g.ln2, N, C);
     }
     const bool need_dx = dx || g.ln1;
-    Buf dh1 = ops_.alloc(need_dx ? N * C : 1);
+    Buf dh1 = ops_.alloc(need_dx ? N * C : 1), da;
     T* dh = need_dx ? p(dh1) : nullptr;
+    const T* dattn = d_.sandwich ? post_norm_bwd(p(dx1), p(c.attn_out), w.ln_post_attn, c.rstd_pa, g.ln_post_attn, da, N)
+                                 : p(dx1);
     if constexpr (!on_device()) {
-      if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).backward(w, aux, c.mla, c.h1o, p(dx1), dh, g, accumulate, dscale);
+      if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).backward(w, aux, c.mla, c.h1o, dattn, dh, g, accumulate, dscale);
     }
-    if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).backward(w, aux, c.attn, c.h1o, p(dx1), dh, g, accumulate, dscale);
+    if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).backward(w, aux, c.attn, c.h1o, dattn, dh, g, accumulate, dscale);
     if (!need_dx) return;
     Buf scratch = ops_.alloc(dx ? 1 : N * C);
     if (!dx) dx = p(scratch);  // only ln1's gradient wanted
@@ -157,6 +169,17 @@ class BlockRunner {
 
  private:
   static T* p(Buf& b) { return Ops::ptr(b); }
+  // A sandwich norm: out = rmsnorm(in, w) over N rows, its rstd kept; backward: the gradient at its input
+  // (into `buf`) from dout, accumulating its weight's into gw when non-null.
+  void post_norm_fwd(const T* in, const T* w, T* out, Buf& rstd, int64_t N) {
+    rstd = ops_.alloc(N);
+    ops_.rmsnorm_fwd(in, w, out, p(rstd), N, d_.C, d_.eps);
+  }
+  const T* post_norm_bwd(const T* dout, const T* in, const T* w, Buf& rstd, T* gw, Buf& buf, int64_t N) {
+    buf = ops_.alloc(N * d_.C);
+    ops_.rmsnorm_bwd(dout, in, w, p(rstd), p(buf), false, gw, N, d_.C);
+    return p(buf);
+  }
   static constexpr bool on_device() { return requires { Ops::device_memory; }; }
   GatedMlp<Ops> mlp() { return GatedMlp<Ops>(ops_, d_, d_.attn_linears()); }
 

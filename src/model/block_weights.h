@@ -59,6 +59,7 @@ struct BlockTensor {
 struct BlockWeights {
   Tensor ln1, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, ln2, wg, wu, wd;
   Tensor sinks;  // gpt-oss's attention sinks [H]
+  Tensor ln_post_attn, ln_post_ffn;  // Gemma's sandwich norms (BlockDims::sandwich)
   // Multi-head latent attention (model/attention_mla.h; wq is q_proj without q_lora, wo is o_proj).
   Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
   // A MoE layer's feed-forward (model/moe_names.h): router (its bias, the score-correction bias), experts

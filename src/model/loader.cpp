@@ -18,7 +18,7 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   BlockPtrs<const float*> r;
   r.ln1 = p(ln1); r.wq = p(wq); r.wk = p(wk); r.wv = p(wv); r.bq = p(bq); r.bk = p(bk); r.bv = p(bv);
   r.q_norm = p(q_norm); r.k_norm = p(k_norm); r.wo = p(wo); r.bo = p(bo); r.ln2 = p(ln2); r.wg = p(wg);
-  r.wu = p(wu); r.wd = p(wd); r.sinks = p(sinks);
+  r.wu = p(wu); r.wd = p(wd); r.sinks = p(sinks); r.ln_post_attn = p(ln_post_attn); r.ln_post_ffn = p(ln_post_ffn);
   r.q_a = p(q_a); r.q_a_norm = p(q_a_norm); r.q_b = p(q_b); r.kv_a = p(kv_a); r.kv_a_norm = p(kv_a_norm);
   r.kv_b = p(kv_b);
   r.attn = attn;
