@@ -83,7 +83,7 @@ TEST(Config, RejectsMissingContradictoryAndUnsupportedFields) {
   k = j; k["hidden_act"] = "gelu";
   EXPECT_HAS(config_error(k), "field 'hidden_act'");
   k = j; k["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
-  EXPECT_HAS(config_error(k), "rope_type 'longrope' is not supported (default, llama3, yarn)");
+  EXPECT_HAS(config_error(k), "rope_type 'longrope' is not supported (default, linear, llama3, yarn)");
   k = j; k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_HAS(config_error(k), "rope_scaling.original_max_position_embeddings': missing (rope_type yarn needs it)");
   k = j; k["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", -4.0}, {"original_max_position_embeddings", 16}};
@@ -128,8 +128,12 @@ TEST(Config, RopeParametersOfTransformers5) {
   k["rope_scaling"] = {{"rope_type", "default"}};
   EXPECT_HAS(config_error(k), "rope_type 'llama3' contradicts rope_scaling 'default'");
   k = j;
+  k.erase("rope_theta");
+  k.erase("rope_scaling");
   k["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e4}}}, {"sliding_attention", {{"rope_theta", 1e6}}}};
-  EXPECT_HAS(config_error(k), "per-layer-type RoPE parameters are not supported");
+  EXPECT_HAS(config_error(k), "per-layer-type RoPE parameters are not supported for LlamaForCausalLM");
+  k["rope_parameters"] = {{"global", {{"rope_theta", 1e4}}}};
+  EXPECT_HAS(config_error(k), "field 'rope_parameters.global': is not a layer type");
   k = j;
   k["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1e4}, {"factor", 4.0}};
   EXPECT_HAS(config_error(k), "rope_type 'dynamic' is not supported");

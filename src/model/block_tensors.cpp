@@ -155,7 +155,13 @@ void moe(Table& t, const ModelConfig& c, int64_t layer, bool fused) {
 std::vector<BlockTensor> block_tensors(const ModelConfig& c, int64_t layer, bool fused_experts) {
   Table t;
   t.norm("input_layernorm.weight", c.hidden_size, &W::ln1);
-  t.norm("post_attention_layernorm.weight", c.hidden_size, &W::ln2);
+  if (c.sandwich_norms) {  // Gemma: post_attention_layernorm norms the attention's output
+    t.norm("post_attention_layernorm.weight", c.hidden_size, &W::ln_post_attn);
+    t.norm("pre_feedforward_layernorm.weight", c.hidden_size, &W::ln2);
+    t.norm("post_feedforward_layernorm.weight", c.hidden_size, &W::ln_post_ffn);
+  } else {
+    t.norm("post_attention_layernorm.weight", c.hidden_size, &W::ln2);
+  }
   if (c.is_mla()) mla(t, c);
   else gqa(t, c);
   if (c.is_moe_layer(layer)) moe(t, c, layer, fused_experts);
@@ -178,6 +184,8 @@ ModelConfig block_config(const BlockDims& d) {
   c.sliding_layers = {uint8_t(d.window > 0 ? 1 : 0)};
   c.attn_sinks = d.sinks;
   c.ffn_act = d.act;
+  c.attn_scale = d.scale;
+  c.sandwich_norms = d.sandwich;
   if (d.attn == AttnKind::Mla) {
     c.mla = {d.mla.q_lora, d.mla.kv_lora, d.mla.nope, d.mla.rope, d.mla.v, d.mla.interleave};
     c.head_dim = d.mla.rope;

@@ -83,8 +83,16 @@ void parse_scaling(const nlohmann::json& rs, const std::string& path, const std:
                                                     : std::string("default");
   if (type == "default") return;
   if (type == "yarn") return parse_yarn(rs, path, field, out);
+  if (type == "linear") {  // transformers' _compute_linear_scaling_rope_parameters: inv_freq / factor
+    if (!rs.contains("factor") || !rs["factor"].is_number() || !(rs["factor"].get<double>() > 0) ||
+        !(rs["factor"].get<double>() <= 0x1p53))
+      bad_field(path, field + ".factor", "missing or not a positive number (at most 2^53) for rope_type linear");
+    out.type = type;
+    out.factor = rs["factor"].get<double>();
+    return;
+  }
   if (type != "llama3")
-    bad_field(path, field, "rope_type '" + printable(type) + "' is not supported (default, llama3, yarn)");
+    bad_field(path, field, "rope_type '" + printable(type) + "' is not supported (default, linear, llama3, yarn)");
   out.type = type;
   for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if (!rs.contains(k) || !rs[k].is_number() || !(rs[k].get<double>() > 0) || !(rs[k].get<double>() <= 0x1p53))
@@ -107,32 +115,51 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
            a.attention_factor == b.attention_factor && a.truncate == b.truncate));
 }
 
+// rope_parameters' (or one layer type's entry's) theta and scaling over the legacy fields' values, which
+// must agree with them where both are given.
+void parse_rope_parameters(const nlohmann::json& rp, const std::string& path, const std::string& field, bool legacy_theta,
+                           bool legacy_scaling, double& theta, RopeScaling& scaling) {
+  if (!rp.is_object()) bad_field(path, field, "must be an object or null");
+  if (rp.contains("rope_theta")) {
+    if (!rp["rope_theta"].is_number() || !(rp["rope_theta"].get<double>() > 0) || !std::isfinite(rp["rope_theta"].get<double>()))
+      bad_field(path, field + ".rope_theta", "must be a positive number");
+    const double t = rp["rope_theta"].get<double>();
+    if (legacy_theta && t != theta)
+      bad_field(path, field + ".rope_theta", std::to_string(t) + " contradicts rope_theta " + std::to_string(theta));
+    theta = t;
+  }
+  RopeScaling fresh;
+  parse_scaling(rp, path, field, fresh);
+  if (legacy_scaling && !same_scaling(fresh, scaling))
+    bad_field(path, field, "rope_type '" + printable(fresh.type) + "' contradicts rope_scaling '" + printable(scaling.type) + "'");
+  scaling = fresh;
+}
+
+// transformers 5 may key rope_parameters by layer type (Gemma 3): full_attention is the model's RoPE,
+// sliding_attention the sliding layers' own (ModelConfig::sliding_rope; its theta defaults to the
+// family's, set by the family's hook when the entry names none).
 void parse_rope(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
   const bool legacy_theta = j.contains("rope_theta") && !j["rope_theta"].is_null();
   c.rope_theta = opt_num(j, path, "rope_theta", 10000.0);
-  RopeScaling legacy;
   const bool legacy_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null();
-  if (legacy_scaling) parse_scaling(j["rope_scaling"], path, "rope_scaling", legacy);
-  c.rope_scaling = legacy;
+  if (legacy_scaling) parse_scaling(j["rope_scaling"], path, "rope_scaling", c.rope_scaling);
   if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) return;
   const auto& rp = j["rope_parameters"];
   if (!rp.is_object()) bad_field(path, "rope_parameters", "must be an object or null");
-  if (!rp.contains("rope_theta") && !rp.contains("rope_type"))  // keyed by layer type (e.g. sliding/full)
-    bad_field(path, "rope_parameters", "per-layer-type RoPE parameters are not supported (expected rope_theta, rope_type)");
-  if (rp.contains("rope_theta")) {
-    if (!rp["rope_theta"].is_number() || !(rp["rope_theta"].get<double>() > 0) || !std::isfinite(rp["rope_theta"].get<double>()))
-      bad_field(path, "rope_parameters.rope_theta", "must be a positive number");
-    const double theta = rp["rope_theta"].get<double>();
-    if (legacy_theta && theta != c.rope_theta)
-      bad_field(path, "rope_parameters.rope_theta", std::to_string(theta) + " contradicts rope_theta " +
-                                                        std::to_string(c.rope_theta));
-    c.rope_theta = theta;
+  if (rp.contains("rope_theta") || rp.contains("rope_type"))
+    return parse_rope_parameters(rp, path, "rope_parameters", legacy_theta, legacy_scaling, c.rope_theta, c.rope_scaling);
+  for (const auto& [k, v] : rp.items())
+    if (k != "full_attention" && k != "sliding_attention")
+      bad_field(path, "rope_parameters." + printable(k), "is not a layer type (full_attention, sliding_attention)");
+  if (rp.contains("full_attention") && !rp["full_attention"].is_null())
+    parse_rope_parameters(rp["full_attention"], path, "rope_parameters.full_attention", legacy_theta, legacy_scaling,
+                          c.rope_theta, c.rope_scaling);
+  if (rp.contains("sliding_attention") && !rp["sliding_attention"].is_null()) {
+    ModelConfig::LayerRope r;
+    r.theta = 0;  // none named: the family's default (configure)
+    parse_rope_parameters(rp["sliding_attention"], path, "rope_parameters.sliding_attention", false, false, r.theta, r.scaling);
+    c.sliding_rope = r;
   }
-  RopeScaling fresh;
-  parse_scaling(rp, path, "rope_parameters", fresh);
-  if (legacy_scaling && !same_scaling(fresh, legacy))
-    bad_field(path, "rope_parameters", "rope_type '" + printable(fresh.type) + "' contradicts rope_scaling '" + printable(legacy.type) + "'");
-  c.rope_scaling = fresh;
 }
 }  // namespace
 
@@ -156,6 +183,8 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
   if (layer < int64_t(sliding_layers.size()) && sliding_layers[size_t(layer)]) d.window = sliding_window;
   d.sinks = attn_sinks;
   d.act = ffn_act;
+  d.scale = attn_scale;
+  d.sandwich = sandwich_norms;
   if (is_mla()) {
     d.attn = AttnKind::Mla;
     d.Hkv = num_heads;
@@ -180,7 +209,7 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
 }
 
 double ModelConfig::attention_scale() const {
-  if (!is_mla()) return 0;
+  if (!is_mla()) return attn_scale;
   double scale = 1 / std::sqrt(double(mla.qk_nope_head_dim + mla.qk_rope_head_dim));
   const RopeScaling& r = rope_scaling;
   if (r.type == "yarn" && r.mscale_all_dim != 0 && r.factor > 1) {  // transformers' yarn_apply_mscale
@@ -225,13 +254,17 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2) bad_field(path, "head_dim", "must be even for rotary embeddings");
-  std::string act = in.str("hidden_act", std::string("silu"));
-  if (act != "silu") bad_field(path, "hidden_act", "'" + printable(act) + "' is not supported (only silu)");
+  const std::string act = in.str("hidden_act", std::string("silu"));
   if (in.boolean("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
   parse_rope(j, path, c);
   if (j.contains("quantization_config") && j["quantization_config"].is_object())
     c.quant = parse_quant_config(in.at("quantization_config"), path);
   spec->configure(c, j, path);
+  if (act != "silu" && c.ffn_act.kind != GateKind::GeluTanh)  // a family with another activation checks its own
+    bad_field(path, "hidden_act", "'" + printable(act) + "' is not supported (only silu)");
+  if (c.sliding_rope && (c.sliding_layers.empty() || c.sliding_rope->theta <= 0))
+    bad_field(path, "rope_parameters", "per-layer-type RoPE parameters are not supported for " + c.architecture +
+                                           " (expected rope_theta, rope_type)");
   if (c.quant.mxfp4_experts && !c.moe.gpt_oss)
     bad_field(path, "quantization_config.quant_method", "'mxfp4' is read for gpt-oss's experts only, not for " +
                                                             c.architecture);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -14,7 +15,7 @@
 namespace ar {
 
 struct RopeScaling {
-  std::string type = "default";  // "default" | "llama3" | "yarn"
+  std::string type = "default";  // "default" | "linear" (positions divided by factor) | "llama3" | "yarn"
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
   // yarn (transformers' _compute_yarn_parameters): the ramp's bounds, the cos/sin factor (0: from factor,
@@ -134,7 +135,22 @@ struct ModelConfig {
   int64_t sliding_window = 0;
   std::vector<uint8_t> sliding_layers;  // 1: a sliding-window layer
   bool attn_sinks = false;  // gpt-oss: self_attn.sinks [H], a logit per head in the softmax's denominator
-  GateAct ffn_act;          // the feed-forward's gated activation (gpt-oss: the clamped SwiGLU)
+  GateAct ffn_act;          // the feed-forward's gated activation (gpt-oss: the clamped SwiGLU, Gemma: GeLU-tanh)
+  // The sliding layers' own RoPE (Gemma 3: rope_local_base_freq, or rope_parameters' sliding_attention);
+  // unset: every layer runs the model's (rope_theta, rope_scaling, which the full layers always run).
+  struct LayerRope {
+    double theta = 10000;
+    RopeScaling scaling;
+  };
+  std::optional<LayerRope> sliding_rope;
+  // Gemma: RMSNorm weights stored as w and applied as 1 + w (HfModel adds the 1 on load; GGUF files hold
+  // 1 + w already), sandwich norms (post_attention_layernorm after the attention, pre_ and
+  // post_feedforward_layernorm around the MLP: BlockDims::sandwich), the embeddings times embed_scale
+  // (0: none; sqrt(hidden_size) rounded to the embedding's stored dtype, as transformers multiplies),
+  // the GQA softmax scale (0: 1/sqrt(head_dim); query_pre_attn_scalar^-1/2), and logits soft-capped as
+  // cap tanh(logits / cap) (final_logit_softcapping; 0: none).
+  bool norm_unit_offset = false, sandwich_norms = false;
+  double embed_scale = 0, attn_scale = 0, final_logit_softcap = 0;
   // Sequences up to this many tokens attend densely (causal attention over all of them), as we compute
   // it; longer ones are refused (0: no limit). Mistral's sliding_window, DeepSeek-V3.2's index_topk (its
   // indexer keeps every token up to there): dense_limit_field names the config field.

@@ -260,6 +260,8 @@ ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const Ggu
   c.qkv_bias = by_name.count("blk.0.attn_q.bias") > 0;
   c.o_bias = by_name.count("blk.0.attn_output.bias") > 0;
   c.qk_norm = c.qk_norm || by_name.count("blk.0.attn_q_norm.weight") > 0;
+  c.norm_unit_offset = false;  // llama.cpp's converter stores Gemma's norms as 1 + w
+  if (c.embed_scale > 0) c.embed_scale = double(std::sqrt(float(c.hidden_size)));  // its graph: sqrtf(n_embd)
   return c;
 }
 // The GGUF tensor `want.name` checked for an HF tensor: present, a type we decode, ggml dims `want.dims`

@@ -91,7 +91,19 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
   m->detect_mixtral_spelling();
   m->check_tensors();
   m->check_values();
+  m->round_embed_scale();
   return m;
+}
+
+// transformers multiplies the embeddings by embed_scale cast to the weights' dtype (Gemma's
+// sqrt(hidden_size): sqrt(2560) = 50.596 is 50.5 in bf16), as vLLM does.
+void HfModel::round_embed_scale() {
+  const StTensorInfo* e = info("model.embed_tokens.weight");
+  if (cfg_.embed_scale <= 0 || !e) return;
+  const float s = float(cfg_.embed_scale);
+  if (e->dtype == DType::BF16) cfg_.embed_scale = bf16_to_f32(f32_to_bf16(s));
+  else if (e->dtype == DType::F16) cfg_.embed_scale = f16_to_f32(f32_to_f16(s));
+  else cfg_.embed_scale = s;
 }
 
 std::unique_ptr<HfModel> HfModel::from_source(const std::string& path, const ModelConfig& cfg,
@@ -214,8 +226,16 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
       t.in(w) = stored_columns(load_slice(stored, t.offset, {t.columns.rows * t.columns.cols}, ctx), t, ctx);
     else
       t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);
+    if (t.role == TensorRole::Norm) unit_offset(t.in(w));
   }
   return w;
+}
+
+// Gemma's RMSNorm multiplies by 1 + w in fp32 (ModelConfig::norm_unit_offset): the 1 is added on load.
+void HfModel::unit_offset(Tensor& norm) const {
+  if (!cfg_.norm_unit_offset) return;
+  float* p = norm.f32();
+  for (int64_t i = 0; i < norm.numel(); ++i) p[i] = 1.0f + p[i];
 }
 
 std::vector<std::string> HfModel::stored_names(const std::string& prefix) const {
@@ -228,7 +248,11 @@ std::vector<std::string> HfModel::stored_names(const std::string& prefix) const 
 Tensor HfModel::load_embeddings(Context& ctx) const {
   return load("model.embed_tokens.weight", {cfg_.vocab_size, cfg_.hidden_size}, ctx);
 }
-Tensor HfModel::load_final_norm(Context& ctx) const { return load("model.norm.weight", {cfg_.hidden_size}, ctx); }
+Tensor HfModel::load_final_norm(Context& ctx) const {
+  Tensor n = load("model.norm.weight", {cfg_.hidden_size}, ctx);
+  unit_offset(n);
+  return n;
+}
 Tensor HfModel::load_lm_head(Context& ctx) const {
   if (cfg_.tie_word_embeddings || !(has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed"))) {
     if (!cfg_.tie_word_embeddings)

@@ -71,6 +71,8 @@ class HfModel {
   void check_unique_across_shards() const;     // model_check.cpp
   bool check_packed(const std::string& weight_name) const;
   void detect_mixtral_spelling();  // moe_load.cpp: cfg_.moe.mixtral_w_names from the tensor names
+  void unit_offset(Tensor& norm) const;  // 1 + w for ModelConfig::norm_unit_offset
+  void round_embed_scale();              // ModelConfig::embed_scale in the embeddings' stored dtype
   // Elements [offset, offset + numel(shape)) of a stored tensor as fp32 `shape` (an expert of a fused tensor).
   Tensor load_slice(const std::string& name, int64_t offset, const Shape& shape, Context& ctx) const;
   // t's columns (BlockTensor::columns) of its loaded slice, transposed into t.shape (gpt-oss's experts).

@@ -38,6 +38,8 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
   std::vector<double> inv(size_t(head_dim / 2));
   for (size_t i = 0; i < inv.size(); ++i) inv[i] = 1.0 / std::pow(theta, double(2 * i) / double(head_dim));
   if (s.type == "yarn") yarn_blend(inv, head_dim, theta, s);
+  if (s.type == "linear")
+    for (auto& f : inv) f /= s.factor;
   if (s.type != "llama3") return inv;
   const double old_ctx = double(s.original_max_position_embeddings);
   const double low_wl = old_ctx / s.low_freq_factor, high_wl = old_ctx / s.high_freq_factor;
@@ -53,12 +55,13 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
   return inv;
 }
 
-RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos) {
+namespace {
+RopeTable table(int64_t dims, double theta, const RopeScaling& scaling, int64_t max_pos) {
   RopeTable t;
   t.max_pos = max_pos;
-  t.half = cfg.rope_dims() / 2;
-  auto inv = rope_inv_freq(cfg.rope_dims(), cfg.rope_theta, cfg.rope_scaling);
-  const double af = rope_attention_factor(cfg.rope_scaling);
+  t.half = dims / 2;
+  auto inv = rope_inv_freq(dims, theta, scaling);
+  const double af = rope_attention_factor(scaling);
   t.cos.resize(size_t(max_pos * t.half));
   t.sin.resize(t.cos.size());
   for (int64_t p = 0; p < max_pos; ++p)
@@ -68,6 +71,26 @@ RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos) {
       t.sin[size_t(p * t.half + i)] = float(std::sin(a) * af);
     }
   return t;
+}
+}  // namespace
+
+RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos) {
+  return table(cfg.rope_dims(), cfg.rope_theta, cfg.rope_scaling, max_pos);
+}
+
+RopeTables make_rope_tables(const ModelConfig& cfg, int64_t max_pos) {
+  RopeTables t;
+  t.full = make_rope_table(cfg, max_pos);
+  if (cfg.sliding_rope) {
+    t.sliding = table(cfg.rope_dims(), cfg.sliding_rope->theta, cfg.sliding_rope->scaling, max_pos);
+    t.sliding_layers = cfg.sliding_layers;
+  }
+  return t;
+}
+
+const RopeTable& RopeTables::layer(int64_t l) const {
+  const bool slides = l >= 0 && size_t(l) < sliding_layers.size() && sliding_layers[size_t(l)];
+  return slides ? sliding : full;
 }
 
 }  // namespace ar

@@ -1,5 +1,6 @@
 // Rotary tables for a config: inv_freq[i] = theta^(-2i/D) over the rotated dims D (ModelConfig::rope_dims),
-// optionally llama3-scaled (HF `_compute_llama3_parameters`) or YaRN-blended (`_compute_yarn_parameters`),
+// optionally linearly scaled (inv_freq / factor), llama3-scaled (HF `_compute_llama3_parameters`) or
+// YaRN-blended (`_compute_yarn_parameters`),
 // cos/sin[pos, i] = cos/sin(pos * inv_freq[i]) times YaRN's attention factor for pos < max_pos, computed in
 // double and stored in fp32.
 #pragma once
@@ -18,5 +19,14 @@ struct RopeTable {
   std::vector<float> cos, sin;  // [max_pos, half]
 };
 RopeTable make_rope_table(const ModelConfig& cfg, int64_t max_pos);
+
+// The tables a model's layers read: the model's RoPE, and with ModelConfig::sliding_rope (Gemma 3) the
+// sliding layers' own.
+struct RopeTables {
+  RopeTable full, sliding;
+  std::vector<uint8_t> sliding_layers;  // empty: every layer reads `full`
+  const RopeTable& layer(int64_t l) const;
+};
+RopeTables make_rope_tables(const ModelConfig& cfg, int64_t max_pos);
 
 }  // namespace ar

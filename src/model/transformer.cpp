@@ -40,7 +40,7 @@ Transformer::Transformer(const HfModel& model, Context& ctx, bool resident)
   embed_ = model.load_embeddings(ctx);
   norm_ = model.load_final_norm(ctx);
   lm_head_ = c.tie_word_embeddings ? embed_ : model.load_lm_head(ctx);
-  rope_ = make_rope_table(c, c.max_position_embeddings);
+  rope_ = make_rope_tables(c, c.max_position_embeddings);
   if (c.quant.act_static) {
     for (int64_t l = 0; l < c.num_layers; ++l) act_.push_back(block_input_scales(model, l));
     if (!c.tie_word_embeddings) lm_head_act_ = static_input_scale(model, "lm_head", {c.vocab_size, c.hidden_size});
@@ -80,8 +80,9 @@ std::vector<float> Transformer::decode(const int32_t* ids, int64_t n) {
   Tensor x = embed_tokens(ids, n), y = Tensor::empty({n, C}, DType::F32, ctx_);
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(decode_->pos + i);
-  BlockAux<float> aux{1, n, pos.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const RopeTable& rope = rope_.layer(l);
+    BlockAux<float> aux{1, n, pos.data(), rope.cos.data(), rope.sin.data(), nullptr};
     BlockRunner<cpu::CpuOps> runner(ops, c.block_dims(l));
     BlockRunner<cpu::CpuOps>::Cache cache;
     runner.forward(blocks_[size_t(l)].ptrs(), aux, x.f32(), y.f32(), cache, &decode_->kv[size_t(l)], act(l));
@@ -103,7 +104,7 @@ Tensor Transformer::embed_tokens(const int32_t* ids, int64_t n) {
       fail(ErrorKind::InvalidInput, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                                         " is outside the vocabulary of " + std::to_string(c.vocab_size));
   Tensor x = Tensor::empty({n, c.hidden_size}, DType::F32, ctx_);
-  cpu::embedding_fwd(ctx_, embed_.f32(), ids, x.f32(), n, c.hidden_size);
+  cpu::embedding_fwd(ctx_, embed_.f32(), ids, x.f32(), n, c.hidden_size, c.embed_scale > 0 ? float(c.embed_scale) : 1.f);
   return x;
 }
 
@@ -117,10 +118,11 @@ Tensor Transformer::forward_hidden(const int32_t* ids, const uint8_t* key_mask, 
   Tensor x = embed_tokens(ids, N), y = Tensor::empty({N, C}, DType::F32, ctx_);
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[size_t(i)] = int32_t(i % T);
-  BlockAux<float> aux{B, T, pos.data(), rope_.cos.data(), rope_.sin.data(), key_mask};
   cpu::CpuOps ops{ctx_};
   BlockWeights scratch;
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const RopeTable& rope = rope_.layer(l);
+    BlockAux<float> aux{B, T, pos.data(), rope.cos.data(), rope.sin.data(), key_mask};
     const BlockWeights& w = block(l, scratch);
     BlockRunner<cpu::CpuOps> runner(ops, c.block_dims(l));
     BlockRunner<cpu::CpuOps>::Cache cache;
@@ -151,6 +153,8 @@ void Transformer::lm_head(const float* h, float* logits, int64_t rows) {
     h = hq.f32();
   }
   cpu::linear_fwd(ctx_, h, lm_head_.f32(), nullptr, logits, rows, C, c.vocab_size);
+  if (const double cap = c.final_logit_softcap; cap > 0)  // final_logit_softcapping: cap tanh(logits / cap)
+    for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = float(cap * std::tanh(double(logits[i]) / cap));
 }
 
 }  // namespace ar

@@ -39,7 +39,7 @@ class Transformer {
   const ActQdq<float>* act(int64_t layer) const { return model_.config().quant.act_static ? &act_[size_t(layer)] : nullptr; }
   void lm_head(const float* h, float* logits, int64_t rows);
   Tensor embed_, norm_, lm_head_;
-  RopeTable rope_;
+  RopeTables rope_;
   struct DecodeState;
   std::shared_ptr<DecodeState> decode_;  // per-layer KV caches, created on first decode()
   Tensor embed_tokens(const int32_t* ids, int64_t n);

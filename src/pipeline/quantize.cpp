@@ -190,7 +190,7 @@ void QuantizeRun::calibrate() {
   levels_ = quant::signround_tree_levels(B_);  // of the deterministic gradient tree
   for (int64_t l = 0; l < cfg.num_layers; ++l)  // a block's forward cache per sample, the largest block's
     cache_per_sample_ = std::max(cache_per_sample_, T_ * block_cache_floats(cfg.block_dims(l)));
-  rope_ = make_rope_table(cfg, T_);
+  rope_ = make_rope_tables(cfg, T_);
   pos_.resize(size_t(n_ * T_));
   for (int64_t i = 0; i < n_ * T_; ++i) pos_[size_t(i)] = int32_t(i % T_);
   loss_mask_.assign(size_t(n_ * T_), 1);
@@ -254,7 +254,7 @@ std::string QuantizeRun::estimate_line() {
   while (cfg.is_moe_layer(pick) != moe) ++pick;
   const BlockDims d = cfg.block_dims(pick);
   BlockWeights block = model_->load_block(pick, *ctx_);
-  const BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  const BlockAux<float> aux = block_aux(pick);
   StartProbes probes;
   probes.search = price_searches(*ctx_, tracks_, block, d, pick, cfg.num_layers - start_block_, processes());
   if (!gpu_)  // a GPU runs the passes where no track asks for statistics; their FLOP price stands there
@@ -330,10 +330,12 @@ void QuantizeRun::start() {
   } else {
     Tensor emb = model_->load_embeddings(*ctx_);
     const int32_t* ids = calib_.ids.data() + shard_.sample_begin * T_;
-    steps::embed(*ctx_, emb, ids, x_fp_, rows, T_, C_);
+    const double es = model_->config().embed_scale;
+    const float scale = es > 0 ? float(es) : 1.f;
+    steps::embed(*ctx_, emb, ids, x_fp_, rows, T_, C_, scale);
     auto embed = [&](const Tensor& table, Tensor& x) {  // a track's chain from its own embedding table
       x = Tensor::empty(x_fp_.shape(), act_dtype_, *ctx_);
-      steps::embed(*ctx_, table, ids, x, rows, T_, C_);
+      steps::embed(*ctx_, table, ids, x, rows, T_, C_, scale);
     };
     for (auto& t : tracks_) t->embeddings(emb, embed);
   }

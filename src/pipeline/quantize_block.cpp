@@ -35,14 +35,14 @@ void QuantizeRun::block(int64_t b) {
   const std::string prefix = HfModel::layer_prefix(b);
   BlockWeights w = model_->load_block(b, *ctx_);
   for (auto& [nm, t] : quant::block_linears(w)) steps::check_finite(*t, prefix + nm + ".weight");
-  steps::check_finite(w.ln1, prefix + "input_layernorm.weight");
-  steps::check_finite(w.ln2, prefix + "post_attention_layernorm.weight");
+  for (const BlockTensor& t : w.tensors)
+    if (t.role == TensorRole::Norm) steps::check_finite(t.in(w), prefix + t.name);
   const auto t_fp = Clock::now();
   const int64_t rows = shard_.samples();
   quant::TuneLane collect = lanes_->lane(parallel::Phase::Collect, rows,
                                          parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
   collect.procs = procs_;
-  BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  BlockAux<float> aux = block_aux(b);
   Imatrix imat;
   ActMax amax;
   bool fp_amax = false;
@@ -86,7 +86,7 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
   const bool first = track_index_ == 0;
   const std::string prefix = HfModel::layer_prefix(b), tag = first ? "" : t.phase_prefix();
   const int64_t rows = shard_.samples();
-  BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  BlockAux<float> aux = block_aux(b);
   auto collect_lane = [&] {
     quant::TuneLane l = lanes_->lane(parallel::Phase::Collect, rows,
                                      parallel::price_mirror(int64_t(w.bytes() / 4), 0, 0, cache_per_sample_, kPassSamples).total());
@@ -104,7 +104,7 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
   int64_t tuned_elems = 0;
   const quant::LayerFormats selected = t.select(w, prefix, br, &tuned_elems);
   const auto t_tune = Clock::now();
-  quant::BlockTuneResult tr = tune_or_search(t, w, selected, tuned_elems, st, br);
+  quant::BlockTuneResult tr = tune_or_search(t, w, b, selected, tuned_elems, st, br);
   const auto t_q = Clock::now();
   br.phase_seconds[tag + "tune"] = std::chrono::duration<double>(t_q - t_tune).count();
   if (first) steps::record_tuning(tr, br);
@@ -138,7 +138,8 @@ quant::BlockTuneResult QuantizeRun::track(SchemeTrack& t, BlockWeights& w, int64
   return tr;
 }
 
-quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights& w, const quant::LayerFormats& selected,
+quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights& w, int64_t b,
+                                                   const quant::LayerFormats& selected,
                                                    int64_t tuned_elems, const BlockStats& st, BlockReport& br) {
   const int64_t block_elems = int64_t(w.bytes() / 4);
   quant::TuneLane lane;
@@ -163,7 +164,7 @@ quant::BlockTuneResult QuantizeRun::tune_or_search(SchemeTrack& t, BlockWeights&
       progress_->iteration(track_index_ * iters + it, tracks() * iters, loss, best);
     };
   const Tensor& x_in = (opt_.quanted_input && t.x_q().defined()) ? t.x_q() : x_fp_;
-  BlockAux<float> aux{1, T_, pos_.data(), rope_.cos.data(), rope_.sin.data(), nullptr};
+  BlockAux<float> aux = block_aux(b);
   if (gpu_) {
     tune.amp = gpu_amp_;
     return gpu_->tune(*ctx_, dims_, w, t.format(), aux, x_in, y_fp_, loss_mask_, tune, &selected);

@@ -61,8 +61,13 @@ class QuantizeRun {
   void block(int64_t b);
   bool act_max_on_chain(SchemeTrack& t) const;
   quant::BlockTuneResult track(SchemeTrack& t, BlockWeights& w, int64_t b, const BlockStats& fp_stats, BlockReport& br);
-  quant::BlockTuneResult tune_or_search(SchemeTrack& t, BlockWeights& w, const quant::LayerFormats& selected,
+  quant::BlockTuneResult tune_or_search(SchemeTrack& t, BlockWeights& w, int64_t b, const quant::LayerFormats& selected,
                                         int64_t tuned_elems, const BlockStats& st, BlockReport& br);
+  // Block b's positions and RoPE tables (batch 1, T_ tokens).
+  BlockAux<float> block_aux(int64_t b) const {
+    const RopeTable& r = rope_.layer(b);
+    return {1, T_, pos_.data(), r.cos.data(), r.sin.data(), nullptr};
+  }
   void save_resume(int64_t next_block);
   void gather_rank_metrics(BlockReport& br);
   void finish();
@@ -100,7 +105,7 @@ class QuantizeRun {
   int64_t n_ = 0, T_ = 0, C_ = 0, B_ = 0, bs_ = 0, levels_ = 1, cache_per_sample_ = 0, start_block_ = 0;
   parallel::ProcessShard shard_;           // this process's samples (the whole pool when serial)
   BlockDims dims_;
-  RopeTable rope_;
+  RopeTables rope_;  // per layer kind (the sliding layers' own RoPE: ModelConfig::sliding_rope)
   std::vector<int32_t> pos_;
   std::vector<uint8_t> loss_mask_;         // the whole pool's [n * T]
   Tensor x_fp_, y_fp_, tmp_;               // this process's shard: [samples, T, C]

@@ -56,11 +56,11 @@ void check_finite(const Tensor& t, const std::string& what) {
 }
 
 // The calibration activations' embeddings, sample by sample (x is fp32 or bf16).
-void embed(Context& ctx, const Tensor& emb, const int32_t* ids, Tensor& x, int64_t n, int64_t T, int64_t C) {
-  if (x.dtype() == DType::F32) return cpu::embedding_fwd(ctx, emb.f32(), ids, x.f32(), n * T, C);
+void embed(Context& ctx, const Tensor& emb, const int32_t* ids, Tensor& x, int64_t n, int64_t T, int64_t C, float scale) {
+  if (x.dtype() == DType::F32) return cpu::embedding_fwd(ctx, emb.f32(), ids, x.f32(), n * T, C, scale);
   Tensor row = Tensor::empty({T, C}, DType::F32, ctx);
   for (int64_t s = 0; s < n; ++s) {
-    cpu::embedding_fwd(ctx, emb.f32(), ids + s * T, row.f32(), T, C);
+    cpu::embedding_fwd(ctx, emb.f32(), ids + s * T, row.f32(), T, C, scale);
     cpu::fp32_to_bf16(ctx, row.f32(), x.data<uint16_t>() + s * T * C, T * C);
   }
 }

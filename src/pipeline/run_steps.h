@@ -21,7 +21,8 @@ namespace ar::steps {
 // NaN/Inf stop the run with the block and tensor named.
 void check_finite(const Tensor& t, const std::string& what);
 // Embeddings of n samples of T ids into x ([n, T, C], fp32 or bf16).
-void embed(Context& ctx, const Tensor& emb, const int32_t* ids, Tensor& x, int64_t n, int64_t T, int64_t C);
+void embed(Context& ctx, const Tensor& emb, const int32_t* ids, Tensor& x, int64_t n, int64_t T, int64_t C,
+           float scale = 1.f);
 Tensor as_f32(const Tensor& t, Context& ctx);
 // The output directory's rules (io/output_guard.h); checks --report too.
 OutputSpec output_spec(const QuantizeOptions& opt, std::string* report_path);

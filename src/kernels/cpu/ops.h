@@ -142,8 +142,9 @@ double act_qdq_bwd(Context& ctx, const float* x, float s, const float* dq, float
 // elementwise.cpp
 void add(Context& ctx, const float* a, const float* b, float* y, int64_t n);
 
-// embedding.cpp
-void embedding_fwd(Context& ctx, const float* E, const int32_t* ids, float* out, int64_t rows, int64_t dim);
+// embedding.cpp: out = E[ids] (times `scale`: Gemma's embedding scale)
+void embedding_fwd(Context& ctx, const float* E, const int32_t* ids, float* out, int64_t rows, int64_t dim,
+                   float scale = 1.f);
 void embedding_bwd(Context& ctx, const float* dout, const int32_t* ids, float* dE, int64_t rows, int64_t dim);
 
 // xent.cpp

@@ -39,6 +39,7 @@ void configure_deepseek_v3(ModelConfig& cfg, const nlohmann::json& j, const std:
 void configure_deepseek_v32(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
     kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss;
@@ -67,7 +68,8 @@ struct SigmoidMoeDefaults {
 void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path,
                            const SigmoidMoeDefaults& defaults);
 // layer_types (arch/sliding_layers.cpp): ModelConfig::sliding_layers and sliding_window (default_window
-// when absent; null: no window), or default_sliding's pattern when config.json lists no layer types.
+// when absent; null: no window), or default_sliding's pattern when config.json lists no layer types (null:
+// none sliding).
 void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const std::string& path,
                               int64_t default_window, bool (*default_sliding)(int64_t layer));
 

@@ -15,7 +15,7 @@ void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const s
   cfg.sliding_window = null_field(j, "sliding_window") ? 0 : positive_or(in, "sliding_window", default_window);
   cfg.sliding_layers.assign(size_t(cfg.num_layers), 0);
   if (!in.has("layer_types")) {
-    for (int64_t l = 0; l < cfg.num_layers; ++l) cfg.sliding_layers[size_t(l)] = default_sliding(l) ? 1 : 0;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) cfg.sliding_layers[size_t(l)] = default_sliding && default_sliding(l) ? 1 : 0;
     return;
   }
   const std::vector<JsonIn> types = in.at("layer_types").elements();
