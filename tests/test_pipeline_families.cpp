@@ -1,5 +1,6 @@
 // The 2026 families on the quantization pipeline (DeepSeek-V3's latent attention and sigmoid router,
-// GLM-4.5's partial RoPE and biases, gpt-oss's sinks, windows and biased experts), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
+// GLM-4.5's partial RoPE and biases, gpt-oss's sinks, windows and biased experts, Gemma 3's sandwich norms,
+// GeLU-tanh and per-layer RoPE), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
 // every Linear (MLA's five, the experts, the shared experts) with every other tensor copied bit for bit and
 // the router listed as 16 bit; SignRound lowers each block's loss and beats RTN on the model's KL; the
 // data-parallel worlds 2 and 4 write the serial bytes; the MTP layers stored past num_hidden_layers are
@@ -33,12 +34,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe", "gpt_oss"};
+const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe", "gpt_oss", "gemma3"};
 
 TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
   for (const char* fam : kFamilies) {
     test::TempDir m(std::string("pfam_m_") + fam), q(std::string("pfam_q_") + fam);
-    write_synthetic_model(m.path, tiny_moe_config(fam, 3), 51, DType::BF16);
+    write_synthetic_model(m.path, tiny_family_config(fam, 3), 51, DType::BF16);
     auto o = test::moe_quantize_options(m.path, q.path, 0);
     o.disable_opt_rtn = true;
     quantize_model(o);
@@ -80,7 +81,7 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
   for (const char* fam : kFamilies) {
     test::TempDir m(std::string("pfam_sr_") + fam), rtn(std::string("pfam_rtn_") + fam),
         sr(std::string("pfam_srq_") + fam);
-    write_synthetic_model(m.path, tiny_moe_config(fam, 2), 52);
+    write_synthetic_model(m.path, tiny_family_config(fam, 2), 52);
     auto o = test::moe_quantize_options(m.path, rtn.path, 0);
     o.disable_opt_rtn = true;
     quantize_model(o);

@@ -61,6 +61,27 @@ nlohmann::json tiny_llama_config(int64_t layers) {
           {"eos_token_id", 2}};
 }
 
+nlohmann::json tiny_gemma3_config(int64_t layers) {
+  nlohmann::json c = tiny_llama_config(layers);
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c.erase("hidden_act");
+  c.erase("rope_theta");
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["head_dim"] = 16;
+  c["query_pre_attn_scalar"] = 24;
+  c["sliding_window"] = 16;
+  c["tie_word_embeddings"] = true;
+  c["final_logit_softcapping"] = 30.0;
+  for (int64_t l = 0; l < layers; ++l) c["layer_types"].push_back(l % 2 ? "full_attention" : "sliding_attention");
+  c["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+                          {"full_attention", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e6}}}};
+  return c;
+}
+
+nlohmann::json tiny_family_config(const std::string& arch, int64_t layers) {
+  return arch == "gemma3" ? tiny_gemma3_config(layers) : tiny_moe_config(arch, layers);
+}
+
 namespace {
 // DeepSeek-V3 (latent attention with q_lora, YaRN, 8 experts in 4 groups, a shared expert, layer 0 dense)
 // or GLM-4.5 (q/k/v biases, partial RoPE, 8 experts in one group, a shared expert, layer 0 dense).
@@ -177,7 +198,9 @@ void make_from_table(const ModelConfig& c, int64_t l, bool fused, Make& make) {
     make(name, t.offset >= 0 ? t.stored_shape : t.shape, t.role == TensorRole::Norm);
   }
 }
-bool tabled_family(const ModelConfig& c) { return c.is_mla() || c.moe.routing != Routing::SoftmaxTopK || c.rotary_dims; }
+bool tabled_family(const ModelConfig& c) {
+  return c.is_mla() || c.moe.routing != Routing::SoftmaxTopK || c.rotary_dims || c.sandwich_norms;
+}
 }  // namespace
 
 void write_synthetic_model(const std::string& dir, const nlohmann::json& config, uint64_t seed, DType dtype,
@@ -190,7 +213,8 @@ void write_synthetic_model(const std::string& dir, const nlohmann::json& config,
     Tensor t = Tensor::empty(shape, DType::F32, ctx);
     double sd = norm ? 0.1 : 1.0 / std::sqrt(double(shape.back()));
     std::normal_distribution<double> nd(0.0, sd);
-    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float((norm ? 1.0 : 0.0) + nd(rng));
+    const double mean = norm && !c.norm_unit_offset ? 1.0 : 0.0;  // Gemma applies its norms as 1 + w
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float(mean + nd(rng));
     all.push_back({name, dtype == DType::F32 ? t : t.to(dtype, ctx)});
   };
   const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,

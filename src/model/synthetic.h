@@ -29,5 +29,10 @@ nlohmann::json tiny_llama_config(int64_t layers = 2);
 // indexer, index_topk 64), "glm4_moe" (biases, partial RoPE, the sigmoid router), "gpt_oss" (sinks,
 // 16-key sliding windows on even layers, 8 biased experts of 32 with the clamped SwiGLU at 1.5).
 nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers = 2);
+// Gemma 3 (sandwich norms, GeLU-tanh, windows of 16 on the even layers with their own RoPE, linear x2 on the
+// odd ones, query_pre_attn_scalar 24, tied embeddings, logits soft-capped at 30) from tiny_llama_config.
+nlohmann::json tiny_gemma3_config(int64_t layers = 2);
+// tiny_gemma3_config for "gemma3", tiny_moe_config's families otherwise.
+nlohmann::json tiny_family_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

@@ -1,0 +1,84 @@
+// Gemma 3 on the quantization paths beyond the families test (test_pipeline_families.cpp: RTN read back,
+// SignRound vs RTN, worlds): the float schemes (MXFP4 as auto_round and llm_compressor, FP8_STATIC's input
+// scales) with finite KL near the FP model, --layer_config formats in the outputs, and a resumed run after a
+// kill writing the uninterrupted run's bytes. Windows of 16 keys on 64-token samples, sandwich norms stored
+// as w (1 + w only inside the engine), tied embeddings.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "eval/perplexity.h"
+#include "fp_schemes.h"
+#include "io/atomic_file.h"
+#include "model/loader.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+#include "pipeline/quantize.h"
+#include "quant/signround.h"
+#include "quantize_options.h"
+#include "resume_check.h"
+#include "test_util.h"
+
+using namespace ar;
+using nlohmann::json;
+
+namespace {
+
+double kl_to(const std::string& fp_dir, const std::string& q_dir) {
+  Context ctx(Device{}, 2);
+  auto fp = HfModel::open(fp_dir), q = HfModel::open(q_dir);
+  const std::vector<int32_t> ids = load_tokenizer(*fp)->encode(
+      "The river had changed its course over the years, and the old plans no longer matched the land.");
+  Transformer tf(*fp, ctx, false), tq(*q, ctx, false);
+  return compare_models(tq, tf, ids, 32, 1).kl_mean;
+}
+
+TEST(PipelineGemma3, FloatSchemes) {
+  test::TempDir m("g3fp_m"), q("g3fp_q"), s("g3fp_s");
+  write_synthetic_model(m.path, tiny_gemma3_config(2), 71, DType::BF16);
+  auto o = test::moe_quantize_options(m.path, q.path, 3);
+  o.fmt = test::kFpSchemes[0].fmt;  // MXFP4
+  o.format = "auto_round,llm_compressor";
+  quantize_model(o);
+  auto a = HfModel::open(q.path + "/auto-round"), b = HfModel::open(q.path + "/llm-compressor");
+  Context ctx(Device{}, 2);
+  for (int64_t l = 0; l < 2; ++l) {
+    const BlockWeights wa = a->load_block(l, ctx), wb = b->load_block(l, ctx);
+    const auto la = quant::block_linears(wa), lb = quant::block_linears(wb);
+    ASSERT_EQ(la.size(), 7u);
+    for (size_t i = 0; i < la.size(); ++i)
+      for (int64_t j = 0; j < la[i].second->numel(); ++j)
+        ASSERT_EQ(la[i].second->f32()[j], lb[i].second->f32()[j]) << la[i].first << " [" << j << "]";
+  }
+  const auto t = test::tensor_bytes(q.path + "/llm-compressor/model.safetensors");
+  EXPECT_TRUE(t.count("model.layers.1.mlp.down_proj.weight_packed"));
+  EXPECT_TRUE(t.count("model.layers.1.post_feedforward_layernorm.weight"));
+  o = test::moe_quantize_options(m.path, s.path, 0);
+  o.fmt = test::fp8_static_format();
+  o.format = "llm_compressor";
+  quantize_model(o);
+  EXPECT_TRUE(test::tensor_bytes(s.path + "/model.safetensors").count("model.layers.0.mlp.up_proj.input_scale"));
+  for (const std::string& dir : {q.path + "/auto-round", s.path}) {
+    const double kl = kl_to(m.path, dir);
+    EXPECT_TRUE(std::isfinite(kl) && kl < 0.5) << dir << ": KL " << kl;
+  }
+}
+
+// --layer_config's formats reach the outputs; a run killed after block one and resumed writes the
+// uninterrupted run's bytes.
+TEST(PipelineGemma3, LayerConfigAndResume) {
+  const std::string m = test::temp_path("g3lc_m"), ref = test::temp_path("g3lc_ref"), q = test::temp_path("g3lc_q");
+  write_synthetic_model(m, tiny_gemma3_config(4), 72);
+  QuantizeOptions o = test::small_quantize_options(m, ref, 10);
+  o.format = "auto_round,auto_gptq";
+  o.overwrite = true;
+  o.layer_config = LayerConfig::parse("{q_proj: {bits: 8}, down_proj: {bits: 2, group_size: 64}}");
+  test::expect_resume_matches_uninterrupted(o, q, 4, {"/auto-round", "/auto-gptq"});
+  const json extra = json::parse(read_text_file(q + "/auto-round/config.json"))["quantization_config"]["extra_config"];
+  EXPECT_EQ(extra["model.layers.2.self_attn.q_proj"]["bits"], 8) << extra.dump();
+  EXPECT_EQ(extra["model.layers.3.mlp.down_proj"]["group_size"], 64) << extra.dump();
+  const double kl = kl_to(m, q + "/auto-round");
+  EXPECT_TRUE(std::isfinite(kl) && kl < 0.5) << kl;
+  for (const auto& d : {m, ref, q}) std::filesystem::remove_all(d);
+}
+
+}  // namespace
