@@ -35,7 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
-ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss")
+ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss", "gemma3")
 FORMATS = ("auto_round", "auto_gptq", "auto_awq", "fake")
 # GPTQ / AWQ outputs load through gptqmodel's own loader (GPTQModel.load), which builds per-expert
 # Linears: transformers 5's from_pretrained builds its fused expert modules (mlp.experts.gate_up_proj,
@@ -93,9 +93,10 @@ def gptqmodel_logits(model_dir, ids, tmp):
 def make_model(arch, d, hidden=128, expert=64, dense_first=True):
     """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer."""
     import torch
-    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM,
-                              GptOssConfig, GptOssForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
-                              Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                              Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, MixtralConfig,
+                              MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig,
+                              Qwen3MoeForCausalLM)
 
     common = dict(vocab_size=512, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
@@ -121,6 +122,11 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
             **common, head_dim=hidden // 4, intermediate_size=2 * hidden, moe_intermediate_size=expert,
             attention_bias=True, n_routed_experts=8, n_shared_experts=1, first_k_dense_replace=1, num_mtp_layers=0,
             routed_scaling_factor=1.5))
+    elif arch == "gemma3":  # dense: sandwich norms (1 + w), GeLU-tanh, a 32-key window on layer 0, tied
+        common.update(tie_word_embeddings=True)
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=hidden // 4, intermediate_size=2 * hidden,
+                                                   sliding_window=32, query_pre_attn_scalar=hidden // 4,
+                                                   layer_types=["sliding_attention", "full_attention"]))
     elif arch == "gpt_oss":  # sinks, windows of 32 on layer 0, biased experts, the clamped SwiGLU, YaRN
         model = GptOssForCausalLM(GptOssConfig(**common, head_dim=hidden // 4, intermediate_size=expert,
                                                num_local_experts=8, sliding_window=32))
@@ -132,7 +138,10 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
             if arch == "gpt_oss" and (n.endswith("sinks") or n.endswith("bias")):
                 p.normal_(0, 0.5 if n.endswith("sinks") else 0.05)
             else:
-                p.normal_(0, 0.05) if p.dim() > 1 else p.fill_(1.0)
+                if p.dim() > 1:
+                    p.normal_(0, 0.05)
+                else:  # Gemma's norms multiply by 1 + w
+                    p.normal_(0, 0.1) if arch == "gemma3" else p.fill_(1.0)
     model.to(torch.bfloat16).save_pretrained(d)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(cl.TOKENIZER_DIR, f), d)

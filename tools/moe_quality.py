@@ -13,7 +13,8 @@ The model (--arch): Qwen3MoeForCausalLM (default) or GptOssForCausalLM generated
 (hidden 256, 2 layers, 4 heads of 64 / 2 KV heads, 16 experts of 128, top-4 (Qwen3-MoE: renormalized;
 gpt-oss: sinks, a 128-key window on layer 0, biased experts, the clamped SwiGLU, YaRN), transformers'
 initialisation under torch.manual_seed(0), bfloat16, as save_pretrained writes them) with the Llama-2
-tokenizer. Calibration: compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen
+tokenizer; or the dense Gemma3ForCausalLM (4 layers alternating a 128-key window and global attention,
+intermediate 1024, query_pre_attn_scalar 64, tied embeddings). Calibration: compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen
 tokens, the same ids for both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB,
 256-token windows. Peak RSS: ours from /usr/bin/time -v, AutoRound's worker from getrusage.
 """
@@ -39,7 +40,8 @@ def make_model(d, seqlen, arch="qwen3_moe"):
     if (d / "config.json").exists():
         return
     import torch
-    from transformers import AutoTokenizer, GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import (AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM,
+                              Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
     d.mkdir(parents=True, exist_ok=True)
     tk = ca.FIXTURES / "tokenizers/llama2-spm"
@@ -52,7 +54,12 @@ def make_model(d, seqlen, arch="qwen3_moe"):
                   max_position_embeddings=max(4096, seqlen), bos_token_id=tok.bos_token_id,
                   eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
-    if arch == "gpt_oss":
+    if arch == "gemma3":  # dense: sliding (128 keys), global, sliding, global; tied embeddings
+        common.update(num_hidden_layers=4, tie_word_embeddings=True)
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, intermediate_size=1024, sliding_window=128,
+                                                   query_pre_attn_scalar=64,
+                                                   layer_types=["sliding_attention", "full_attention"] * 2))
+    elif arch == "gpt_oss":
         model = GptOssForCausalLM(GptOssConfig(**common, intermediate_size=128, num_local_experts=16,
                                                sliding_window=128))
     else:
@@ -93,13 +100,14 @@ def autoround_run(a, model, ids_file, out, iters, env):
 
 def main():
     ap = fq.run_args("/tmp/moeq")
-    ap.add_argument("--arch", choices=("qwen3_moe", "gpt_oss"), default="qwen3_moe")
+    ap.add_argument("--arch", choices=("qwen3_moe", "gpt_oss", "gemma3"), default="qwen3_moe")
     a = ap.parse_args()
     if a._worker:
         return worker(a)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model = work / ("qwen3moe-h256-e16x128-top4" if a.arch == "qwen3_moe" else "gptoss-h256-e16x128-top4")
+    model = work / {"qwen3_moe": "qwen3moe-h256-e16x128-top4", "gpt_oss": "gptoss-h256-e16x128-top4",
+                    "gemma3": "gemma3-h256-i1024-l4"}[a.arch]
     make_model(model, a.seqlen, a.arch)
     g = argparse.Namespace(seqlen=a.seqlen, nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
     jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
