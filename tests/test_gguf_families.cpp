@@ -30,6 +30,15 @@ namespace {
 
 // Whole 256-element k-quant rows wherever the shapes allow.
 json family_config(const std::string& variant) {
+  if (variant.rfind("gemma3", 0) == 0) {  // query_pre_attn_scalar = head_dim, as llama.cpp scales below 27B
+    json c = tiny_gemma3_config(variant == "gemma3" ? 3 : 6);
+    c["hidden_size"] = 256;
+    c["intermediate_size"] = 256;
+    c["head_dim"] = 64;
+    c["query_pre_attn_scalar"] = 64;
+    if (variant == "gemma3_pattern6") c.erase("layer_types"), c["sliding_window_pattern"] = 6;  // llama.cpp's default
+    return c;
+  }
   if (variant.rfind("gpt_oss", 0) == 0) {  // llama.cpp's fixed clamp; every layer MoE
     json c = tiny_moe_config("gpt_oss", 3);
     c["hidden_size"] = 256;
@@ -73,6 +82,30 @@ void expect_layout(const GgufFile& g, const std::string& variant) {
     EXPECT_EQ(t[name]->dims, dims) << variant << ": " << name;
   };
   auto key = [&](const std::string& k) { return g.find(g.string("general.architecture", "") + "." + k); };
+  if (variant.rfind("gemma3", 0) == 0) {  // src/models/gemma3.cpp: norms as 1 + w, sandwich norms' names
+    EXPECT_EQ(g.string("general.architecture", ""), "gemma3");
+    expect("blk.0.attn_norm.weight", GgmlType::F32, {256});
+    expect("blk.0.post_attention_norm.weight", GgmlType::F32, {256});
+    expect("blk.0.ffn_norm.weight", GgmlType::F32, {256});
+    expect("blk.0.post_ffw_norm.weight", GgmlType::F32, {256});
+    expect("blk.0.attn_q_norm.weight", GgmlType::F32, {64});
+    expect("blk.1.ffn_gate.weight", GgmlType::Q4_K, {256, 256});
+    EXPECT_EQ(t.count("output.weight"), 0u);  // tied
+    EXPECT_EQ(key("attention.sliding_window")->num, 16);
+    EXPECT_EQ(key("rope.freq_base_swa")->num, 10000);
+    EXPECT_EQ(key("rope.freq_base")->num, 1e6);
+    EXPECT_EQ(key("rope.scaling.type")->str, "linear");
+    EXPECT_EQ(key("rope.scaling.factor")->num, 2);
+    EXPECT_EQ(key("final_logit_softcapping")->num, 30);
+    const GgufValue* pattern = key("attention.sliding_window_pattern");
+    if (variant == "gemma3_pattern6") {
+      EXPECT_EQ(pattern, nullptr);
+      return;
+    }
+    ASSERT_NE(pattern, nullptr);
+    EXPECT_EQ(pattern->nums, (std::vector<double>{1, 0, 1}));
+    return;
+  }
   if (variant.rfind("gpt_oss", 0) == 0) {  // src/models/openai-moe.cpp
     EXPECT_EQ(g.string("general.architecture", ""), "gpt-oss");
     expect("blk.0.attn_sinks.weight", GgmlType::F32, {4});
@@ -144,7 +177,8 @@ void expect_layout(const GgufFile& g, const std::string& variant) {
 }
 
 TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
-  for (const char* variant : {"deepseek", "deepseek_no_q_lora", "glm45", "glm_qk_norm", "gpt_oss", "gpt_oss_types"}) {
+  for (const char* variant : {"deepseek", "deepseek_no_q_lora", "glm45", "glm_qk_norm", "gpt_oss", "gpt_oss_types", "gemma3",
+                              "gemma3_pattern6"}) {
     test::TempDir m(std::string("ggf_m_") + variant), q(std::string("ggf_q_") + variant);
     write_synthetic_model(m.path, family_config(variant), 61, DType::BF16);
     auto o = test::moe_quantize_options(m.path, q.path, 2);
@@ -172,8 +206,11 @@ TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
     EXPECT_EQ(gm->config().sliding_window, f->config().sliding_window) << variant;
     EXPECT_EQ(gm->config().attn_sinks, f->config().attn_sinks) << variant;
     EXPECT_EQ(gm->config().moe.expert_intermediate, f->config().moe.expert_intermediate) << variant;
+    EXPECT_EQ(gm->config().attn_scale, f->config().attn_scale) << variant;
+    EXPECT_EQ(gm->config().final_logit_softcap, f->config().final_logit_softcap) << variant;
+    EXPECT_EQ(gm->config().sliding_rope.has_value(), f->config().sliding_rope.has_value()) << variant;
     Context ctx(Device{}, 2);
-    for (int64_t l = 0; l < 3; ++l) {
+    for (int64_t l = 0; l < gm->config().num_layers; ++l) {
       const BlockWeights wa = gm->load_block(l, ctx), wb = f->load_block(l, ctx);
       ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
       for (size_t k = 0; k < wa.tensors.size(); ++k) {
@@ -206,11 +243,12 @@ TEST(GgufFamilies, RefusedBeforeWriting) {
       {"gpt_oss", {{"swiglu_limit", 7.0}, {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16.0},
                    {"original_max_position_embeddings", 64}}}}, "beta_fast / beta_slow other than 32 / 1"},
       {"gpt_oss", {{"swiglu_limit", 7.0}, {"sliding_window", nullptr}}, "sliding layers without a window"},
+      {"gemma3", json::object(), "query_pre_attn_scalar other than 16"},  // the tiny config's 24
   };
   for (const Case& c : cases) {
     test::TempDir m("ggf_refuse_m");
     const std::string q = test::temp_path("ggf_refuse_q");
-    json cfg = tiny_moe_config(c.arch, 2);
+    json cfg = tiny_family_config(c.arch, 2);
     cfg.update(c.change);
     write_synthetic_model(m.path, cfg, 62);
     auto o = test::moe_quantize_options(m.path, q, 0);

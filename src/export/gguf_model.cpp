@@ -169,7 +169,8 @@ std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const Mod
 std::vector<GgufExtraTensor> gguf_extra_tensors(const ModelConfig& cfg) {
   const RopeScaling& rs = cfg.rope_scaling;
   const GgufArch& g = arch_of(cfg);
-  if (rs.type == "default" || (rs.type == "yarn" && g.yarn)) return {};  // yarn: the family's keys
+  if (rs.type == "default" || (rs.type == "yarn" && g.yarn) || (rs.type == "linear" && g.linear_rope))
+    return {};  // yarn, linear: the family's keys
   if (rs.type != "llama3" || !g.permute_qk)
     fail(ErrorKind::Unsupported, "GGUF export: rope scaling '" + rs.type + "' on " + cfg.architecture +
                                      " is not supported (llama3 scaling on the llama architecture, yarn on deepseek2)");

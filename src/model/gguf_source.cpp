@@ -249,7 +249,7 @@ ModelConfig gguf_config(const GgufFile& g, const std::map<std::string, const Ggu
   const GgufArch& ga = *family.gguf;
   const Keys k(g, arch);
   const std::string s = g.string(arch + ".rope.scaling.type", "none");
-  if ((s != "none" && !(ga.yarn && s == "yarn")) || by_name.count("rope_freqs.weight"))
+  if ((s != "none" && !(ga.yarn && s == "yarn") && !(ga.linear_rope && s == "linear")) || by_name.count("rope_freqs.weight"))
     fail(ErrorKind::Unsupported, g.path + ": rope scaling ('" + (s != "none" ? s : std::string("rope_freqs.weight")) +
                                      "') is not supported when reading GGUF files of " + arch);
   nlohmann::json j = common_config(g, k, by_name);

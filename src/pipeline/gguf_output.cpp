@@ -102,8 +102,8 @@ constexpr const char* kLayerOrder[] = {
     "attn_norm.weight", "attn_q_a_norm.weight", "attn_kv_a_norm.weight", "attn_q_a.weight", "attn_q_b.weight",
     "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias",
     "attn_kv_a_mqa.weight", "attn_v_b.weight", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight",
-    "attn_output.bias", "attn_sinks.weight", "ffn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight",
-    "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "exp_probs_b.bias",
+    "attn_output.bias", "attn_sinks.weight", "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight",
+    "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "exp_probs_b.bias",
     "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias", "ffn_down_exps.weight",
     "ffn_down_exps.bias", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
     "ffn_gate_inp_shexp.weight"};

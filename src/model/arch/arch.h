@@ -42,7 +42,7 @@ void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::str
 void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
-    kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss;
+    kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3;
 // DeepSeek-V3's latent attention fields (arch/deepseek_v3.cpp), shared with V3.2.
 void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in);
 

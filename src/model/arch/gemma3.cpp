@@ -4,8 +4,11 @@
 // layers with the model's (rope_theta 1e6, rope_scaling: linear x8 from 4B up); sandwich norms, every
 // RMSNorm applied as 1 + w; the GeLU-tanh gated MLP; embeddings scaled by sqrt(hidden_size) and tied to
 // the output; optional final logit soft-capping. Absent fields take Gemma3TextConfig's defaults.
+// GGUF: llama.cpp's gemma3 (kGgufGemma3 below).
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/json_file.h"
@@ -74,5 +77,83 @@ void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::stri
   configure_layers(cfg, j, path, in);
   configure_rope(cfg, j, in);
 }
+
+namespace {
+// llama.cpp's gemma3 graph (src/models/gemma3.cpp) scales queries by 1/sqrt(head_dim), by
+// 1/sqrt(hidden / heads) for a 62-layer model (27B), and runs the sliding layers' RoPE unscaled.
+void check_gemma3_gguf(const ModelConfig& cfg) {
+  const double scalar = cfg.num_layers == 62 ? double(cfg.hidden_size / cfg.num_heads) : double(cfg.head_dim);
+  if (std::abs(cfg.attn_scale * std::sqrt(scalar) - 1) > 1e-9)
+    refuse_gguf(cfg, "gemma3", "has query_pre_attn_scalar other than " + std::to_string(int64_t(scalar)));
+  if (cfg.qkv_bias || cfg.o_bias) refuse_gguf(cfg, "gemma3", "has attention_bias true");
+  if (cfg.sliding_rope && cfg.sliding_rope->scaling.type != "default")
+    refuse_gguf(cfg, "gemma3", "has scaled RoPE on its sliding layers");
+  const bool slides = std::find(cfg.sliding_layers.begin(), cfg.sliding_layers.end(), 1) != cfg.sliding_layers.end();
+  if (slides && cfg.sliding_window == 0) refuse_gguf(cfg, "gemma3", "has sliding layers without a window (sliding_window null)");
+}
+
+// The sliding layers as llama.cpp's default (every 6th layer global, written as nothing, as the
+// converter does) or one flag per layer; no window key when no layer slides (every layer global).
+void write_gemma3_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  std::vector<bool> sliding;
+  bool any = false, period_six = true;
+  for (size_t l = 0; l < cfg.sliding_layers.size(); ++l) {
+    sliding.push_back(cfg.sliding_layers[l] != 0);
+    any = any || sliding.back();
+    period_six = period_six && sliding.back() == (l % 6 < 5);
+  }
+  if (any) {
+    set_gguf_count(keys, "attention.sliding_window", cfg.sliding_window);
+    if (!period_six) set_gguf_key(keys, "attention.sliding_window_pattern", sliding);
+    set_gguf_key(keys, "rope.freq_base_swa", float(cfg.sliding_rope ? cfg.sliding_rope->theta : cfg.rope_theta));
+  }
+  if (cfg.final_logit_softcap > 0) set_gguf_key(keys, "final_logit_softcapping", float(cfg.final_logit_softcap));
+  if (cfg.rope_scaling.type == "linear") {
+    set_gguf_key(keys, "rope.scaling.type", std::string("linear"));
+    set_gguf_key(keys, "rope.scaling.factor", float(cfg.rope_scaling.factor));
+  }
+}
+
+// Read back as llama.cpp runs the file: query_pre_attn_scalar by its rule, the layers' pattern.
+void read_gemma3_keys(const GgufKeyReader& k, nlohmann::json& j) {
+  read_gqa_head_keys(k, j);
+  const int64_t layers = j["num_hidden_layers"].get<int64_t>(), head_dim = j.value("head_dim", int64_t(0));
+  j["head_dim"] = head_dim ? head_dim : j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>();
+  j["query_pre_attn_scalar"] = layers == 62 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
+                                            : j["head_dim"].get<int64_t>();
+  std::vector<bool> sliding(size_t(layers), false);
+  if (auto window = k.count("attention.sliding_window")) {
+    j["sliding_window"] = *window;
+    if (auto flags = k.flags("attention.sliding_window_pattern")) {
+      if (int64_t(flags->size()) != layers)
+        k.bad("attention.sliding_window_pattern", "has " + std::to_string(flags->size()) + " flags for " + std::to_string(layers) + " layers");
+      sliding = *flags;
+    } else {
+      const int64_t period = k.has("attention.sliding_window_pattern") ? k.natural("attention.sliding_window_pattern").value_or(6) : 6;
+      for (int64_t l = 0; l < layers; ++l) sliding[size_t(l)] = period == 0 || l % period < period - 1;
+    }
+  }
+  nlohmann::json types = nlohmann::json::array();
+  for (bool s : sliding) types.push_back(s ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["rope_local_base_freq"] = k.number("rope.freq_base_swa").value_or(10000.0);
+  if (auto cap = k.number("final_logit_softcapping"); cap && *cap > 0) j["final_logit_softcapping"] = *cap;
+  const std::string type = k.text("rope.scaling.type").value_or("none");
+  if (type == "linear") j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", k.number("rope.scaling.factor").value_or(1)}};
+  else if (type != "none") k.unsupported("rope.scaling.type", "= '" + type + "' is not read (none, linear)");
+}
+
+// Gemma's sandwich norms by llama.cpp's names.
+constexpr GgufRename kGemma3Renames[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"},
+                                         {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+                                         {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
+}  // namespace
+
+const GgufArch kGgufGemma3{.name = "gemma3",
+                           .linear_rope = true,
+                           .renames = kGemma3Renames,
+                           .check = check_gemma3_gguf,
+                           .write_keys = write_gemma3_keys,
+                           .read_keys = read_gemma3_keys};
 
 }  // namespace ar

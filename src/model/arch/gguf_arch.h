@@ -68,6 +68,7 @@ struct GgufArch {
   GgufTopkNorm topk_norm = GgufTopkNorm::FromKey;
   bool leading_dense = false;  // dense layers allowed, as the first leading_dense_block_count
   bool yarn = false;           // YaRN RoPE scaling, written and read as keys by write_keys / read_keys
+  bool linear_rope = false;    // linear RoPE scaling, likewise (Gemma 3's global layers)
   std::span<const GgufRename> renames = {};
   // Refuses (Unsupported, naming the field) what llama.cpp's graph does not run; may be null.
   void (*check)(const ModelConfig& cfg) = nullptr;

@@ -18,7 +18,7 @@ constexpr ArchSpec kArchs[] = {
     {"DeepseekV32ForCausalLM", configure_deepseek_v32, nullptr},
     {"Glm4MoeForCausalLM", configure_glm4_moe, &kGgufGlm4Moe},
     {"GptOssForCausalLM", configure_gpt_oss, &kGgufGptOss},
-    {"Gemma3ForCausalLM", configure_gemma3, nullptr},
+    {"Gemma3ForCausalLM", configure_gemma3, &kGgufGemma3},
 };
 }  // namespace
 
