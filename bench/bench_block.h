@@ -11,6 +11,9 @@
 //   --gpt_oss 1 [--window W]: gpt-oss's block (attention sinks, a W-key sliding window (default 128),
 //   the biased router's top-k softmax, biased experts with the clamped SwiGLU), e.g. gpt-oss-120B's:
 //   --hidden 2880 --inter 2880 --heads 64 --kv 8 --head_dim 64 --experts 128 --topk 4.
+//   --gemma3 1 [--window W]: Gemma 3's dense block (sandwich norms, q/k norm, the GeLU-tanh MLP, a W-key
+//   sliding window (default 1024), queries scaled by 1/sqrt(head_dim)), e.g. Gemma-3-12B's: --hidden 3840
+//   --inter 15360 --heads 16 --kv 8 --head_dim 256.
 // FLOPs count the active weights.
 #pragma once
 #include <cmath>
@@ -98,6 +101,11 @@ inline BlockDims bench_dims(int argc, char** argv, int64_t hidden, int64_t inter
              arg(argc, argv, "--v_dim", 128), true, 0};
     d.Hkv = d.H;
     d.D = d.mla.nope + d.mla.rope;  // as ModelConfig::block_dims: the query/key head
+  }
+  if (arg(argc, argv, "--gemma3", 0)) {
+    d.sandwich = d.qk_norm = true;
+    d.act = {GateKind::GeluTanh};
+    d.window = arg(argc, argv, "--window", 1024);
   }
   d.moe.E = arg(argc, argv, "--experts", 0);
   if (d.is_moe()) {

@@ -123,7 +123,8 @@ int64_t max_block_params(const ModelConfig& cfg) {
 }
 
 int64_t block_cache_floats(const BlockDims& d) {
-  const int64_t attn = 8 * d.C + d.H;
+  // sandwich norms keep the attention's and the feed-forward's outputs and their rstd
+  const int64_t attn = 8 * d.C + d.H + (d.sandwich ? 2 * d.C + 2 : 0);
   if (!d.is_moe()) return attn + 4 * d.I;
   // the routed rows' gathered input and output, gate/up/SwiGLU, the routing; the shared expert
   return attn + d.moe.K * (2 * d.C + 4 * d.moe.I) + 2 * d.moe.E + (d.moe.Is ? 2 * d.C + 4 * d.moe.Is : 0);
