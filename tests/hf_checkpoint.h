@@ -135,4 +135,21 @@ inline void expect_logits_match_transformers(const std::string& dir, const std::
   EXPECT_TRUE(logits_of(per.path, g.ids, g.B, g.T) == fused) << tag << ": the two layouts give different logits";
 }
 
+// Incremental decoding of `dir`'s model (3 tokens, then one at a time) gives the whole-sequence forward's
+// logits at every position (windows shorter than the 12 tokens: the cache holds more keys than a window).
+inline void expect_decode_matches_forward(const std::string& dir) {
+  auto m = HfModel::open(dir);
+  Context ctx(Device{}, 2);
+  Transformer tf(*m, ctx, true);
+  const std::vector<int32_t> ids = {5, 17, 33, 8, 41, 12, 9, 60, 3, 22, 31, 47};
+  Tensor full = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));
+  const int64_t V = m->config().vocab_size;
+  std::vector<float> last = tf.decode(ids.data(), 3);
+  EXPECT_LT(rel_err(last.data(), full.f32() + 2 * V, size_t(V)), 1e-5);
+  for (size_t i = 3; i < ids.size(); ++i) {
+    last = tf.decode(ids.data() + i, 1);
+    EXPECT_LT(rel_err(last.data(), full.f32() + int64_t(i) * V, size_t(V)), 1e-5) << dir << " position " << i;
+  }
+}
+
 }  // namespace ar::test

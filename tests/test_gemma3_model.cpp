@@ -112,18 +112,7 @@ TEST(Gemma3Model, LogitsMatchTransformers) {
 
 // Incremental decoding through 4-key windows and the two RoPE tables gives the full forward's logits.
 TEST(Gemma3Model, DecodeMatchesForward) {
-  auto m = HfModel::open(kDir + "gemma3/model");
-  Context ctx(Device{}, 2);
-  Transformer tf(*m, ctx, true);
-  const std::vector<int32_t> ids = {5, 17, 33, 8, 41, 12, 9, 60, 3, 22, 31, 47};
-  Tensor full = tf.forward_logits(ids.data(), nullptr, 1, int64_t(ids.size()));
-  const int64_t V = m->config().vocab_size;
-  std::vector<float> last = tf.decode(ids.data(), 3);
-  EXPECT_LT(rel_err(last.data(), full.f32() + 2 * V, size_t(V)), 1e-5);
-  for (size_t i = 3; i < ids.size(); ++i) {
-    last = tf.decode(ids.data() + i, 1);
-    EXPECT_LT(rel_err(last.data(), full.f32() + int64_t(i) * V, size_t(V)), 1e-5) << "position " << i;
-  }
+  expect_decode_matches_forward(kDir + "gemma3/model");
 }
 
 }  // namespace

@@ -219,19 +219,15 @@ TEST(CpuKernels, SwiGlu) {
   expect_close("du", du, dud);
 }
 
-// gpt-oss's clamped SwiGLU against the double reference, with gate and up values on both sides of the
-// clamp and exactly at it.
-TEST(CpuKernels, ClampedSwiGlu) {
+// The CPU gate kernels (forward and backward) of `act` against the double reference; the CPU's dg, du.
+std::pair<std::vector<float>, std::vector<float>> expect_gate_matches_ref(const GateAct& act, const std::vector<float>& g,
+                                                                          const std::vector<float>& u,
+                                                                          const std::vector<float>& da) {
   Context ctx(Device{}, 2);
-  const int64_t n = 10007;
-  const GateAct act{GateKind::ClampedSwiglu, 1.702f, 1.5f};
-  auto g = cast<float>(randn<double>(n, 24, 3.0)), u = cast<float>(randn<double>(n, 25, 3.0)),
-       da = cast<float>(randn<double>(n, 26));
-  g[0] = u[1] = 1.5f;
-  u[2] = -1.5f;
+  const int64_t n = int64_t(g.size());
   auto gd = cast<double>(g), ud = cast<double>(u), dad = cast<double>(da);
-  std::vector<float> a(n), dg(n), du(n);
-  std::vector<double> ad(n), dgd(n), dud(n);
+  std::vector<float> a(g.size()), dg(g.size()), du(g.size());
+  std::vector<double> ad(g.size()), dgd(g.size()), dud(g.size());
   cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, act);
   ref::gate_fwd(act, gd.data(), ud.data(), ad.data(), n);
   expect_close("a", a, ad);
@@ -239,6 +235,19 @@ TEST(CpuKernels, ClampedSwiGlu) {
   ref::gate_bwd(act, dad.data(), gd.data(), ud.data(), dgd.data(), dud.data(), n);
   expect_close("dg", dg, dgd);
   expect_close("du", du, dud);
+  return {dg, du};
+}
+
+// gpt-oss's clamped SwiGLU against the double reference, with gate and up values on both sides of the
+// clamp and exactly at it.
+TEST(CpuKernels, ClampedSwiGlu) {
+  const int64_t n = 10007;
+  const GateAct act{GateKind::ClampedSwiglu, 1.702f, 1.5f};
+  auto g = cast<float>(randn<double>(n, 24, 3.0)), u = cast<float>(randn<double>(n, 25, 3.0)),
+       da = cast<float>(randn<double>(n, 26));
+  g[0] = u[1] = 1.5f;
+  u[2] = -1.5f;
+  const auto [dg, du] = expect_gate_matches_ref(act, g, u, da);
   size_t clamped_g = 0, clamped_u = 0;
   for (int64_t i = 0; i < n; ++i) {
     clamped_g += g[size_t(i)] > 1.5f;
@@ -259,22 +268,12 @@ TEST(CpuKernels, ClampedSwiGlu) {
 
 // Gemma's GeLU-tanh gate against the double reference, gates from -12 to 12 (both saturated ends).
 TEST(CpuKernels, GeluTanhGate) {
-  Context ctx(Device{}, 2);
   const int64_t n = 10007;
   const GateAct act{GateKind::GeluTanh};
   auto g = cast<float>(randn<double>(n, 27, 4.0)), u = cast<float>(randn<double>(n, 28)),
        da = cast<float>(randn<double>(n, 29));
   g[0] = 12.f, g[1] = -12.f, g[2] = 0.f;
-  auto gd = cast<double>(g), ud = cast<double>(u), dad = cast<double>(da);
-  std::vector<float> a(n), dg(n), du(n);
-  std::vector<double> ad(n), dgd(n), dud(n);
-  cpu::swiglu_fwd(ctx, g.data(), u.data(), a.data(), n, act);
-  ref::gate_fwd(act, gd.data(), ud.data(), ad.data(), n);
-  expect_close("a", a, ad);
-  cpu::swiglu_bwd(ctx, da.data(), g.data(), u.data(), dg.data(), du.data(), n, act);
-  ref::gate_bwd(act, dad.data(), gd.data(), ud.data(), dgd.data(), dud.data(), n);
-  expect_close("dg", dg, dgd);
-  expect_close("du", du, dud);
+  expect_gate_matches_ref(act, g, u, da);
 }
 
 TEST(CpuKernels, ResidualAdd) {

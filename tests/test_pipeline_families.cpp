@@ -158,16 +158,7 @@ TEST(PipelineFamilies, GptOssFloatSchemes) {
   o.fmt = test::kFpSchemes[0].fmt;  // MXFP4
   o.format = "auto_round,llm_compressor";
   quantize_model(o);
-  auto a = HfModel::open(q.path + "/auto-round"), b = HfModel::open(q.path + "/llm-compressor");
-  Context ctx(Device{}, 2);
-  for (int64_t l = 0; l < 2; ++l) {
-    const BlockWeights wa = a->load_block(l, ctx), wb = b->load_block(l, ctx);
-    const auto la = quant::block_linears(wa), lb = quant::block_linears(wb);
-    ASSERT_EQ(la.size(), 4u + 3 * 8);
-    for (size_t i = 0; i < la.size(); ++i)
-      for (int64_t j = 0; j < la[i].second->numel(); ++j)
-        ASSERT_EQ(la[i].second->f32()[j], lb[i].second->f32()[j]) << la[i].first << " [" << j << "]";
-  }
+  test::expect_same_linears(q.path + "/auto-round", q.path + "/llm-compressor", 2, 4u + 3 * 8);
   const auto t = test::tensor_bytes(q.path + "/llm-compressor/model.safetensors");
   EXPECT_TRUE(t.count("model.layers.1.mlp.experts.3.down_proj.weight_packed"));
   EXPECT_TRUE(t.count("model.layers.1.mlp.experts.3.down_proj.bias"));
@@ -179,6 +170,7 @@ TEST(PipelineFamilies, GptOssFloatSchemes) {
   EXPECT_TRUE(f.count("model.layers.0.mlp.experts.5.up_proj.input_scale"));
   auto fp = HfModel::open(m.path);
   const std::vector<int32_t> ids = load_tokenizer(*fp)->encode("The river had changed its course over the years.");
+  Context ctx(Device{}, 2);
   Transformer tf(*fp, ctx, false);
   for (const std::string& dir : {q.path + "/auto-round", s.path}) {
     auto mq = HfModel::open(dir);

@@ -39,16 +39,7 @@ TEST(PipelineGemma3, FloatSchemes) {
   o.fmt = test::kFpSchemes[0].fmt;  // MXFP4
   o.format = "auto_round,llm_compressor";
   quantize_model(o);
-  auto a = HfModel::open(q.path + "/auto-round"), b = HfModel::open(q.path + "/llm-compressor");
-  Context ctx(Device{}, 2);
-  for (int64_t l = 0; l < 2; ++l) {
-    const BlockWeights wa = a->load_block(l, ctx), wb = b->load_block(l, ctx);
-    const auto la = quant::block_linears(wa), lb = quant::block_linears(wb);
-    ASSERT_EQ(la.size(), 7u);
-    for (size_t i = 0; i < la.size(); ++i)
-      for (int64_t j = 0; j < la[i].second->numel(); ++j)
-        ASSERT_EQ(la[i].second->f32()[j], lb[i].second->f32()[j]) << la[i].first << " [" << j << "]";
-  }
+  test::expect_same_linears(q.path + "/auto-round", q.path + "/llm-compressor", 2, 7u);
   const auto t = test::tensor_bytes(q.path + "/llm-compressor/model.safetensors");
   EXPECT_TRUE(t.count("model.layers.1.mlp.down_proj.weight_packed"));
   EXPECT_TRUE(t.count("model.layers.1.post_feedforward_layernorm.weight"));

@@ -72,6 +72,11 @@ void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std:
 // none sliding).
 void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const std::string& path,
                               int64_t default_window, bool (*default_sliding)(int64_t layer));
+// The sliding layers in GGUF (attention.sliding_window_pattern, as llama.cpp's set_swa_pattern reads it: a
+// period n, layer l sliding when l % n < n - 1, or one bool per layer): written as nothing when they follow
+// the architecture's default period, else as the flags; read back as config.json's layer_types.
+void write_sliding_pattern(const ModelConfig& cfg, std::vector<GgufKey>& keys, int64_t default_period);
+nlohmann::json read_layer_types(const GgufKeyReader& k, int64_t layers, int64_t default_period);
 
 // Field helpers (arch/moe_fields.cpp): a positive integer or `def` when absent (or null); whether a field
 // is present as null (transformers' None, which JsonIn::has reports as absent).

@@ -95,16 +95,9 @@ void check_gemma3_gguf(const ModelConfig& cfg) {
 // The sliding layers as llama.cpp's default (every 6th layer global, written as nothing, as the
 // converter does) or one flag per layer; no window key when no layer slides (every layer global).
 void write_gemma3_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
-  std::vector<bool> sliding;
-  bool any = false, period_six = true;
-  for (size_t l = 0; l < cfg.sliding_layers.size(); ++l) {
-    sliding.push_back(cfg.sliding_layers[l] != 0);
-    any = any || sliding.back();
-    period_six = period_six && sliding.back() == (l % 6 < 5);
-  }
-  if (any) {
+  if (std::find(cfg.sliding_layers.begin(), cfg.sliding_layers.end(), 1) != cfg.sliding_layers.end()) {
     set_gguf_count(keys, "attention.sliding_window", cfg.sliding_window);
-    if (!period_six) set_gguf_key(keys, "attention.sliding_window_pattern", sliding);
+    write_sliding_pattern(cfg, keys, 6);
     set_gguf_key(keys, "rope.freq_base_swa", float(cfg.sliding_rope ? cfg.sliding_rope->theta : cfg.rope_theta));
   }
   if (cfg.final_logit_softcap > 0) set_gguf_key(keys, "final_logit_softcapping", float(cfg.final_logit_softcap));
@@ -121,21 +114,12 @@ void read_gemma3_keys(const GgufKeyReader& k, nlohmann::json& j) {
   j["head_dim"] = head_dim ? head_dim : j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>();
   j["query_pre_attn_scalar"] = layers == 62 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
                                             : j["head_dim"].get<int64_t>();
-  std::vector<bool> sliding(size_t(layers), false);
   if (auto window = k.count("attention.sliding_window")) {
     j["sliding_window"] = *window;
-    if (auto flags = k.flags("attention.sliding_window_pattern")) {
-      if (int64_t(flags->size()) != layers)
-        k.bad("attention.sliding_window_pattern", "has " + std::to_string(flags->size()) + " flags for " + std::to_string(layers) + " layers");
-      sliding = *flags;
-    } else {
-      const int64_t period = k.has("attention.sliding_window_pattern") ? k.natural("attention.sliding_window_pattern").value_or(6) : 6;
-      for (int64_t l = 0; l < layers; ++l) sliding[size_t(l)] = period == 0 || l % period < period - 1;
-    }
+    j["layer_types"] = read_layer_types(k, layers, 6);
+  } else {  // no window: every layer global (llama.cpp's swa_type none)
+    j["layer_types"] = std::vector<std::string>(size_t(layers), "full_attention");
   }
-  nlohmann::json types = nlohmann::json::array();
-  for (bool s : sliding) types.push_back(s ? "sliding_attention" : "full_attention");
-  j["layer_types"] = types;
   j["rope_local_base_freq"] = k.number("rope.freq_base_swa").value_or(10000.0);
   if (auto cap = k.number("final_logit_softcapping"); cap && *cap > 0) j["final_logit_softcapping"] = *cap;
   const std::string type = k.text("rope.scaling.type").value_or("none");

@@ -71,13 +71,7 @@ void check_gpt_oss_gguf(const ModelConfig& cfg) {
 void write_gpt_oss_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
   set_gguf_count(keys, "expert_feed_forward_length", cfg.moe.expert_intermediate);
   set_gguf_count(keys, "attention.sliding_window", cfg.sliding_window);
-  std::vector<bool> sliding;
-  bool period_two = true;
-  for (size_t l = 0; l < cfg.sliding_layers.size(); ++l) {
-    sliding.push_back(cfg.sliding_layers[l] != 0);
-    period_two = period_two && sliding.back() == (l % 2 == 0);
-  }
-  if (!period_two) set_gguf_key(keys, "attention.sliding_window_pattern", sliding);
+  write_sliding_pattern(cfg, keys, 2);
   const RopeScaling& r = cfg.rope_scaling;
   if (r.type != "yarn") return;
   set_gguf_key(keys, "rope.scaling.type", std::string("yarn"));
@@ -95,17 +89,7 @@ void read_gpt_oss_keys(const GgufKeyReader& k, nlohmann::json& j) {
   j["num_experts_per_tok"] = k.required_count("expert_used_count");
   j["intermediate_size"] = k.required_count("expert_feed_forward_length");
   j["sliding_window"] = k.required_count("attention.sliding_window");
-  std::vector<bool> sliding;
-  if (auto flags = k.flags("attention.sliding_window_pattern")) {
-    if (int64_t(flags->size()) != layers) k.bad("attention.sliding_window_pattern", "has " + std::to_string(flags->size()) + " flags for " + std::to_string(layers) + " layers");
-    sliding = *flags;
-  } else {
-    const int64_t period = k.has("attention.sliding_window_pattern") ? k.natural("attention.sliding_window_pattern").value_or(2) : 2;
-    for (int64_t l = 0; l < layers; ++l) sliding.push_back(period == 0 || l % period < period - 1);
-  }
-  nlohmann::json types = nlohmann::json::array();
-  for (bool s : sliding) types.push_back(s ? "sliding_attention" : "full_attention");
-  j["layer_types"] = types;
+  j["layer_types"] = read_layer_types(k, layers, 2);
   const std::string type = k.text("rope.scaling.type").value_or("none");
   if (type == "none") {
     j["rope_scaling"] = {{"rope_type", "default"}};

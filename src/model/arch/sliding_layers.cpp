@@ -1,6 +1,7 @@
 // Per-layer attention kinds (transformers' `layer_types`): which layers attend through a sliding window
 // of `sliding_window` keys (ModelConfig::sliding_layers), computed exactly by the attention kernels.
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/json_file.h"
@@ -28,6 +29,39 @@ void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const s
       types[l].bad("layer type '" + t + "' is not supported (sliding_attention, full_attention)");
     cfg.sliding_layers[l] = t == "sliding_attention" ? 1 : 0;
   }
+}
+
+namespace {
+// llama.cpp's set_swa_pattern: with period n, layer l slides when l % n < n - 1 (n = 0: every layer).
+bool default_sliding_in(int64_t layer, int64_t period) { return period == 0 || layer % period < period - 1; }
+}  // namespace
+
+void write_sliding_pattern(const ModelConfig& cfg, std::vector<GgufKey>& keys, int64_t default_period) {
+  std::vector<bool> sliding;
+  bool as_default = true;
+  for (size_t l = 0; l < cfg.sliding_layers.size(); ++l) {
+    sliding.push_back(cfg.sliding_layers[l] != 0);
+    as_default = as_default && sliding.back() == default_sliding_in(int64_t(l), default_period);
+  }
+  if (!as_default) set_gguf_key(keys, "attention.sliding_window_pattern", sliding);
+}
+
+nlohmann::json read_layer_types(const GgufKeyReader& k, int64_t layers, int64_t default_period) {
+  std::vector<bool> sliding(static_cast<size_t>(layers));
+  if (auto flags = k.flags("attention.sliding_window_pattern")) {
+    if (int64_t(flags->size()) != layers)
+      k.bad("attention.sliding_window_pattern",
+            "has " + std::to_string(flags->size()) + " flags for " + std::to_string(layers) + " layers");
+    sliding = *flags;
+  } else {
+    const int64_t period = k.has("attention.sliding_window_pattern")
+                               ? k.natural("attention.sliding_window_pattern").value_or(default_period)
+                               : default_period;
+    for (int64_t l = 0; l < layers; ++l) sliding[size_t(l)] = default_sliding_in(l, period);
+  }
+  nlohmann::json types = nlohmann::json::array();
+  for (bool s : sliding) types.push_back(s ? "sliding_attention" : "full_attention");
+  return types;
 }
 
 }  // namespace ar
