@@ -14,10 +14,15 @@ namespace ar::cpu {
 namespace {
 constexpr int64_t kBlock = 256;
 
-// The sigmoid's argument: g (SwiGLU), alpha min(g, limit) (clamped), 2z (GeLU-tanh).
-float gate_arg(const GateAct& a, float g) {
-  if (a.kind == GateKind::ClampedSwiglu) return a.alpha * std::min(g, a.limit);
-  return a.kind == GateKind::GeluTanh ? ref::gelu_tanh_arg(g) : g;
+// e[k] = -z of the sigmoid's argument z: g (SwiGLU), alpha min(g, limit) (clamped), 2z (GeLU-tanh); one
+// loop per kind, so each vectorizes.
+void neg_gate_args(const GateAct& a, const float* g, float* e, int64_t len) {
+  if (a.kind == GateKind::ClampedSwiglu)
+    for (int64_t k = 0; k < len; ++k) e[k] = -(a.alpha * std::min(g[k], a.limit));
+  else if (a.kind == GateKind::GeluTanh)
+    for (int64_t k = 0; k < len; ++k) e[k] = -ref::gelu_tanh_arg(g[k]);
+  else
+    for (int64_t k = 0; k < len; ++k) e[k] = -g[k];
 }
 
 // fn(b, len, e) for blocks of [i0, i1), e[k] = exp(-z) of element b + k's sigmoid argument z.
@@ -26,9 +31,34 @@ void with_exp_neg(const GateAct& act, const float* g, int64_t i0, int64_t i1, Fn
   float e[kBlock];
   for (int64_t b = i0; b < i1; b += kBlock) {
     const int64_t len = std::min(kBlock, i1 - b);
-    for (int64_t k = 0; k < len; ++k) e[k] = -gate_arg(act, g[b + k]);
+    neg_gate_args(act, g + b, e, len);
     exp_inplace(e, len);
     fn(b, len, e);
+  }
+}
+
+// One block's dg, du (kernels/ref/gate_act_ref.h's *_bwd_elem) from e = exp(-z), one loop per kind.
+void gate_bwd_block(const GateAct& act, const float* da, const float* g, const float* u, const float* e, float* yg,
+                    float* yu, int64_t len) {
+  const float L = act.limit, alpha = act.alpha;
+  if (act.kind == GateKind::ClampedSwiglu) {
+    for (int64_t k = 0; k < len; ++k) {
+      const float s = 1.f / (1.f + e[k]), gc = std::min(g[k], L), uc = std::clamp(u[k], -L, L);
+      yu[k] = -L <= u[k] && u[k] <= L ? da[k] * gc * s : 0.f;
+      yg[k] = g[k] <= L ? da[k] * (uc + 1.f) * s * (1.f + alpha * gc * (1.f - s)) : 0.f;
+    }
+  } else if (act.kind == GateKind::GeluTanh) {
+    for (int64_t k = 0; k < len; ++k) {
+      const float s = 1.f / (1.f + e[k]), one_minus_s = s < 0.5f ? 1.f - s : e[k] * s;
+      yu[k] = da[k] * g[k] * s;
+      yg[k] = da[k] * u[k] * s * (1.f + g[k] * one_minus_s * ref::gelu_tanh_arg_grad(g[k]));
+    }
+  } else {
+    for (int64_t k = 0; k < len; ++k) {
+      const float s = 1.f / (1.f + e[k]);
+      yu[k] = da[k] * g[k] * s;
+      yg[k] = da[k] * u[k] * s * (1.f + g[k] * (1.f - s));
+    }
   }
 }
 
@@ -59,29 +89,12 @@ void gate_bwd_t(Context& ctx, const GateAct& act, const float* da, const float* 
                 int64_t n) {
   constexpr bool f32 = std::is_same_v<Out, float>;
   const Isa isa = kernel_isa();
-  const bool clamped = act.kind == GateKind::ClampedSwiglu, gelu = act.kind == GateKind::GeluTanh;
-  const float L = act.limit, alpha = act.alpha;
   ctx.pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
     float bg[kBlock], bu[kBlock];
     with_exp_neg(act, g, i0, i1, [&](int64_t b, int64_t len, const float* e) {
       float* yg = f32 ? reinterpret_cast<float*>(dg) + b : bg;
       float* yu = f32 ? reinterpret_cast<float*>(du) + b : bu;
-      for (int64_t k = 0; k < len; ++k) {
-        const int64_t i = b + k;
-        const float s = 1.f / (1.f + e[k]);
-        if (clamped) {  // kernels/ref/gate_act_ref.h's clamped_swiglu_bwd_elem
-          const float gc = std::min(g[i], L), uc = std::clamp(u[i], -L, L);
-          yu[k] = -L <= u[i] && u[i] <= L ? da[i] * gc * s : 0.f;
-          yg[k] = g[i] <= L ? da[i] * (uc + 1.f) * s * (1.f + alpha * gc * (1.f - s)) : 0.f;
-        } else if (gelu) {  // gelu_tanh_bwd_elem
-          yu[k] = da[i] * g[i] * s;
-          const float one_minus_s = s < 0.5f ? 1.f - s : e[k] * s;
-          yg[k] = da[i] * u[i] * s * (1.f + g[i] * one_minus_s * ref::gelu_tanh_arg_grad(g[i]));
-        } else {
-          yu[k] = da[i] * g[i] * s;
-          yg[k] = da[i] * u[i] * s * (1.f + g[i] * (1.f - s));
-        }
-      }
+      gate_bwd_block(act, da + b, g + b, u + b, e, yg, yu, len);
       if constexpr (!f32) {
         fp32_to_bf16_serial(bg, dg + b, len, isa);
         fp32_to_bf16_serial(bu, du + b, len, isa);
