@@ -255,7 +255,7 @@ def native_worker(model_dir, ids_path, out_npy, dtype_name, result_path):
         model.eval()
         kinds = collections.Counter()
         for name, mod in model.named_modules():
-            if re.match(r"model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj$", name):
+            if re.match(r"model\.(language_model\.)?layers\.\d+\.(self_attn|mlp)\.\w+_proj$", name):
                 kinds[f"{type(mod).__module__}.{type(mod).__name__}"] += 1
         res["modules"] = dict(kinds)
         res["model_dtype"] = str(model.dtype).replace("torch.", "")

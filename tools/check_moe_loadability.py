@@ -11,7 +11,8 @@ already be built. From the repository root (a few minutes on 2 cores):
 
 For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral, DeepSeek-V3 with latent
 attention and its sigmoid router, GLM-4.5 with partial RoPE, gpt-oss with sinks, 32-key windows and
-biased experts; `--archs` picks some) it
+biased experts, Gemma 3, and Gemma 3 inside Gemma3ForConditionalGeneration (gemma3_mm: a tiny SigLIP vision tower
+beside it, stored as save_pretrained writes it, language_model.model.*); `--archs` picks some) it
   1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
      top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
      tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
@@ -21,7 +22,9 @@ biased experts; `--archs` picks some) it
      float32 (a separate process: check_loadability.py's native worker), and for GPTQ / AWQ also
      against GPTQModel.load (gptqmodel 7.7.0, `BUILD_CUDA_EXT=0 pip install gptqmodel optimum`), the
      load that counts for them (GPTQMODEL_FORMATS below); a load with missing or unexpected weights
-     fails; max |diff| <= --rtol * max |logit| passes.
+     fails; max |diff| <= --rtol * max |logit| passes;
+  4. for a multimodal model: every output holds the vision tower and projector tensors byte for byte
+     (fp16 outputs: their fp16 values).
 Exit status 0 when every row passes.
 """
 from __future__ import annotations
@@ -35,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
-ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss", "gemma3")
+ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss", "gemma3", "gemma3_mm")
 FORMATS = ("auto_round", "auto_gptq", "auto_awq", "fake")
 # GPTQ / AWQ outputs load through gptqmodel's own loader (GPTQModel.load), which builds per-expert
 # Linears: transformers 5's from_pretrained builds its fused expert modules (mlp.experts.gate_up_proj,
@@ -90,10 +93,26 @@ def gptqmodel_logits(model_dir, ids, tmp):
     return (np.load(out_npy) if res.get("ok") else None), res
 
 
+def vision_bytes(model_dir, out_dir):
+    """Whether the output holds every tensor of the input outside the language model with its values."""
+    import torch
+    from safetensors.torch import load_file
+
+    src, out = load_file(os.path.join(model_dir, "model.safetensors")), load_file(os.path.join(out_dir, "model.safetensors"))
+    names = [n for n in src if not n.startswith("language_model.")]
+    missing = [n for n in names if n not in out]
+    if missing:
+        return f"{len(missing)} of {len(names)} missing ({missing[0]})"
+    same = all(torch.equal(src[n], out[n]) if out[n].dtype == src[n].dtype else torch.equal(src[n].half(), out[n])
+               for n in names)
+    return f"{len(names)} tensors " + ("identical" if same else "DIFFER")
+
+
 def make_model(arch, d, hidden=128, expert=64, dense_first=True):
     """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer."""
     import torch
-    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
+                              Gemma3ForConditionalGeneration, Gemma3TextConfig,
                               Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, MixtralConfig,
                               MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig,
                               Qwen3MoeForCausalLM)
@@ -127,6 +146,14 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=hidden // 4, intermediate_size=2 * hidden,
                                                    sliding_window=32, query_pre_attn_scalar=hidden // 4,
                                                    layer_types=["sliding_attention", "full_attention"]))
+    elif arch == "gemma3_mm":  # the gemma3 case's language model beside a SigLIP tower (no soft-cap: refused there)
+        common.update(tie_word_embeddings=True)
+        text = Gemma3TextConfig(**common, head_dim=hidden // 4, intermediate_size=2 * hidden, sliding_window=32,
+                                query_pre_attn_scalar=hidden // 4, layer_types=["sliding_attention", "full_attention"])
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                      patch_size=14, vision_use_head=False)
+        model = Gemma3ForConditionalGeneration(Gemma3Config(text_config=text.to_dict(), vision_config=vision,
+                                                            mm_tokens_per_image=4))
     elif arch == "gpt_oss":  # sinks, windows of 32 on layer 0, biased experts, the clamped SwiGLU, YaRN
         model = GptOssForCausalLM(GptOssConfig(**common, head_dim=hidden // 4, intermediate_size=expert,
                                                num_local_experts=8, sliding_window=32))
@@ -141,7 +168,7 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
                 if p.dim() > 1:
                     p.normal_(0, 0.05)
                 else:  # Gemma's norms multiply by 1 + w
-                    p.normal_(0, 0.1) if arch == "gemma3" else p.fill_(1.0)
+                    p.normal_(0, 0.1) if arch.startswith("gemma3") else p.fill_(1.0)
     model.to(torch.bfloat16).save_pretrained(d)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(cl.TOKENIZER_DIR, f), d)
@@ -206,6 +233,11 @@ def main():
                 rows.append((arch, f"{fmt} ({loader})", f"max|diff|/max|logit| {diff:.2e}, argmax agreement "
                                                         f"{float((native.argmax(-1) == ours.argmax(-1)).mean()):.3f}, "
                                                         f"{backend} {note} -> {verdict}"))
+        if arch.endswith("_mm"):
+            for fmt in formats:
+                d = os.path.join(out, fmt.replace("_", "-")) if len(formats) > 1 else out
+                rows.append((arch, fmt, "vision tower and projector: " + vision_bytes(model, d)))
+                ok &= rows[-1][2].endswith("identical")
     print("| model | format | result |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")

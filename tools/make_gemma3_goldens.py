@@ -17,6 +17,13 @@ For each case it writes <out>/<case>/:
   expected.safetensors  ids [B, T] (int32) and the logits [B*T, vocab] transformers computes in float32
                  after loading the bf16 checkpoint in bf16 and converting it (.float()): the embedding
                  scale sqrt(hidden_size) is then the bf16 value, as every bf16 run of the model has it.
+And <out>/multimodal/: a Gemma3ForConditionalGeneration whose language model is the gemma3 case's (the
+same weights) beside a tiny random SigLIP vision tower and projector:
+  model/         as save_pretrained writes it (language_model.model.*, vision_tower.*, ...);
+  model_v5/      the same tensors under transformers 5's module names (model.language_model.*,
+                 model.vision_tower.*, lm_head.*), which transformers loads to the same model;
+  expected.safetensors  the text logits of the ids (no image), equal to those of the gemma3 case's text
+                 model without its soft-cap (transformers' Gemma3ForConditionalGeneration applies none).
 The window (4 keys) is shorter than the 12-token sequences; the global layers' RoPE is linearly scaled;
 query_pre_attn_scalar differs from head_dim; the soft-cap is below the largest logits.
 """
@@ -110,6 +117,55 @@ def main() -> None:
         save_file({"ids": ids.to(torch.int32), "logits": logits.float()}, os.path.join(d, "expected.safetensors"))
         print(case, c.get("layer_types"), c.get("rope_parameters"), float(back.model.embed_tokens.embed_scale),
               float(logits.abs().max()), sorted(k for k in back.state_dict() if "layers.1." in k))
+    multimodal(args.out, ids)
+
+
+def v5_name(name: str) -> str:
+    """A stored name of the multimodal checkpoint under transformers 5's module names."""
+    for old, new in (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+                     ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector.")):
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def multimodal(out: str, ids: torch.Tensor) -> None:
+    """The multimodal case: the gemma3 case's language model inside Gemma3ForConditionalGeneration."""
+    from safetensors.torch import load_file
+    from transformers import Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration
+    # transformers' Gemma3ForConditionalGeneration does not soft-cap the logits (Gemma3ForCausalLM and vLLM
+    # do; no release sets the field): the language model here has none, as autoround.cpp requires.
+    text = Gemma3ForCausalLM.from_pretrained(os.path.join(out, "gemma3", "model"), dtype=torch.bfloat16,
+                                             attn_implementation="eager", final_logit_softcapping=None)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14, vision_use_head=False)
+    cfg = Gemma3Config(text_config=text.config.to_dict(), vision_config=vision, mm_tokens_per_image=4)
+    torch.manual_seed(17)
+    mm = Gemma3ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for p in mm.parameters():
+            p.normal_(0, 0.2)
+    mm.model.language_model.load_state_dict(text.model.state_dict())
+    mm = mm.to(torch.bfloat16).eval()
+    d = os.path.join(out, "multimodal")
+    mm.save_pretrained(os.path.join(d, "model"))
+    v5 = os.path.join(d, "model_v5")
+    os.makedirs(v5, exist_ok=True)
+    shutil.copy(os.path.join(d, "model", "config.json"), v5)
+    tensors = load_file(os.path.join(d, "model", "model.safetensors"))
+    save_file({v5_name(k): v for k, v in tensors.items()}, os.path.join(v5, "model.safetensors"), metadata={"format": "pt"})
+    logits = []
+    for src in ("model", "model_v5"):
+        back = Gemma3ForConditionalGeneration.from_pretrained(os.path.join(d, src), dtype=torch.bfloat16,
+                                                              attn_implementation="eager").float().eval()
+        with torch.no_grad():
+            logits.append(back(input_ids=ids).logits.reshape(-1, cfg.text_config.vocab_size))
+    assert torch.equal(logits[0], logits[1]), "the two layouts load differently"
+    with torch.no_grad():
+        want = text.float().eval()(ids).logits.reshape(-1, cfg.text_config.vocab_size)
+    assert torch.equal(logits[0], want), "the multimodal text logits differ from the text model's"
+    save_file({"ids": ids.to(torch.int32), "logits": logits[0].float()}, os.path.join(d, "expected.safetensors"))
+    print("multimodal", sorted(tensors)[:3], len(tensors), "tensors")
 
 
 if __name__ == "__main__":

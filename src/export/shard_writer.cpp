@@ -15,7 +15,8 @@
 
 namespace ar {
 
-ShardWriter::ShardWriter(std::string dir, uint64_t max_shard_bytes) : dir_(std::move(dir)), max_bytes_(max_shard_bytes) {}
+ShardWriter::ShardWriter(std::string dir, uint64_t max_shard_bytes, FileName file_name)
+    : dir_(std::move(dir)), max_bytes_(max_shard_bytes), file_name_(std::move(file_name)) {}
 
 ShardWriter::~ShardWriter() {
   if (data_) {
@@ -50,7 +51,7 @@ void ShardWriter::close_shard() {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   h["__metadata__"] = {{"format", "pt"}};
   for (const auto& e : entries_)
-    h[e.name] = {{"dtype", dtype_safetensors_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+    h[in_file(e.name)] = {{"dtype", dtype_safetensors_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
   // Length + header fill whole 4 KiB blocks (spaces pad the JSON, as safetensors allows): the data then
   // starts block-aligned, and both ways of closing give the same bytes.
   std::string hs = h.dump();
@@ -262,7 +263,7 @@ uint64_t ShardWriter::finish() {
     if (n == 1) std::snprintf(name, sizeof name, "model.safetensors");
     else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
     std::filesystem::rename(dir_ + "/.shard_" + std::to_string(i), dir_ + "/" + name);
-    for (const auto& e : closed_[i]) index["weight_map"][e.name] = name;
+    for (const auto& e : closed_[i]) index["weight_map"][in_file(e.name)] = name;
   }
   if (n > 1) write_file_atomic(dir_ + "/model.safetensors.index.json", index.dump(2) + "\n");
   return total_;

@@ -3,6 +3,7 @@
 // (in place where the filesystem can insert blocks, else by copying header + data into the final file). The index (model.safetensors.index.json) is written when there is more than one shard.
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,7 +16,10 @@ namespace ar {
 
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, uint64_t max_shard_bytes);
+  // `file_name` (optional) gives the name a tensor gets in the files (a multimodal checkpoint's language
+  // model under its prefix: model/name_map.h); add() and the resume state use the names as given.
+  using FileName = std::function<std::string(const std::string&)>;
+  ShardWriter(std::string dir, uint64_t max_shard_bytes, FileName file_name = {});
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -48,8 +52,10 @@ class ShardWriter {
   static constexpr uint64_t kHeaderBlock = 4096;
   Hash64 verify_file(const std::string& path, uint64_t prefix, bool closed, const nlohmann::json& want,
                      uint64_t data_bytes) const;
+  std::string in_file(const std::string& name) const { return file_name_ ? file_name_(name) : name; }
   std::string dir_;
   uint64_t max_bytes_, total_ = 0;
+  FileName file_name_;
   std::FILE* data_ = nullptr;
   std::string data_path_;
   std::vector<Entry> entries_;

@@ -219,17 +219,35 @@ double ModelConfig::attention_scale() const {
   return scale;
 }
 
-static ModelConfig parse_checked(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_object()) fail(ErrorKind::InvalidInput, path + ": not a JSON object");
+// The language model's fields: config.json itself, or a multimodal checkpoint's text_config (with the
+// top-level tie_word_embeddings, which transformers ties by); the family's defaults where a field is absent.
+static nlohmann::json text_fields(const nlohmann::json& top, const std::string& path, const ArchSpec& spec) {
+  nlohmann::json j = top;
+  if (spec.multimodal) {
+    if (!top.contains("text_config") || !top["text_config"].is_object())
+      bad_field(path, "text_config", "missing or not an object (" + std::string(spec.name) +
+                                         " keeps its language model's fields there)");
+    j = top["text_config"];
+    if (top.contains("tie_word_embeddings")) j["tie_word_embeddings"] = top["tie_word_embeddings"];
+  }
+  if (spec.defaults) spec.defaults(j);
+  return j;
+}
+
+static ModelConfig parse_checked(const nlohmann::json& top, const std::string& top_path) {
+  if (!top.is_object()) fail(ErrorKind::InvalidInput, top_path + ": not a JSON object");
   ModelConfig c;
-  if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
-      !j["architectures"][0].is_string())
-    bad_field(path, "architectures", "missing (expected e.g. [\"LlamaForCausalLM\"])");
-  c.architecture = j["architectures"][0].get<std::string>();
+  if (!top.contains("architectures") || !top["architectures"].is_array() || top["architectures"].empty() ||
+      !top["architectures"][0].is_string())
+    bad_field(top_path, "architectures", "missing (expected e.g. [\"LlamaForCausalLM\"])");
+  c.architecture = top["architectures"][0].get<std::string>();
   const ArchSpec* spec = find_arch(c.architecture);
   if (!spec)
-    fail(ErrorKind::Unsupported, path + ": unknown architecture '" + printable(c.architecture) + "' (supported: " +
+    fail(ErrorKind::Unsupported, top_path + ": unknown architecture '" + printable(c.architecture) + "' (supported: " +
                                      supported_archs() + ")");
+  c.multimodal = spec->multimodal;
+  const nlohmann::json j = text_fields(top, top_path, *spec);
+  const std::string path = spec->multimodal ? top_path + " text_config" : top_path;
   c.hidden_size = req_int(j, path, "hidden_size");
   c.intermediate_size = req_int(j, path, "intermediate_size");
   c.num_layers = req_int(j, path, "num_hidden_layers");
@@ -257,8 +275,8 @@ static ModelConfig parse_checked(const nlohmann::json& j, const std::string& pat
   const std::string act = in.str("hidden_act", std::string("silu"));
   if (in.boolean("mlp_bias", false)) bad_field(path, "mlp_bias", "true is not supported");
   parse_rope(j, path, c);
-  if (j.contains("quantization_config") && j["quantization_config"].is_object())
-    c.quant = parse_quant_config(in.at("quantization_config"), path);
+  if (top.contains("quantization_config") && top["quantization_config"].is_object())
+    c.quant = parse_quant_config(JsonIn(top, top_path).at("quantization_config"), top_path);
   spec->configure(c, j, path);
   if (act != "silu" && c.ffn_act.kind != GateKind::GeluTanh)  // a family with another activation checks its own
     bad_field(path, "hidden_act", "'" + printable(act) + "' is not supported (only silu)");

@@ -78,13 +78,16 @@ struct QuantConfig {
     Packing p;
   };
   std::vector<PackingPattern> patterns;
-  // The packing of the Linear `module` (model.layers.3.mlp.down_proj).
-  Packing packing(const std::string& module) const {
-    if (auto it = layers.find(module); it != layers.end()) return it->second;
+  // The packing of a Linear by its names (model.layers.3.mlp.down_proj; a multimodal checkpoint's
+  // module and stored spellings too: model/name_map.h), the first name that an entry names or matches.
+  Packing packing(const std::vector<std::string>& names) const {
+    for (const std::string& n : names)
+      if (auto it = layers.find(n); it != layers.end()) return it->second;
     for (const auto& pt : patterns)
-      if (std::regex_search(module, pt.re, pt.from_start ? std::regex_constants::match_continuous
-                                                         : std::regex_constants::match_default))
-        return pt.p;
+      for (const std::string& n : names)
+        if (std::regex_search(n, pt.re, pt.from_start ? std::regex_constants::match_continuous
+                                                      : std::regex_constants::match_default))
+          return pt.p;
     return {bits, group_size};
   }
 };
@@ -123,6 +126,10 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
+  // A multimodal checkpoint (Gemma3ForConditionalGeneration): the fields above come from config.json's
+  // text_config, the language model's tensors sit under a prefix (model/name_map.h) and the other
+  // tensors (vision tower, projector) are copied unchanged into every safetensors output.
+  bool multimodal = false;
   int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t vocab_size = 0, max_position_embeddings = 0;
   double rms_norm_eps = 1e-6, rope_theta = 10000;

@@ -80,19 +80,42 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
       size_t s = shard_ids[shard];
       if (!m->shards_[s]->find(name))
         fail(ErrorKind::InvalidInput, index + ": tensor '" + printable(name) + "' is not in its shard '" + printable(shard) + "'");
-      m->where_[name] = s;
+      m->where_[name] = {s, name};
     }
   } else if (file_exists(single)) {
     m->shards_.push_back(SafetensorsFile::open(single));
-    for (const auto& t : m->shards_[0]->header().tensors) m->where_[t.name] = 0;
+    for (const auto& t : m->shards_[0]->header().tensors) m->where_[t.name] = {0, t.name};
   } else {
     fail(ErrorKind::InvalidInput, dir + ": neither model.safetensors nor model.safetensors.index.json found");
   }
+  m->map_names();
   m->detect_mixtral_spelling();
   m->check_tensors();
   m->check_values();
   m->round_embed_scale();
   return m;
+}
+
+void HfModel::map_names() {
+  if (!cfg_.multimodal) return;
+  std::vector<std::string> stored;
+  for (const auto& [name, at] : where_) stored.push_back(name);
+  names_ = NameMap::detect(stored, dir_);
+  std::map<std::string, Stored> by_text;
+  for (auto& [name, at] : where_) {
+    const std::optional<std::string> text = names_.text_name(name);
+    if (!text) foreign_.push_back(name);
+    by_text[text ? *text : name] = at;
+  }
+  where_ = std::move(by_text);
+}
+
+const SafetensorsFile& HfModel::shard_of(const std::string& name, const StTensorInfo** info) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + names_.stored(name) + "' is missing");
+  const SafetensorsFile& shard = *shards_[it->second.shard];
+  *info = shard.find(it->second.name);
+  return shard;
 }
 
 // transformers multiplies the embeddings by embed_scale cast to the weights' dtype (Gemma's
@@ -140,7 +163,7 @@ static Tensor dequantize_awq(const HfModel& m, const std::string& prefix, const 
 // Packed GPTQ-layout Linear (qweight/qzeros/scales) -> fp32 [out, in].
 static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const Shape& expect, Context& ctx) {
   const QuantConfig& q = m.config().quant;
-  const QuantConfig::Packing pk = q.packing(prefix);
+  const QuantConfig::Packing pk = q.packing({prefix, m.names().module(prefix), m.names().stored(prefix)});
   const int64_t out = expect[0], in = expect[1], bits = pk.bits;
   const int64_t g = pk.group_size <= 0 || pk.group_size > in ? in : pk.group_size, groups = (in + g - 1) / g;
   // AutoRound's model-free route pads the input dimension with zeros to a multiple of the group size
@@ -165,21 +188,17 @@ static Tensor dequantize_gptq(const HfModel& m, const std::string& prefix, const
 }
 
 const StTensorInfo& HfModel::raw_info(const std::string& name, const uint8_t** bytes) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
-  const auto& shard = *shards_[it->second];
-  const StTensorInfo* info = shard.find(name);
+  const StTensorInfo* info = nullptr;
+  const SafetensorsFile& shard = shard_of(name, &info);
   *bytes = shard.bytes(*info);
   return *info;
 }
 
 Tensor HfModel::load_raw(const std::string& name, const Shape& expect, DType dtype, Context& ctx) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
-  const auto& shard = *shards_[it->second];
-  const StTensorInfo* info = shard.find(name);
+  const StTensorInfo* info = nullptr;
+  const SafetensorsFile& shard = shard_of(name, &info);
   if (info->shape != expect || info->dtype != dtype)
-    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + name + "' is " + dtype_safetensors_name(info->dtype) +
+    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + info->name + "' is " + dtype_safetensors_name(info->dtype) +
                                       " " + shape_str(info->shape) + ", expected " + dtype_safetensors_name(dtype) + " " +
                                       shape_str(expect));
   Tensor t = Tensor::empty(expect, dtype, ctx);
@@ -197,14 +216,12 @@ Tensor HfModel::load(const std::string& name, const Shape& expect, Context& ctx)
     if (!has(name) && has(prefix + ".qweight"))
       return cfg_.quant.awq ? dequantize_awq(*this, prefix, expect, ctx) : dequantize_gptq(*this, prefix, expect, ctx);
   }
-  auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
-  const auto& shard = *shards_[it->second];
-  const StTensorInfo* info = shard.find(name);
+  const StTensorInfo* info = nullptr;
+  const SafetensorsFile& shard = shard_of(name, &info);
   if (!expect.empty() && info->shape != expect)
-    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + name + "' has shape " + shape_str(info->shape) +
+    fail(ErrorKind::InvalidInput, shard.path() + ": tensor '" + info->name + "' has shape " + shape_str(info->shape) +
                                       ", config.json implies " + shape_str(expect));
-  return shard.load_f32(name, ctx);
+  return shard.load_f32(info->name, ctx);
 }
 
 // Every tensor of the layer's table (model/block_tensors.h), a fused expert as its slice of the stored tensor.

@@ -15,6 +15,7 @@
 #include "model/block_impl.h"
 #include "model/block_weights.h"
 #include "model/config.h"
+#include "model/name_map.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace ar {
@@ -62,6 +63,13 @@ class HfModel {
   std::vector<std::string> stored_names(const std::string& prefix) const;
   // Header entry of a tensor (nullptr if absent); `file` gets the shard's path.
   const StTensorInfo* info(const std::string& name, std::string* file = nullptr) const;
+  // Where the checkpoint keeps the language model (a multimodal one: under a prefix). Every name the
+  // methods above take is a text-model name (model.layers.3...) or, for a tensor outside the language
+  // model, its stored name.
+  const NameMap& names() const { return names_; }
+  // The stored tensors outside the language model (a multimodal checkpoint's vision tower and projector),
+  // copied unchanged into every safetensors output; sorted.
+  const std::vector<std::string>& foreign_names() const { return foreign_; }
 
  private:
   void check_tensors() const;                  // model_check.cpp
@@ -84,7 +92,16 @@ class HfModel {
   std::string dir_, context_field_;
   ModelConfig cfg_;
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
-  std::map<std::string, size_t> where_;  // tensor name -> shard index
+  struct Stored {
+    size_t shard;
+    std::string name;  // as the shard stores it
+  };
+  std::map<std::string, Stored> where_;  // text-model (or foreign) name -> where it is stored
+  NameMap names_;
+  std::vector<std::string> foreign_;
+  void map_names();  // names_, foreign_ and where_'s keys of a multimodal checkpoint
+  // The shard holding a tensor and its header entry; InvalidInput when absent.
+  const SafetensorsFile& shard_of(const std::string& name, const StTensorInfo** info) const;
   std::unique_ptr<const TensorSource> source_;  // set: every tensor comes from it (no shards)
 };
 

@@ -104,8 +104,8 @@ const std::string kWeight = ".weight";
 const StTensorInfo* HfModel::info(const std::string& name, std::string* file) const {
   auto it = where_.find(name);
   if (it == where_.end()) return nullptr;
-  if (file) *file = shards_[it->second]->path();
-  return shards_[it->second]->find(name);
+  if (file) *file = shards_[it->second.shard]->path();
+  return shards_[it->second.shard]->find(it->second.name);
 }
 
 // A packed Linear ("<prefix>.qweight" with qzeros and scales) in a quantized model: integer codes,
@@ -140,7 +140,7 @@ void HfModel::check_layer_count() const {
     first_layer = l;
   }
   if (first)
-    fail(ErrorKind::InvalidInput, shards_[where_.at(*first)]->path() + ": tensor '" + *first +
+    fail(ErrorKind::InvalidInput, shards_[where_.at(*first).shard]->path() + ": tensor '" + where_.at(*first).name +
                                       "' is stored but config.json says num_hidden_layers " +
                                       std::to_string(cfg_.num_layers) +
                                       (cfg_.mtp_layers ? std::string(" (+ ") + std::to_string(cfg_.mtp_layers) + " MTP)" : ""));
@@ -150,11 +150,11 @@ void HfModel::check_layer_count() const {
 // the config makes dense, or one beside the fused tensors of its layer (both layouts in one layer: the
 // loader would read the fused ones and ignore the rest, a plausible but wrong model).
 void HfModel::check_expert_tensors() const {
-  for (const auto& [name, shard] : where_) {
+  for (const auto& [name, at] : where_) {
     const auto [layer, expert] = stored_expert(name);
     if (layer < 0 || layer >= cfg_.num_layers) continue;
-    const std::string& file = shards_[shard]->path();
-    const std::string stored = file + ": tensor '" + name + "'";
+    const std::string& file = shards_[at.shard]->path();
+    const std::string stored = file + ": tensor '" + at.name + "'";
     if (!cfg_.is_moe_layer(layer))
       fail(ErrorKind::InvalidInput, stored + " is an expert's, but config.json makes layer " + std::to_string(layer) +
                                         " a dense feed-forward" + (cfg_.is_moe() ? " (mlp_only_layers, decoder_sparse_step)" : ""));
@@ -174,7 +174,8 @@ void HfModel::check_tensors() const {
   check_expert_tensors();
   const bool has_lm_head = has("lm_head.weight") || has("lm_head.qweight") || has("lm_head.weight_packed");
   if (!cfg_.tie_word_embeddings && !has_lm_head)
-    fail(ErrorKind::InvalidInput, dir_ + ": tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
+    fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + names_.stored("lm_head.weight") +
+                                      "' is missing and tie_word_embeddings is false");
   for (const Expected& e : expected_tensors(*this, has_lm_head)) {
     if (e.role == Role::Mxfp4Experts) {
       check_mxfp4_experts(e.name, e.shape);
@@ -186,12 +187,12 @@ void HfModel::check_tensors() const {
     if ((e.role == Role::Linear || e.role == Role::LmHead) && !has(e.name) && check_packed(e.name)) continue;
     std::string file;
     const StTensorInfo* t = info(e.name, &file);
-    if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + e.name + "' is missing");
+    if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + names_.stored(e.name) + "' is missing");
     if (!is_float(t->dtype))
-      fail(ErrorKind::InvalidInput, file + ": tensor '" + e.name + "' has dtype " + dtype_safetensors_name(t->dtype) +
+      fail(ErrorKind::InvalidInput, file + ": tensor '" + t->name + "' has dtype " + dtype_safetensors_name(t->dtype) +
                                         "; " + role_name(e.role) + " must be floating point (F32, BF16 or F16)");
     if (t->shape != e.shape)
-      fail(ErrorKind::InvalidInput, file + ": tensor '" + e.name + "' has shape " + shape_str(t->shape) +
+      fail(ErrorKind::InvalidInput, file + ": tensor '" + t->name + "' has shape " + shape_str(t->shape) +
                                         ", config.json implies " + shape_str(e.shape));
   }
 }
@@ -201,8 +202,8 @@ void HfModel::check_values() const {
   for (const Expected& e : expected_tensors(*this, has_lm_head)) {
     auto it = where_.find(e.name);
     if (it == where_.end()) continue;  // packed Linear: integer codes; its scales are checked on load
-    const auto& shard = *shards_[it->second];
-    shard.check_finite_stored(*shard.find(e.name));
+    const auto& shard = *shards_[it->second.shard];
+    shard.check_finite_stored(*shard.find(it->second.name));
   }
 }
 

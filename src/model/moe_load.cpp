@@ -30,7 +30,8 @@ Tensor HfModel::load_slice(const std::string& name, int64_t offset, const Shape&
   std::string file;
   const StTensorInfo* t = source_ ? nullptr : info(name, &file);
   if (!t) fail(ErrorKind::InvalidInput, dir_ + ": tensor '" + name + "' is missing");
-  return shards_[where_.at(name)]->load_f32_range(name, offset, shape, ctx);
+  const Stored& at = where_.at(name);
+  return shards_[at.shard]->load_f32_range(at.name, offset, shape, ctx);
 }
 
 Tensor HfModel::stored_columns(const Tensor& slice, const BlockTensor& t, Context& ctx) {

@@ -61,7 +61,8 @@ bool kept_16bit(const nlohmann::ordered_json& entry) { return entry.value("bits"
 }  // namespace
 
 nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq, bool lm_head_q,
-                                           const nlohmann::ordered_json& extra, const std::set<std::string>& in_block) {
+                                           const nlohmann::ordered_json& extra, const std::set<std::string>& in_block,
+                                           const ConfigNames& names) {
   nlohmann::ordered_json q;
   if (opt.format == "auto_awq") {
     q["quant_method"] = "awq";
@@ -71,6 +72,7 @@ nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq,
     q["group_size"] = opt.fmt.group_size;
     nlohmann::ordered_json skip = nlohmann::ordered_json::array();
     for (auto it = extra.begin(); it != extra.end(); ++it) skip.push_back(it.key());
+    for (const std::string& root : names.foreign) skip.push_back(root);  // matched as substrings
     q["modules_to_not_convert"] = skip.empty() ? nlohmann::ordered_json(nullptr) : skip;
   } else if (opt.format == "auto_gptq") {
     q["quant_method"] = "gptq";
@@ -94,9 +96,11 @@ nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq,
       }
       q["dynamic"] = dyn;
     }
+    for (const std::string& root : names.foreign) q["dynamic"]["-:.*" + root + "\\..*"] = nlohmann::ordered_json::object();
+    if (!names.foreign.empty()) q["block_name_to_quantize"] = names.layers;
     bool some_block_kept = false;
     for (auto it = extra.begin(); it != extra.end(); ++it)
-      some_block_kept |= it.key().rfind("model.layers.", 0) == 0 && kept_16bit(it.value());
+      some_block_kept |= it.key().rfind(names.layers + ".", 0) == 0 && kept_16bit(it.value());
     if (some_block_kept)
       q["modules_in_block_to_quantize"] = nlohmann::ordered_json::array({nlohmann::ordered_json(in_block)});
   } else {
@@ -110,7 +114,7 @@ nlohmann::ordered_json quantization_config(const QuantizeOptions& opt, bool awq,
     q["sym"] = opt.fmt.sym;
     q["data_type"] = "int";
     q["autoround_version"] = "autoround.cpp-0.1.0";
-    q["block_name_to_quantize"] = "model.layers";
+    q["block_name_to_quantize"] = names.layers;
     if (opt.tune.iters != 200) q["iters"] = opt.tune.iters;
     if (opt.calib.nsamples != 128) q["nsamples"] = opt.calib.nsamples;
     if (opt.calib.seqlen != 2048) q["seqlen"] = opt.calib.seqlen;

@@ -154,7 +154,7 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
 }
 
 nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, bool lm_head_q,
-                                                 const nlohmann::ordered_json& extra) {
+                                                 const nlohmann::ordered_json& extra, const ConfigNames& names) {
   const quant::QuantFormat& f = opt.fmt;
   nlohmann::ordered_json q;
   if (opt.format == "auto_round" || opt.format == "fake") {
@@ -177,7 +177,7 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
       q["act_bits"] = 16;
     }
     q["autoround_version"] = "autoround.cpp-0.1.0";
-    q["block_name_to_quantize"] = "model.layers";
+    q["block_name_to_quantize"] = names.layers;
     if (opt.tune.iters != 200) q["iters"] = opt.tune.iters;
     if (!extra.empty()) q["extra_config"] = extra;
     return q;
@@ -192,6 +192,7 @@ nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, boo
   for (auto it = extra.begin(); it != extra.end(); ++it)
     if (it.value().value("bits", 16) >= 16) ignore.push_back(it.key());
   if (!lm_head_q) ignore.push_back("lm_head");
+  for (const std::string& root : names.foreign) ignore.push_back("re:.*" + root + "\\..*");
   q["config_groups"] = {{"group_0", group}};
   q["format"] = ct_format(f);
   q["global_compression_ratio"] = nullptr;

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "export/shard_writer.h"
+#include "pipeline/export_format.h"
 #include "pipeline/quantize.h"
 
 namespace ar {
@@ -42,7 +43,7 @@ void pack_float_linear(Context& ctx, ShardWriter& w, const std::string& prefix, 
 // config.json's "quantization_config" of a float-scheme output; `extra` names the Linears kept in 16
 // bit (compressed-tensors: the `ignore` list, with lm_head unless it is quantized).
 nlohmann::ordered_json float_quantization_config(const QuantizeOptions& opt, bool lm_head_q,
-                                                 const nlohmann::ordered_json& extra);
+                                                 const nlohmann::ordered_json& extra, const ConfigNames& names = {});
 
 // AutoRound's data_type of the scheme ("mx_fp", "mx_fp_rceil", "nv_fp", "fp").
 std::string float_data_type(const quant::QuantFormat& fmt);

@@ -28,7 +28,7 @@ void GgufTrack::open(const std::string& dir) {
   if (with_fake_) {
     QuantizeOptions fo = env_.opt;
     fo.format = "fake";
-    fake_ = std::make_unique<OutputSet>(fo, dir + "/" + format_subdir("fake"), kOutputShardBytes);
+    fake_ = std::make_unique<OutputSet>(fo, dir + "/" + format_subdir("fake"), kOutputShardBytes, env_.model);
   }
   const LayerRules rules = LayerRules::of(env_.opt);
   file_ = std::make_unique<GgufOutput>(file_dir, env_.model, scheme_, [&rules](const std::string& module) {
@@ -175,7 +175,15 @@ void GgufTrack::finish(const TrackFinish& in) {
   add("model.norm.weight", env_.model.load_final_norm(env_.ctx));
   if (file_->expects("lm_head.weight")) add("lm_head.weight", env_.model.load_lm_head(env_.ctx));
   file_->finish();
-  if (fake_) fake_->finish(env_.opt, in.seqlen, false, scheme_.preset);
+  if (!env_.model.foreign_names().empty())
+    log_info(label() + ": the GGUF file holds the language model; the " +
+             std::to_string(env_.model.foreign_names().size()) +
+             " tensors outside it (vision tower, projector) go into llama.cpp's separate mmproj file, which is not "
+             "written here" + (fake_ ? " (the fake output has them)" : ""));
+  if (fake_) {
+    fake_->copy_foreign(env_.ctx);
+    fake_->finish(env_.opt, in.seqlen, false, scheme_.preset);
+  }
 }
 
 // --iters 0 --disable_opt_rtn: every tensor in its preset type, block by block.

@@ -347,6 +347,20 @@ LayerConfig LayerConfig::parse(const std::string& text) {
   return c;
 }
 
+void LayerConfig::rename_keys(const std::function<std::string(const std::string&)>& rename) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    LayerConfigEntry& e = entries_[i];
+    const std::string key = rename(e.key);
+    if (key == e.key) continue;
+    e.key = key;
+    e.regex = standard_regex(key);
+    std::string why;
+    std::optional<std::regex> re = compile_name_pattern(e.regex, &why);
+    if (!re) refuse(named(key) + " is not a pattern this tool reads (" + printable(e.regex) + ": " + why + ")");
+    compiled_[i] = std::move(*re);
+  }
+}
+
 void LayerConfig::bind(const std::vector<std::string>& linear_names) {
   const std::set<std::string> names(linear_names.begin(), linear_names.end());
   for (auto& e : entries_) e.pattern = !names.count(e.key);

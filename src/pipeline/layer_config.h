@@ -15,6 +15,7 @@
 // the last pattern that matches it, else --fp_layers, else its exact-name entry, else the run's scheme.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <regex>
 #include <string>
@@ -45,6 +46,9 @@ class LayerConfig {
   static LayerConfig parse(const std::string& text);
   bool empty() const { return entries_.empty(); }
   const std::vector<LayerConfigEntry>& entries() const { return entries_; }
+  // Rewrites each key through `rename` (a name in a multimodal checkpoint's spelling to its text-model
+  // name: model/name_map.h); a changed key's pattern is derived anew.
+  void rename_keys(const std::function<std::string(const std::string&)>& rename);
   // Marks every key that is not in `linear_names` (the model's quantizable Linears, full names) a pattern.
   void bind(const std::vector<std::string>& linear_names);
   // The entry deciding `full_name` ahead of --fp_layers (the last matching pattern), and the one after

@@ -1,5 +1,6 @@
 #include "pipeline/outputs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -29,6 +30,20 @@ void check_fp16_range(const Tensor& t, const std::string& what, const std::strin
 }
 
 // AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
+// The blocks and the top-level modules outside the language model under transformers' module names
+// ("model.language_model.layers"; "vision_tower", "multi_modal_projector" in either stored layout).
+ConfigNames config_names(const HfModel& model) {
+  ConfigNames c;
+  c.layers = model.names().module("model.layers.");
+  c.layers.pop_back();
+  for (const std::string& name : model.foreign_names()) {
+    std::string root = name.substr(name.rfind("model.", 0) == 0 ? 6 : 0);
+    root = root.substr(0, root.find('.'));
+    if (std::find(c.foreign.begin(), c.foreign.end(), root) == c.foreign.end()) c.foreign.push_back(root);
+  }
+  return c;
+}
+
 bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
   return format == "auto_awq" || (format == "auto_round" && !f.sym && f.bits == 4);
 }
@@ -114,8 +129,8 @@ std::string format_subdir(const std::string& format) {
   return s;
 }
 
-OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes)
-    : sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size), opt_fmt_(opt.fmt),
+OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes, const HfModel& model)
+    : model_(model), sym_(opt.fmt.sym), bits_(opt.fmt.bits), group_(opt.fmt.group_size), opt_fmt_(opt.fmt),
       rules_(LayerRules::of(opt)) {
   const FormatPlan plan = plan_formats(opt);
   for (const auto& f : plan.int_formats) {
@@ -127,7 +142,9 @@ OutputSet::OutputSet(const QuantizeOptions& opt, const std::string& root, uint64
     s.awq = !s.flt && awq_layout(f, opt.fmt);
     s.gptq = f == "auto_gptq";
     s.fp16 = s.awq || s.gptq;  // GPTQ and AWQ kernels run in fp16: those outputs are fp16 throughout
-    s.writer = std::make_unique<ShardWriter>(s.dir, shard_bytes);
+    s.writer = std::make_unique<ShardWriter>(s.dir, shard_bytes, [names = model.names()](const std::string& n) {
+      return names.stored(n);
+    });
     sinks_.push_back(std::move(s));
   }
 }
@@ -210,6 +227,10 @@ void OutputSet::add_linear(Context& ctx, const std::string& name, const quant::T
   }
 }
 
+void OutputSet::copy_foreign(Context& ctx) {
+  for (const std::string& name : model_.foreign_names()) copy_tensor(model_, name, ctx);
+}
+
 // A 16-bit layer's extra_config entry holds the keys where it differs from the global config, as
 // AutoRound 0.16.1 writes them: {bits 16, data_type "fp"} under the int schemes; under the float ones
 // data_type and act_data_type "float", plus act_bits 16 where the global act_bits is not (FP8_STATIC).
@@ -234,8 +255,11 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     QuantizeOptions fo = opt;
     fo.format = s.format;
     fo.calib.seqlen = seqlen;
-    nlohmann::ordered_json q = s.flt ? float_quantization_config(fo, lm_head_q, s.extra)
-                                     : quantization_config(fo, s.awq, lm_head_q, s.extra, s.in_block);
+    const ConfigNames names = config_names(model_);
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    for (auto it = s.extra.begin(); it != s.extra.end(); ++it) extra[model_.names().module(it.key())] = it.value();
+    nlohmann::ordered_json q = s.flt ? float_quantization_config(fo, lm_head_q, extra, names)
+                                     : quantization_config(fo, s.awq, lm_head_q, extra, s.in_block, names);
     if (!gguf_preset.empty()) {  // the weights of a GGUF file: its types vary per tensor
       for (const char* k : {"bits", "group_size", "sym", "extra_config"}) q.erase(k);
       q["data_type"] = "gguf:" + gguf_preset;
@@ -251,7 +275,8 @@ void OutputSet::finish(const QuantizeOptions& opt, int64_t seqlen, bool lm_head_
     write_file_atomic(s.dir + "/quantization_config.json", q.dump(2) + "\n");
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                           "merges.txt", "tokenizer.model", "tokenizer.bin", "added_tokens.json",
-                          "generation_config.json", "chat_template.jinja"})
+                          "generation_config.json", "chat_template.jinja", "chat_template.json",
+                          "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json"})
       if (file_exists(opt.model_dir + "/" + f)) write_file_atomic(s.dir + "/" + f, read_text_file(opt.model_dir + "/" + f));
   }
 }

@@ -47,7 +47,9 @@ std::string format_subdir(const std::string& format);
 class OutputSet {
  public:
   // `root` is the (temporary) output directory; subdirectories are created there for several formats.
-  OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes);
+  // Tensors and quantization_config take `model`'s names (HfModel::names: a multimodal checkpoint's
+  // prefixes); every method below takes text-model names.
+  OutputSet(const QuantizeOptions& opt, const std::string& root, uint64_t shard_bytes, const HfModel& model);
   size_t size() const { return sinks_.size(); }
   // An unquantized tensor of the model, as stored (or in fp16 for the GPTQ/AWQ formats), under
   // `out_name` when given (a Mixtral expert's w1 written as gate_proj).
@@ -61,6 +63,8 @@ class OutputSet {
   void add_linear(Context& ctx, const std::string& name, const quant::TunedLinear& L, bool lm_head = false);
   // A Linear kept in 16 bit (extra_config {"bits": 16, "data_type": "fp"}, as AutoRound writes it).
   void keep_fp(const std::string& name);
+  // The model's tensors outside the language model (HfModel::foreign_names), copied as copy_tensor does.
+  void copy_foreign(Context& ctx);
   // Closes the shards and writes config.json, quantization_config.json and the source's tokenizer and
   // generation files into every output; `seqlen` is the calibration's (after any clamp). With
   // `gguf_preset`, the outputs hold a GGUF file's dequantized weights (data_type "gguf:<preset>").
@@ -80,6 +84,7 @@ class OutputSet {
     std::string tensor_name(const std::string& name) const;  // as this format writes it (Mixtral's fake: w1)
   };
   std::vector<Sink> sinks_;
+  const HfModel& model_;
   bool sym_;
   int bits_;
   int64_t group_;

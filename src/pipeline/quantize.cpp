@@ -104,6 +104,7 @@ void QuantizeRun::plan() {
     gpu_ = GpuTuner::open(opt_.cuda_device);
   }
   tok_ = load_tokenizer(*model_);  // ids checked against vocab_size
+  steps::read_user_names(opt_, model_->names());
   steps::bind_layer_config(opt_, cfg, rep_);
   steps::check_fp_layers(opt_, cfg, rep_);
   const FormatPlan formats = plan_formats(opt_);

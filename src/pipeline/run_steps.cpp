@@ -170,6 +170,12 @@ void check_fp_layers(const QuantizeOptions& opt, const ModelConfig& cfg, Quantiz
   }
 }
 
+void read_user_names(QuantizeOptions& opt, const NameMap& names) {
+  if (!names.multimodal()) return;
+  for (std::string& f : opt.fp_layers) f = names.from_user(f);
+  opt.layer_config.rename_keys([&names](const std::string& key) { return names.from_user(key); });
+}
+
 void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep) {
   LayerConfig& lc = opt.layer_config;
   if (lc.empty()) return;

@@ -39,6 +39,10 @@ void note(QuantizeReport& rep, const std::string& s);
 void bind_layer_config(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // A note for each --fp_layers substring that is in no Linear's name (a router's: it stays in 16 bit
 // anyway), so that a misspelt or foreign name (llama.cpp's attention.wq) does not keep nothing silently.
+// --fp_layers and --layer_config names in a multimodal checkpoint's spelling (stored or transformers'
+// module names: language_model.model.layers.3.mlp, model.language_model.layers.3.mlp) as the text-model
+// names every rule is matched against (model/name_map.h).
+void read_user_names(QuantizeOptions& opt, const NameMap& names);
 void check_fp_layers(const QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);
 // The scheme's default group size, lowered where loaders need whole groups (run_summary.h).
 void adapt_group_size(QuantizeOptions& opt, const ModelConfig& cfg, QuantizeReport& rep);

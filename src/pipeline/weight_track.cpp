@@ -28,7 +28,7 @@ bool WeightTrack::wants_imatrix() const {
 }
 
 void WeightTrack::open(const std::string& dir) {
-  outputs_ = std::make_unique<OutputSet>(env_.opt, dir, kOutputShardBytes);
+  outputs_ = std::make_unique<OutputSet>(env_.opt, dir, kOutputShardBytes, env_.model);
   if (env_.opt.resume) outputs_->keep_files();
 }
 
@@ -62,6 +62,7 @@ void WeightTrack::write_block(BlockWeights& w, int64_t layer, quant::BlockTuneRe
 void WeightTrack::finish(const TrackFinish& in) {
   if (!env_.root) return;
   outputs_->copy_tensor(env_.model, "model.norm.weight", env_.ctx);
+  outputs_->copy_foreign(env_.ctx);
   const ModelConfig& cfg = env_.model.config();
   for (int64_t l = cfg.num_layers; l < cfg.num_layers + cfg.mtp_layers; ++l)  // MTP layers: unchanged
     for (const std::string& name : env_.model.stored_names(HfModel::layer_prefix(l)))

@@ -16,6 +16,12 @@ struct ArchSpec {
   // Applies family-specific fields after the common Llama-style fields are parsed.
   void (*configure)(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
   const GgufArch* gguf;  // null: no GGUF output (llama.cpp does not run the family)
+  // The defaults of the family's config class, set where config.json leaves a field out (released
+  // multimodal configs list few of their text_config's fields); null: every field is required or
+  // defaulted by `configure`.
+  void (*defaults)(nlohmann::json& j) = nullptr;
+  // A multimodal checkpoint: the language model's fields are config.json's text_config (ModelConfig::multimodal).
+  bool multimodal = false;
 };
 
 const ArchSpec* find_arch(const std::string& name);
@@ -40,6 +46,7 @@ void configure_deepseek_v32(ModelConfig& cfg, const nlohmann::json& j, const std
 void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void gemma3_text_defaults(nlohmann::json& j);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
     kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3;

@@ -4,6 +4,8 @@
 // layers with the model's (rope_theta 1e6, rope_scaling: linear x8 from 4B up); sandwich norms, every
 // RMSNorm applied as 1 + w; the GeLU-tanh gated MLP; embeddings scaled by sqrt(hidden_size) and tied to
 // the output; optional final logit soft-capping. Absent fields take Gemma3TextConfig's defaults.
+// Gemma3ForConditionalGeneration: the same language model, its fields in config.json's text_config, its
+// tensors under a prefix beside the vision tower's (model/name_map.h).
 // GGUF: llama.cpp's gemma3 (kGgufGemma3 below).
 #include <algorithm>
 #include <cmath>
@@ -47,13 +49,19 @@ void configure_layers(ModelConfig& cfg, const nlohmann::json& j, const std::stri
 }
 }  // namespace
 
+// Gemma3TextConfig's defaults (transformers 5.25): the released multimodal configs give only the fields
+// where a size differs (gemma-3-4b's text_config has no num_attention_heads, vocab_size or head_dim).
+void gemma3_text_defaults(nlohmann::json& j) {
+  const std::pair<const char*, nlohmann::json> defaults[] = {
+      {"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216}, {"num_hidden_layers", 26},
+      {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256}, {"max_position_embeddings", 131072},
+      {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"bos_token_id", 2}, {"eos_token_id", 1}};
+  for (const auto& [key, value] : defaults)
+    if (!j.contains(key)) j[key] = value;
+}
+
 void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
   const JsonIn in(j, path);
-  if (!in.has("head_dim")) cfg.head_dim = 256;
-  if (!in.has("max_position_embeddings")) cfg.max_position_embeddings = 131072;
-  if (!in.has("tie_word_embeddings")) cfg.tie_word_embeddings = true;
-  if (!j.contains("bos_token_id")) cfg.bos_token_id = 2;
-  if (!j.contains("eos_token_id")) cfg.eos_token_id = 1;
   for (const char* key : {"hidden_activation", "hidden_act"})
     if (in.has(key) && in.at(key).str() != "gelu_pytorch_tanh")
       in.at(key).bad("'" + in.at(key).str() + "' is not supported (Gemma 3 runs gelu_pytorch_tanh)");
@@ -65,6 +73,10 @@ void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::stri
   const double scalar = in.has("query_pre_attn_scalar") ? in.at("query_pre_attn_scalar").num() : 256.0;
   if (!(scalar > 0) || !std::isfinite(scalar)) in.at("query_pre_attn_scalar").bad("must be a positive number");
   cfg.attn_scale = 1 / std::sqrt(scalar);
+  if (in.has("final_logit_softcapping") && cfg.multimodal)
+    fail(ErrorKind::Unsupported, path + ": field 'final_logit_softcapping': transformers' Gemma3ForConditionalGeneration "
+                                        "does not soft-cap the logits and vLLM does; which model is meant is ambiguous "
+                                        "(no release sets it)");
   if (in.has("final_logit_softcapping")) {
     cfg.final_logit_softcap = in.at("final_logit_softcapping").num();
     if (!(cfg.final_logit_softcap > 0) || !std::isfinite(cfg.final_logit_softcap))

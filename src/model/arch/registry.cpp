@@ -18,7 +18,8 @@ constexpr ArchSpec kArchs[] = {
     {"DeepseekV32ForCausalLM", configure_deepseek_v32, nullptr},
     {"Glm4MoeForCausalLM", configure_glm4_moe, &kGgufGlm4Moe},
     {"GptOssForCausalLM", configure_gpt_oss, &kGgufGptOss},
-    {"Gemma3ForCausalLM", configure_gemma3, &kGgufGemma3},
+    {"Gemma3ForCausalLM", configure_gemma3, &kGgufGemma3, gemma3_text_defaults},
+    {"Gemma3ForConditionalGeneration", configure_gemma3, &kGgufGemma3, gemma3_text_defaults, /*multimodal=*/true},
 };
 }  // namespace
 
