@@ -21,6 +21,7 @@
 #include "io/mapped_file.h"
 #include "model/convert_llama2c.h"
 #include "model/synthetic.h"
+#include "multimodal_checkpoint.h"
 #include "test_util.h"
 #include "stories260k_model.h"
 
@@ -115,11 +116,14 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
 // A mixture-of-experts model across processes: every process routes its own shard, so experts see
 // different token counts per process; the tree-summed gradient, the gathered per-expert imatrix and the
 // added token counts make 2 processes write the serial bytes (SignRound, then opt-RTN), for Qwen2-MoE and
-// for gpt-oss (sinks, windows, biased experts); and a dense Gemma 3 (sandwich norms, per-layer RoPE).
+// for gpt-oss (sinks, windows, biased experts); and a dense Gemma 3 (sandwich norms, per-layer RoPE), also
+// inside a multimodal checkpoint (the vision tensors copied by rank 0).
 TEST(DistJob, MoeProcessSplitsWriteTheSerialBytes) {
-  for (const char* arch : {"qwen2_moe", "gpt_oss", "gemma3"}) {
+  for (const char* arch : {"qwen2_moe", "gpt_oss", "gemma3", "gemma3_mm"}) {
     Fixture f(std::string("dj_moe_") + arch, 1, 33);
-    ar::write_synthetic_model(f.model, ar::tiny_family_config(arch), 34);
+    const bool mm = std::string(arch) == "gemma3_mm";
+    ar::write_synthetic_model(mm ? f.dir + "/text" : f.model, ar::tiny_family_config(mm ? "gemma3" : arch), 34);
+    if (mm) ar::test::write_multimodal(f.dir + "/text", f.model, /*v5=*/false);
     for (const char* iters : {"4", "0"}) {
       auto args = quant_args(f.model, f.dir + "/serial", std::atoi(iters));
       args.erase(std::find(args.begin(), args.end(), "--asym"));  // symmetric: opt-RTN's imatrix search
@@ -137,7 +141,7 @@ TEST(DistJob, MoeProcessSplitsWriteTheSerialBytes) {
         return nlohmann::json::parse(ar::read_text_file(report))["blocks"][1]["expert_tokens"];
       };
       EXPECT_EQ(tokens(f.dir + "/job.json"), tokens(f.dir + "/serial.json"));
-      EXPECT_EQ(tokens(f.dir + "/serial.json").size(), std::string(arch) == "gemma3" ? 0u : 8u);  // dense: none
+      EXPECT_EQ(tokens(f.dir + "/serial.json").size(), std::string(arch).starts_with("gemma3") ? 0u : 8u);  // dense
       for (const char* d : {"/serial", "/job", "/serial.json", "/job.json"}) fs::remove_all(f.dir + d);
     }
   }

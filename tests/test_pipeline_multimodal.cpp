@@ -20,50 +20,13 @@
 #include "pipeline/quantize.h"
 #include "quantize_options.h"
 #include "resume_check.h"
+#include "multimodal_checkpoint.h"
 #include "test_util.h"
 
 using namespace ar;
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kVision[] = {"vision_tower.encoder.layers.0.self_attn.q_proj.weight",
-                                   "vision_tower.post_layernorm.weight", "multi_modal_projector.mm_input_projection_weight"};
-
-// The text-only synthetic Gemma 3 at `text` as a multimodal checkpoint at `mm`: its tensors under
-// language_model.model. (released) or model.language_model. (`v5`), random bf16 vision tensors beside them,
-// config.json's fields moved into text_config (the soft-cap dropped, here and in `text`), and a processor file.
-void write_multimodal(const std::string& text, const std::string& mm, bool v5) {
-  std::filesystem::create_directories(mm);
-  for (const auto& e : std::filesystem::directory_iterator(text))
-    if (e.path().extension() != ".safetensors" && e.path().filename() != "config.json")
-      std::filesystem::copy_file(e.path(), mm + "/" + e.path().filename().string());
-  json t = json::parse(read_text_file(text + "/config.json"));
-  t.erase("final_logit_softcapping");  // refused in a multimodal config: dropped from both
-  write_file_atomic(text + "/config.json", t.dump(2));
-  t.erase("architectures");
-  t["model_type"] = "gemma3_text";
-  const json cfg = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
-                    {"text_config", t}, {"vision_config", {{"hidden_size", 16}}}, {"mm_tokens_per_image", 4}};
-  write_file_atomic(mm + "/config.json", cfg.dump(2));
-  write_file_atomic(mm + "/preprocessor_config.json", "{\"image_processor_type\": \"Gemma3ImageProcessor\"}\n");
-  Context ctx;
-  auto f = SafetensorsFile::open(text + "/model.safetensors");
-  std::vector<StEntry> out;
-  const std::string prefix = v5 ? "model.language_model." : "language_model.model.";
-  for (const auto& s : f->header().tensors) {
-    StEntry e{prefix + s.name.substr(6), Tensor::empty(s.shape, s.dtype, ctx)};  // "model." -> prefix
-    std::memcpy(e.tensor.raw(), f->bytes(s), e.tensor.nbytes());
-    out.push_back(std::move(e));
-  }
-  uint32_t state = 7;
-  for (const char* name : kVision) {
-    StEntry e{(v5 ? "model." : "") + std::string(name), Tensor::empty({16, 32}, DType::BF16, ctx)};
-    for (int64_t i = 0; i < 16 * 32; ++i) e.tensor.data<uint16_t>()[i] = uint16_t(0x3c00 + ((state = state * 1103515245u + 12345u) >> 24));
-    out.push_back(std::move(e));
-  }
-  write_safetensors(mm + "/model.safetensors", out);
-}
 
 // The text model's name of a stored name, for comparing against the text-only run.
 std::string text_name(const std::string& stored) {
@@ -75,7 +38,7 @@ std::string text_name(const std::string& stored) {
 TEST(PipelineMultimodal, TunesTheLanguageModelAndCopiesTheRest) {
   test::TempDir text("mm_text"), mm("mm_model"), qt("mm_qt"), qm("mm_qm");
   write_synthetic_model(text.path, tiny_gemma3_config(2), 81, DType::BF16);
-  write_multimodal(text.path, mm.path, /*v5=*/false);
+  test::write_multimodal(text.path, mm.path, /*v5=*/false);
   auto o = test::small_quantize_options(text.path, qt.path, 4);
   o.format = "auto_round,auto_gptq,fake";
   o.overwrite = true;
@@ -101,13 +64,13 @@ TEST(PipelineMultimodal, TunesTheLanguageModelAndCopiesTheRest) {
       EXPECT_TRUE(twin.at(text_name(name)) == bytes) << name << ": not what the text-only run wrote";
     }
     EXPECT_EQ(text_tensors, twin.size());
-    for (const char* v : kVision) {
+    for (const char* v : test::kVisionTensors) {
       ASSERT_TRUE(ours.count(v)) << v;
       if (std::string(sub) != "/auto-gptq") {  // fp16 throughout
         EXPECT_TRUE(ours.at(v) == input.at(v)) << v << ": not copied unchanged";
       }
     }
-    EXPECT_EQ(ours.size(), text_tensors + std::size(kVision));
+    EXPECT_EQ(ours.size(), text_tensors + std::size(test::kVisionTensors));
     EXPECT_EQ(read_text_file(qm.path + sub + "/preprocessor_config.json"), read_text_file(mm.file("preprocessor_config.json")));
     const json c = json::parse(read_text_file(qm.path + sub + "/config.json"));
     EXPECT_EQ(c["architectures"][0], "Gemma3ForConditionalGeneration");
@@ -135,7 +98,7 @@ TEST(PipelineMultimodal, TunesTheLanguageModelAndCopiesTheRest) {
 TEST(PipelineMultimodal, ModuleLayoutFloatSchemeAndResume) {
   test::TempDir text("mm5_text"), mm("mm5_model"), fl("mm5_fl");
   write_synthetic_model(text.path, tiny_gemma3_config(4), 82, DType::BF16);
-  write_multimodal(text.path, mm.path, /*v5=*/true);
+  test::write_multimodal(text.path, mm.path, /*v5=*/true);
   auto o = test::moe_quantize_options(mm.path, fl.path, 2);
   o.fmt = test::kFpSchemes[0].fmt;  // MXFP4
   o.format = "llm_compressor";
