@@ -11,6 +11,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/gate_act_ref.h"
+#include "kernels/ref/gated_delta_ref.h"
 #include "kernels/ref/rope_ref.h"
 
 namespace ar::cpu {
@@ -120,6 +121,19 @@ void attention_bwd(Context& ctx, const AttnShape& s, const float* q, const float
 // The sinks' gradient (dsinks [H] overwritten), from the forward's o and lse.
 void attention_sink_grad(Context& ctx, const AttnShape& s, const float* sinks, const float* o, const float* lse,
                          const float* dout, float* dsinks);
+
+// gated_delta.cpp: the gated delta rule (kernels/ref/gated_delta_ref.h), threads over (batch row, key
+// head). The forward stores the state at the start of each kDeltaChunk-token chunk into `checkpoints`
+// (gated_delta_checkpoint_floats floats; null: not kept, no backward); the backward recomputes a chunk's
+// states from them ((kDeltaChunk + 1) Dk Dv floats per work item in flight). dq, dk, dv, dg, dbeta are written.
+constexpr int64_t kDeltaChunk = 64;
+int64_t gated_delta_checkpoint_floats(const ref::DeltaShape& s);
+void gated_delta_fwd(Context& ctx, const ref::DeltaShape& s, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, float* o, float* checkpoints,
+                     const float* initial_state = nullptr, float* final_state = nullptr);
+void gated_delta_bwd(Context& ctx, const ref::DeltaShape& s, const float* dO, const float* q, const float* k,
+                     const float* v, const float* g, const float* beta, const float* checkpoints, float* dq, float* dk,
+                     float* dv, float* dg, float* dbeta);
 
 // swiglu.cpp: the gated activation (kernels/ref/gate_act_ref.h; SwiGLU unless `act` says otherwise)
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n, const GateAct& act = {});
