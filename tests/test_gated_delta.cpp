@@ -1,4 +1,6 @@
-// The gated delta rule (Gated DeltaNet): the double reference's backward against central finite
+// Gated DeltaNet's ops. The layer's row and element ops (kernels/ref/delta_net_ref.h: the causal
+// depthwise conv with SiLU, l2norm, the gated RMSNorm, the decay and beta from a and b) against finite
+// differences. The gated delta rule: the double reference's backward against central finite
 // differences (grouped value heads, decays near 1 and near 0, beta near 0 and 1), its forward against the
 // one-token closed form; the fp32 CPU kernel against the reference across chunk boundaries and on a long
 // sequence, the same bits on every thread count, and a forward continued from a final state equal to
@@ -7,6 +9,7 @@
 
 #include "core/context.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/ref/delta_net_ref.h"
 #include "kernels/ref/gated_delta_ref.h"
 #include "test_util.h"
 
@@ -71,6 +74,54 @@ TEST(GatedDeltaRef, BackwardMatchesFiniteDifferences) {
     expect_grad_matches_fd("dv", in.v, dv, loss);
     expect_grad_matches_fd("dg", in.g, dg, loss);
     expect_grad_matches_fd("dbeta", in.beta, db, loss);
+  }
+}
+
+// Loss <R, f(x)> for each op; the conv's window of K = 4 reaches before the sequence's start.
+TEST(DeltaNetOpsRef, BackwardsMatchFiniteDifferences) {
+  const int64_t B = 2, Tn = 6, C = 5, K = 4, rows = B * Tn, H = 3, D = 7;
+  {
+    auto x = randn<double>(size_t(B * Tn * C), 60), w = randn<double>(size_t(C * K), 61), R = randn<double>(x.size(), 62);
+    std::vector<double> y(x.size()), z(x.size()), dx(x.size());
+    auto loss = [&] { ref::causal_conv_silu_fwd(x.data(), w.data(), y.data(), z.data(), B, Tn, C, K); return dot(y, R); };
+    loss();
+    ref::causal_conv_silu_bwd(R.data(), z.data(), w.data(), dx.data(), B, Tn, C, K);
+    expect_grad_matches_fd("conv dx", x, dx, loss);
+    // the first token sees only itself: y = silu(w[c, K-1] x)
+    const double z0 = w[size_t(K - 1)] * x[0];
+    EXPECT_NEAR(y[0], z0 / (1 + std::exp(-z0)), 1e-15);
+  }
+  {
+    auto x = randn<double>(size_t(rows * D), 63), R = randn<double>(x.size(), 64);
+    std::vector<double> y(x.size()), dx(x.size());
+    auto loss = [&] { ref::l2norm_fwd(x.data(), y.data(), rows, D); return dot(y, R); };
+    ref::l2norm_bwd(R.data(), x.data(), dx.data(), rows, D);
+    expect_grad_matches_fd("l2norm dx", x, dx, loss);
+  }
+  {
+    auto x = randn<double>(size_t(rows * D), 65), z = randn<double>(x.size(), 66, 2.0), w = randn<double>(size_t(D), 67),
+         R = randn<double>(x.size(), 68);
+    std::vector<double> y(x.size()), dx(x.size()), dz(x.size());
+    auto loss = [&] { ref::gated_rmsnorm_fwd(x.data(), z.data(), w.data(), y.data(), rows, D, 1e-6); return dot(y, R); };
+    ref::gated_rmsnorm_bwd(R.data(), x.data(), z.data(), w.data(), dx.data(), dz.data(), rows, D, 1e-6);
+    expect_grad_matches_fd("gated rmsnorm dx", x, dx, loss);
+    expect_grad_matches_fd("gated rmsnorm dz", z, dz, loss);
+  }
+  {
+    auto a = randn<double>(size_t(rows * H), 69, 3.0), b = randn<double>(a.size(), 70, 3.0),
+         A_log = randn<double>(size_t(H), 71), dt = randn<double>(size_t(H), 72), Rg = randn<double>(a.size(), 73),
+         Rb = randn<double>(a.size(), 74);
+    a[0] = 25 - dt[0];  // softplus's linear branch
+    std::vector<double> g(a.size()), beta(a.size()), da(a.size()), db(a.size());
+    auto loss = [&] {
+      ref::decay_beta_fwd(a.data(), b.data(), A_log.data(), dt.data(), g.data(), beta.data(), rows, H);
+      return dot(g, Rg) + dot(beta, Rb);
+    };
+    ref::decay_beta_bwd(Rg.data(), Rb.data(), a.data(), b.data(), A_log.data(), dt.data(), da.data(), db.data(), rows, H);
+    expect_grad_matches_fd("decay da", a, da, loss);
+    expect_grad_matches_fd("beta db", b, db, loss);
+    loss();
+    for (double x : g) EXPECT_LT(x, 0);
   }
 }
 
