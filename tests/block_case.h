@@ -1,6 +1,7 @@
-// A small decoder block with random double weights in five variants (Llama, q/k/v/o biases, Qwen3 q/k
+// A small decoder block with random double weights in six variants (Llama, q/k/v/o biases, Qwen3 q/k
 // norm, a key padding mask, Gemma 3: sandwich norms, the GeLU-tanh gate, q/k norm, its own softmax scale
-// and a 3-key window), for the block tests on every backend (test_block.cpp, test_cuda.cpp).
+// and a 3-key window; Gated DeltaNet's linear attention with a padded token), for the block tests on every
+// backend (test_block.cpp, test_cuda.cpp).
 #pragma once
 #include <cmath>
 #include <map>
@@ -29,6 +30,7 @@ struct Variant {
   const char* name;
   bool bias, qk_norm, mask;
   bool gemma = false;
+  bool deltanet = false;
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -42,6 +44,9 @@ struct Weights {
     p.bv = get("bv"); p.q_norm = get("q_norm"); p.k_norm = get("k_norm"); p.wo = get("wo"); p.bo = get("bo");
     p.ln2 = get("ln2"); p.wg = get("wg"); p.wu = get("wu"); p.wd = get("wd");
     p.ln_post_attn = get("ln_pa"); p.ln_post_ffn = get("ln_pf");
+    p.in_qkvz = get("in_qkvz"); p.in_ba = get("in_ba"); p.conv = get("conv"); p.dt_bias = get("dt_bias");
+    p.A_log = get("A_log"); p.dnorm = get("dnorm");
+    if (p.in_qkvz) p.attn = AttnKind::DeltaNet;
     return p;
   }
 };
@@ -65,7 +70,16 @@ struct BlockCase {
       w.t[k] = r;
     };
     add("ln1", d.C, 0.2, 1.0); add("ln2", d.C, 0.2, 1.0);
-    add("wq", QD * d.C, 0.4); add("wk", KD * d.C, 0.4); add("wv", KD * d.C, 0.4); add("wo", d.C * QD, 0.3);
+    if (v.deltanet) {  // 2 key heads of 4, 4 value heads of 3, a 3-tap conv; decays exp(g) around 0.5
+      d.attn = AttnKind::DeltaNet;
+      d.delta = {2, 4, 4, 3, 3};
+      const DeltaDims& e = d.delta;
+      add("in_qkvz", e.Hk * (2 * e.Dk + 2 * (e.Hv / e.Hk) * e.Dv) * d.C, 0.4); add("in_ba", 2 * e.Hv * d.C, 0.4);
+      add("conv", e.conv_dim() * e.K, 0.5); add("dt_bias", e.Hv, 0.5); add("A_log", e.Hv, 0.3, -0.5);
+      add("dnorm", e.Dv, 0.2, 1.0); add("wo", d.C * e.value_dim(), 0.3);
+    } else {
+      add("wq", QD * d.C, 0.4); add("wk", KD * d.C, 0.4); add("wv", KD * d.C, 0.4); add("wo", d.C * QD, 0.3);
+    }
     add("wg", d.I * d.C, 0.4); add("wu", d.I * d.C, 0.4); add("wd", d.C * d.I, 0.3);
     if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); add("bo", d.C, 0.2); }
     if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }

@@ -1,7 +1,9 @@
 // Whole decoder block: reference backward (double) vs central finite differences for the input and
 // every weight, and the fp32 CPU block vs the double reference block (forward and all gradients).
 // Variants: plain Llama, Qwen2-style q/k/v bias (+ o bias as Llama attention_bias), Qwen3 q/k norm,
-// padding mask, Gemma 3 (sandwich norms, GeLU-tanh, a softmax scale of its own, a 3-key window). With FP8_STATIC's activation QDQ in front of every Linear (ActQdq), the straight-
+// padding mask, Gemma 3 (sandwich norms, GeLU-tanh, a softmax scale of its own, a 3-key window), Gated
+// DeltaNet (its conv, decay, delta rule and gated norm; a padded token). With FP8_STATIC's activation QDQ
+// in front of every Linear (ActQdq), the straight-
 // through gradients against finite differences of the surrogate they are the exact gradients of, and
 // the fp32 block against the double one.
 #include <map>
@@ -51,7 +53,7 @@ struct SurrogateOps : ref::RefOps<double> {
   double eps[7] = {};
   double max_abs[7] = {};
   Operand act_qdq_operand(const Operand& x, double s, int64_t n) {
-    const int k = call++ % 7;
+    const int k = call++ % slots;
     if (recording) {
       Operand q = ref::RefOps<double>::act_qdq_operand(x, s, n);
       x0[size_t(k)].assign(x.x, x.x + n);
@@ -72,21 +74,24 @@ struct SurrogateOps : ref::RefOps<double> {
     o.x = o.own.data();
     return o;
   }
+  int slots = 7;  // the block's Linears (BlockDims::attn_linears() + 3)
   SurrogateOps() : x0(7), q0(7) {}
 };
 
 // Every Linear quantized; scales from a first pass's input maxima, some below them (clipping).
 ActQdq<double> clipping_scales(BlockCase& s, SurrogateOps& ops, BlockRunner<SurrogateOps>& run,
                                const BlockAux<double>& aux) {
+  const int n = int(s.d.attn_linears()) + 3;
+  ops.slots = n;
   ActQdq<double> probe;
-  probe.s.assign(7, 1.0);
+  probe.s.assign(size_t(n), 1.0);
   std::vector<double> y(s.x.size());
   BlockRunner<SurrogateOps>::Cache c;
   run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), c, nullptr, &probe);
   const double factor[7] = {0.7, 1.5, 0.6, 0.8, 1.2, 0.7, 0.5};
   ActQdq<double> a;
-  a.s.resize(7);
-  for (int k = 0; k < 7; ++k) a.s[k] = factor[k] * ops.max_abs[k] / 448.0;
+  a.s.resize(size_t(n));
+  for (int k = 0; k < n; ++k) a.s[k] = factor[k] * ops.max_abs[k] / 448.0;
   return a;
 }
 
@@ -101,7 +106,7 @@ TEST_P(BlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
   BlockRunner<SurrogateOps>::Cache c;
   run.forward(Weights::ptrs<const double*>(s.w.t), aux, s.x.data(), y.data(), c, nullptr, &act);
   int clipped = 0;
-  for (int k = 0; k < 7; ++k)
+  for (int k = 0; k < ops.slots; ++k)
     for (double v : ops.x0[size_t(k)]) clipped += std::abs(v / act.s[k]) > 448.0;
   EXPECT_GT(clipped, 0) << "no element clipped: the clamp's mask goes untested";
   std::map<std::string, std::vector<double>> grads;
@@ -118,7 +123,7 @@ TEST_P(BlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
   };
   expect_grad_matches_fd("dx", s.x, dx, loss, 1e-6, 200);
   for (auto& [k, v] : s.w.t) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 200);
-  for (int k = 0; k < 7; ++k) {
+  for (int k = 0; k < ops.slots; ++k) {
     std::vector<double> e{0.0}, de{dscale[k]};
     auto loss_k = [&] {
       ops.eps[k] = e[0];
@@ -147,8 +152,8 @@ void expect_cpu_matches_reference(const Variant& v, bool with_act) {
     SurrogateOps probe_ops;
     BlockRunner<SurrogateOps> probe(probe_ops, s.d);
     act = clipping_scales(s, probe_ops, probe, raux);
-    actf.s.resize(7);
-    for (int k = 0; k < 7; ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
+    actf.s.resize(act.s.size());
+    for (size_t k = 0; k < act.s.size(); ++k) { actf.s[k] = float(act.s[k]); act.s[k] = actf.s[k]; }
   }
 
   ref::RefOps<double> rops;
@@ -178,7 +183,7 @@ void expect_cpu_matches_reference(const Variant& v, bool with_act) {
   EXPECT_LT(rel_err(dxf.data(), dx.data(), dx.size()), 1e-5) << "dx";
   for (auto& [k, w] : g) EXPECT_LT(rel_err(gf[k].data(), w.data(), w.size()), 1e-5) << "d" << k;
   if (with_act) {
-    EXPECT_LT(rel_err(dsf, ds, 7), 1e-5) << "dscale";
+    EXPECT_LT(rel_err(dsf, ds, s.d.attn_linears() + 3), 1e-5) << "dscale";
   }
 
   std::map<std::string, std::vector<float>> gn;
@@ -192,7 +197,7 @@ void expect_cpu_matches_reference(const Variant& v, bool with_act) {
       EXPECT_TRUE(w == gf[k]) << "d" << k << " differs without dx";
     }
   }
-  for (int k = 0; k < 7; ++k) EXPECT_EQ(dsn[k], dsf[k]) << k;
+  for (int k = 0; k < int(s.d.attn_linears()) + 3; ++k) EXPECT_EQ(dsn[k], dsf[k]) << k;
 }
 
 TEST_P(BlockTest, CpuBlockMatchesReference) { expect_cpu_matches_reference(GetParam(), false); }
@@ -202,7 +207,8 @@ TEST_P(BlockTest, CpuBlockWithActivationQdqMatchesReference) { expect_cpu_matche
 INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,
                          ::testing::Values(Variant{"llama", false, false, false}, Variant{"bias", true, false, false},
                                            Variant{"qwen3", false, true, false}, Variant{"masked", true, true, true},
-                                           Variant{"gemma3", false, true, false, true}),
+                                           Variant{"gemma3", false, true, false, true},
+                                           Variant{"deltanet", false, false, true, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -82,11 +82,12 @@ TEST(DeltaNetOpsRef, BackwardsMatchFiniteDifferences) {
   const int64_t B = 2, Tn = 6, C = 5, K = 4, rows = B * Tn, H = 3, D = 7;
   {
     auto x = randn<double>(size_t(B * Tn * C), 60), w = randn<double>(size_t(C * K), 61), R = randn<double>(x.size(), 62);
-    std::vector<double> y(x.size()), z(x.size()), dx(x.size());
+    std::vector<double> y(x.size()), z(x.size()), dx(x.size()), dw(w.size(), 0.0);
     auto loss = [&] { ref::causal_conv_silu_fwd(x.data(), w.data(), y.data(), z.data(), B, Tn, C, K); return dot(y, R); };
     loss();
-    ref::causal_conv_silu_bwd(R.data(), z.data(), w.data(), dx.data(), B, Tn, C, K);
+    ref::causal_conv_silu_bwd(R.data(), z.data(), x.data(), w.data(), dx.data(), dw.data(), B, Tn, C, K);
     expect_grad_matches_fd("conv dx", x, dx, loss);
+    expect_grad_matches_fd("conv dw", w, dw, loss);
     // the first token sees only itself: y = silu(w[c, K-1] x)
     const double z0 = w[size_t(K - 1)] * x[0];
     EXPECT_NEAR(y[0], z0 / (1 + std::exp(-z0)), 1e-15);
@@ -94,32 +95,36 @@ TEST(DeltaNetOpsRef, BackwardsMatchFiniteDifferences) {
   {
     auto x = randn<double>(size_t(rows * D), 63), R = randn<double>(x.size(), 64);
     std::vector<double> y(x.size()), dx(x.size());
-    auto loss = [&] { ref::l2norm_fwd(x.data(), y.data(), rows, D); return dot(y, R); };
-    ref::l2norm_bwd(R.data(), x.data(), dx.data(), rows, D);
+    auto loss = [&] { ref::l2norm_fwd(x.data(), y.data(), rows, D, 0.3); return dot(y, R); };
+    ref::l2norm_bwd(R.data(), x.data(), dx.data(), rows, D, 0.3);
     expect_grad_matches_fd("l2norm dx", x, dx, loss);
   }
   {
     auto x = randn<double>(size_t(rows * D), 65), z = randn<double>(x.size(), 66, 2.0), w = randn<double>(size_t(D), 67),
          R = randn<double>(x.size(), 68);
-    std::vector<double> y(x.size()), dx(x.size()), dz(x.size());
+    std::vector<double> y(x.size()), dx(x.size()), dz(x.size()), dw(w.size(), 0.0);
     auto loss = [&] { ref::gated_rmsnorm_fwd(x.data(), z.data(), w.data(), y.data(), rows, D, 1e-6); return dot(y, R); };
-    ref::gated_rmsnorm_bwd(R.data(), x.data(), z.data(), w.data(), dx.data(), dz.data(), rows, D, 1e-6);
+    ref::gated_rmsnorm_bwd(R.data(), x.data(), z.data(), w.data(), dx.data(), dz.data(), dw.data(), rows, D, 1e-6);
     expect_grad_matches_fd("gated rmsnorm dx", x, dx, loss);
     expect_grad_matches_fd("gated rmsnorm dz", z, dz, loss);
+    expect_grad_matches_fd("gated rmsnorm dw", w, dw, loss);
   }
   {
     auto a = randn<double>(size_t(rows * H), 69, 3.0), b = randn<double>(a.size(), 70, 3.0),
          A_log = randn<double>(size_t(H), 71), dt = randn<double>(size_t(H), 72), Rg = randn<double>(a.size(), 73),
          Rb = randn<double>(a.size(), 74);
     a[0] = 25 - dt[0];  // softplus's linear branch
-    std::vector<double> g(a.size()), beta(a.size()), da(a.size()), db(a.size());
+    std::vector<double> g(a.size()), beta(a.size()), da(a.size()), db(a.size()), dA(size_t(H), 0.0), ddt(size_t(H), 0.0);
     auto loss = [&] {
       ref::decay_beta_fwd(a.data(), b.data(), A_log.data(), dt.data(), g.data(), beta.data(), rows, H);
       return dot(g, Rg) + dot(beta, Rb);
     };
-    ref::decay_beta_bwd(Rg.data(), Rb.data(), a.data(), b.data(), A_log.data(), dt.data(), da.data(), db.data(), rows, H);
+    ref::decay_beta_bwd(Rg.data(), Rb.data(), a.data(), b.data(), A_log.data(), dt.data(), da.data(), db.data(),
+                        dA.data(), ddt.data(), rows, H);
     expect_grad_matches_fd("decay da", a, da, loss);
     expect_grad_matches_fd("beta db", b, db, loss);
+    expect_grad_matches_fd("dA_log", A_log, dA, loss);
+    expect_grad_matches_fd("ddt_bias", dt, ddt, loss);
     loss();
     for (double x : g) EXPECT_LT(x, 0);
   }

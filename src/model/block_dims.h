@@ -24,9 +24,18 @@ struct MoeDims {
   bool expert_bias = false;             // the experts' gate, up and down carry biases (gpt-oss)
 };
 
-// The block's attention module: grouped-query attention (model/attention_gqa.h) or multi-head latent
-// attention (model/attention_mla.h).
-enum class AttnKind : uint8_t { Gqa, Mla };
+// The block's attention module: grouped-query attention (model/attention_gqa.h), multi-head latent
+// attention (model/attention_mla.h) or Gated DeltaNet's linear attention (model/attention_delta.h).
+enum class AttnKind : uint8_t { Gqa, Mla, DeltaNet };
+
+// Gated DeltaNet (Qwen3-Next, Qwen3.5): Hk query/key heads of Dk, Hv value heads of Dv (a multiple of Hk),
+// a causal depthwise conv of K taps over [q, k, v].
+struct DeltaDims {
+  int64_t Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 4;
+  int64_t key_dim() const { return Hk * Dk; }
+  int64_t value_dim() const { return Hv * Dv; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
 
 // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): q through a rank-q_lora bottleneck (0: a plain
 // q_proj), keys and values from a rank-kv_lora latent plus one shared RoPE key of `rope` dims; a query/key
@@ -51,10 +60,13 @@ struct BlockDims {
   GateAct act;         // the feed-forward's gated activation (the MLP's, every expert's)
   AttnKind attn = AttnKind::Gqa;
   MlaDims mla;
+  DeltaDims delta;
   MoeDims moe;
   bool is_moe() const { return moe.E > 0; }
   // How many quantizable Linears the attention module has: the feed-forward's linear_slot start there.
-  size_t attn_linears() const { return attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4; }
+  size_t attn_linears() const {
+    return attn == AttnKind::DeltaNet ? 3 : attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4;
+  }
 };
 
 // The static activation scale of each Linear, by linear_slot (q, k, v, o, then the dense MLP's gate, up,
@@ -78,6 +90,10 @@ struct BlockPtrs {
   // q_a_layernorm, q_b_proj [H (nope + rope), q_lora], kv_a_proj_with_mqa [kv_lora + rope, C],
   // kv_a_layernorm, kv_b_proj [H (nope + v), kv_lora].
   P q_a = nullptr, q_a_norm = nullptr, q_b = nullptr, kv_a = nullptr, kv_a_norm = nullptr, kv_b = nullptr;
+  // Gated DeltaNet (BlockDims::delta; wo is out_proj): in_proj_qkvz [Hk (2 Dk + 2 (Hv/Hk) Dv), C] and
+  // in_proj_ba [2 Hv, C] (per key head: q, k, v, z and b, a), the conv kernel [conv_dim, K], dt_bias and
+  // A_log [Hv], the gated norm's weight [Dv].
+  P in_qkvz = nullptr, in_ba = nullptr, conv = nullptr, dt_bias = nullptr, A_log = nullptr, dnorm = nullptr;
   // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C] and its bias [E] (gpt-oss); the
   // score-correction bias [E] (SigmoidGroups: selection only, no gradient); expert e's gate and up [I, C]
   // and down [C, I] (with MoeDims::expert_bias their biases [I], [I], [C]); the shared expert's gate/up/down
@@ -90,6 +106,7 @@ struct BlockPtrs {
   bool q_lora = false;  // MLA: q through q_a/q_b (else wq)
   std::vector<P*> attn_linears() {
     if (attn == AttnKind::Gqa) return {&wq, &wk, &wv, &wo};
+    if (attn == AttnKind::DeltaNet) return {&in_qkvz, &in_ba, &wo};
     if (q_lora) return {&q_a, &q_b, &kv_a, &kv_b, &wo};
     return {&wq, &kv_a, &kv_b, &wo};
   }
@@ -102,7 +119,7 @@ struct BlockPtrs {
 };
 
 // The pointer of quantizable Linear `slot`, in quant::block_linears' order: the attention module's
-// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o), then gate, up, down of the dense MLP, or in a MoE block
+// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o; Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj), then gate, up, down of the dense MLP, or in a MoE block
 // (non-empty eg) each expert's gate, up, down followed by the shared expert's. The router and the shared
 // expert's gate are not slots (they stay in 16 bit).
 template <class P>

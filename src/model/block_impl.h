@@ -2,7 +2,8 @@
 // written once over an op-table policy (kernels/ref/ref_ops.h in double for the tests,
 // kernels/cpu/cpu_ops.h in fp32 for the engine, kernels/cuda/cuda_ops.h). Pre-norm, with N = B*T tokens:
 //   h1 = rmsnorm(x, ln1);  x1 = x + Attention(h1)        [N, C]
-//   Attention: grouped-query (model/attention_gqa.h) or multi-head latent (model/attention_mla.h)
+//   Attention: grouped-query (model/attention_gqa.h), multi-head latent (model/attention_mla.h) or Gated
+//   DeltaNet's linear attention (model/attention_delta.h; host backends only, no incremental decoding)
 //   h2 = rmsnorm(x1, ln2); y = x1 + FeedForward(h2)      [N, C]
 //   With sandwich norms (BlockDims::sandwich, Gemma) each module's output is normed before its residual
 //   add: x1 = x + rmsnorm(Attention(h1), ln_post_attn), y = x1 + rmsnorm(FeedForward(h2), ln_post_ffn).
@@ -19,6 +20,7 @@
 
 #include "core/error.h"
 #include "model/act_qdq_linear.h"
+#include "model/attention_delta.h"
 #include "model/attention_gqa.h"
 #include "model/attention_mla.h"
 #include "model/block_dims.h"
@@ -41,6 +43,7 @@ class BlockRunner {
     typename Ops::Operand h1o, h2o;
     typename GqaAttention<Ops>::Cache attn;
     typename MlaAttention<Ops>::Cache mla;
+    typename DeltaNetAttention<Ops>::Cache delta;
     typename GatedMlp<Ops>::Cache mlp;
     Buf h2;  // MoE: h2 in fp32 (the router and the experts' row gathers read it)
     typename MoeFfn<Ops>::Cache moe;
@@ -81,7 +84,10 @@ class BlockRunner {
     if constexpr (on_device()) {  // MoeFfn's routing reads its buffers on the host
       if (d_.is_moe()) fail(ErrorKind::Unsupported, "a mixture-of-experts block does not run on a device yet");
       if (d_.attn == AttnKind::Mla) fail(ErrorKind::Unsupported, "multi-head latent attention does not run on a device yet");
+      if (d_.attn == AttnKind::DeltaNet) fail(ErrorKind::Unsupported, "Gated DeltaNet does not run on a device yet");
     }
+    if (kv && d_.attn == AttnKind::DeltaNet)
+      fail(ErrorKind::Unsupported, "incremental decoding through a Gated DeltaNet layer is not supported yet");
     if (d_.sandwich && d_.is_moe()) fail(ErrorKind::Unsupported, "sandwich norms around a mixture-of-experts feed-forward");
     c.x = x;
     c.rstd1 = ops_.alloc(N);
@@ -91,6 +97,7 @@ class BlockRunner {
     T* a = d_.sandwich ? p(c.attn_out) : p(c.x1);
     if constexpr (!on_device()) {
       if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.mla, kv, act);
+      if (d_.attn == AttnKind::DeltaNet) DeltaNetAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.delta, act);
     }
     if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.attn, kv, act);
     if (d_.sandwich) post_norm_fwd(a, w.ln_post_attn, p(c.x1), c.rstd_pa, N);
@@ -158,6 +165,8 @@ class BlockRunner {
                                  : p(dx1);
     if constexpr (!on_device()) {
       if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).backward(w, aux, c.mla, c.h1o, dattn, dh, g, accumulate, dscale);
+      if (d_.attn == AttnKind::DeltaNet)
+        DeltaNetAttention<Ops>(ops_, d_).backward(w, aux, c.delta, c.h1o, dattn, dh, g, accumulate, dscale);
     }
     if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).backward(w, aux, c.attn, c.h1o, dattn, dh, g, accumulate, dscale);
     if (!need_dx) return;

@@ -21,6 +21,8 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   r.wu = p(wu); r.wd = p(wd); r.sinks = p(sinks); r.ln_post_attn = p(ln_post_attn); r.ln_post_ffn = p(ln_post_ffn);
   r.q_a = p(q_a); r.q_a_norm = p(q_a_norm); r.q_b = p(q_b); r.kv_a = p(kv_a); r.kv_a_norm = p(kv_a_norm);
   r.kv_b = p(kv_b);
+  r.in_qkvz = p(in_qkvz); r.in_ba = p(in_ba); r.conv = p(conv); r.dt_bias = p(dt_bias); r.A_log = p(A_log);
+  r.dnorm = p(dnorm);
   r.attn = attn;
   r.q_lora = q_a.defined();
   r.router = p(router); r.router_bias = p(router_bias); r.score_bias = p(score_bias);

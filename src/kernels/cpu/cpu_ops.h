@@ -291,6 +291,49 @@ struct CpuOps {
   }
   void add(const float* a, const float* b, float* y, int64_t n) { cpu::add(ctx, a, b, y, n); }
 
+  // Gated DeltaNet (ops.h: delta_net.cpp, gated_delta.cpp); gated_delta_fwd returns the state checkpoints
+  // its backward reads.
+  void conv_silu_fwd(const float* x, const float* w, float* y, float* z, int64_t B, int64_t T, int64_t C, int64_t K) {
+    cpu::conv_silu_fwd(ctx, x, w, y, z, B, T, C, K);
+  }
+  void conv_silu_bwd(const float* dy, const float* z, const float* x, const float* w, float* dx, float* dw, int64_t B,
+                     int64_t T, int64_t C, int64_t K) {
+    cpu::conv_silu_bwd(ctx, dy, z, x, w, dx, dw, B, T, C, K);
+  }
+  void l2norm_fwd(const float* x, float* y, int64_t rows, int64_t dim, float scale) {
+    cpu::l2norm_fwd(ctx, x, y, rows, dim, scale);
+  }
+  void l2norm_bwd(const float* dy, const float* x, float* dx, int64_t rows, int64_t dim, float scale) {
+    cpu::l2norm_bwd(ctx, dy, x, dx, rows, dim, scale);
+  }
+  void gated_rmsnorm_fwd(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t dim, double eps) {
+    cpu::gated_rmsnorm_fwd(ctx, x, z, w, y, rows, dim, eps);
+  }
+  void gated_rmsnorm_bwd(const float* dy, const float* x, const float* z, const float* w, float* dx, float* dz, float* dw,
+                         int64_t rows, int64_t dim, double eps) {
+    cpu::gated_rmsnorm_bwd(ctx, dy, x, z, w, dx, dz, dw, rows, dim, eps);
+  }
+  void decay_beta_fwd(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g, float* beta,
+                      int64_t rows, int64_t H) {
+    cpu::decay_beta_fwd(ctx, a, b, A_log, dt_bias, g, beta, rows, H);
+  }
+  void decay_beta_bwd(const float* dg, const float* dbeta, const float* a, const float* b, const float* A_log,
+                      const float* dt_bias, float* da, float* db, float* dA_log, float* ddt_bias, int64_t rows,
+                      int64_t H) {
+    cpu::decay_beta_bwd(ctx, dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, rows, H);
+  }
+  Buf gated_delta_fwd(const ref::DeltaShape& sh, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, float* o) {
+    Buf saved = alloc(std::max<int64_t>(1, cpu::gated_delta_checkpoint_floats(sh)));
+    cpu::gated_delta_fwd(ctx, sh, q, k, v, g, beta, o, saved.f32());
+    return saved;
+  }
+  void gated_delta_bwd(const ref::DeltaShape& sh, const float* dO, const float* q, const float* k, const float* v,
+                       const float* g, const float* beta, const Buf& saved, float* dq, float* dk, float* dv, float* dg,
+                       float* dbeta) {
+    cpu::gated_delta_bwd(ctx, sh, dO, q, k, v, g, beta, saved.f32(), dq, dk, dv, dg, dbeta);
+  }
+
  private:
   // An operand's bf16 values: its copy, or x rounded into t.
   const uint16_t* bf16_of(const Operand& o, int64_t n, Tensor& t) {

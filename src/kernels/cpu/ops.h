@@ -11,6 +11,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/gate_act_ref.h"
+#include "kernels/ref/delta_net_ref.h"
 #include "kernels/ref/gated_delta_ref.h"
 #include "kernels/ref/rope_ref.h"
 
@@ -134,6 +135,24 @@ void gated_delta_fwd(Context& ctx, const ref::DeltaShape& s, const float* q, con
 void gated_delta_bwd(Context& ctx, const ref::DeltaShape& s, const float* dO, const float* q, const float* k,
                      const float* v, const float* g, const float* beta, const float* checkpoints, float* dq, float* dk,
                      float* dv, float* dg, float* dbeta);
+
+// delta_net.cpp: Gated DeltaNet's row and element ops (kernels/ref/delta_net_ref.h); weight gradients
+// accumulate where non-null.
+void conv_silu_fwd(Context& ctx, const float* x, const float* w, float* y, float* z, int64_t B, int64_t T, int64_t C,
+                   int64_t K);
+void conv_silu_bwd(Context& ctx, const float* dy, const float* z, const float* x, const float* w, float* dx, float* dw,
+                   int64_t B, int64_t T, int64_t C, int64_t K);
+void l2norm_fwd(Context& ctx, const float* x, float* y, int64_t rows, int64_t dim, float scale);
+void l2norm_bwd(Context& ctx, const float* dy, const float* x, float* dx, int64_t rows, int64_t dim, float scale);
+void gated_rmsnorm_fwd(Context& ctx, const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t dim,
+                       double eps);
+void gated_rmsnorm_bwd(Context& ctx, const float* dy, const float* x, const float* z, const float* w, float* dx,
+                       float* dz, float* dw, int64_t rows, int64_t dim, double eps);
+void decay_beta_fwd(Context& ctx, const float* a, const float* b, const float* A_log, const float* dt_bias, float* g,
+                    float* beta, int64_t rows, int64_t H);
+void decay_beta_bwd(Context& ctx, const float* dg, const float* dbeta, const float* a, const float* b,
+                    const float* A_log, const float* dt_bias, float* da, float* db, float* dA_log, float* ddt_bias,
+                    int64_t rows, int64_t H);
 
 // swiglu.cpp: the gated activation (kernels/ref/gate_act_ref.h; SwiGLU unless `act` says otherwise)
 void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t n, const GateAct& act = {});

@@ -8,6 +8,8 @@
 
 #include "kernels/ref/act_qdq_ref.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/delta_net_ref.h"
+#include "kernels/ref/gated_delta_ref.h"
 #include "kernels/ref/elementwise_ref.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/rmsnorm_ref.h"
@@ -100,6 +102,42 @@ struct RefOps {
     ref::attention_bwd(sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
   void add(const T* a, const T* b, T* y, int64_t n) { ref::add(a, b, y, n); }
+
+  // Gated DeltaNet (kernels/ref/delta_net_ref.h, gated_delta_ref.h); weight gradients accumulate where
+  // non-null. gated_delta_fwd returns what its backward reads besides the inputs (here: nothing).
+  void conv_silu_fwd(const T* x, const T* w, T* y, T* z, int64_t B, int64_t Tn, int64_t C, int64_t K) {
+    ref::causal_conv_silu_fwd(x, w, y, z, B, Tn, C, K);
+  }
+  void conv_silu_bwd(const T* dy, const T* z, const T* x, const T* w, T* dx, T* dw, int64_t B, int64_t Tn, int64_t C,
+                     int64_t K) {
+    ref::causal_conv_silu_bwd(dy, z, x, w, dx, dw, B, Tn, C, K);
+  }
+  void l2norm_fwd(const T* x, T* y, int64_t rows, int64_t dim, T scale) { ref::l2norm_fwd(x, y, rows, dim, scale); }
+  void l2norm_bwd(const T* dy, const T* x, T* dx, int64_t rows, int64_t dim, T scale) {
+    ref::l2norm_bwd(dy, x, dx, rows, dim, scale);
+  }
+  void gated_rmsnorm_fwd(const T* x, const T* z, const T* w, T* y, int64_t rows, int64_t dim, double eps) {
+    ref::gated_rmsnorm_fwd(x, z, w, y, rows, dim, eps);
+  }
+  void gated_rmsnorm_bwd(const T* dy, const T* x, const T* z, const T* w, T* dx, T* dz, T* dw, int64_t rows, int64_t dim,
+                         double eps) {
+    ref::gated_rmsnorm_bwd(dy, x, z, w, dx, dz, dw, rows, dim, eps);
+  }
+  void decay_beta_fwd(const T* a, const T* b, const T* A_log, const T* dt_bias, T* g, T* beta, int64_t rows, int64_t H) {
+    ref::decay_beta_fwd(a, b, A_log, dt_bias, g, beta, rows, H);
+  }
+  void decay_beta_bwd(const T* dg, const T* dbeta, const T* a, const T* b, const T* A_log, const T* dt_bias, T* da, T* db,
+                      T* dA_log, T* ddt_bias, int64_t rows, int64_t H) {
+    ref::decay_beta_bwd(dg, dbeta, a, b, A_log, dt_bias, da, db, dA_log, ddt_bias, rows, H);
+  }
+  Buf gated_delta_fwd(const DeltaShape& sh, const T* q, const T* k, const T* v, const T* g, const T* beta, T* o) {
+    ref::gated_delta_fwd(sh, q, k, v, g, beta, o);
+    return {};
+  }
+  void gated_delta_bwd(const DeltaShape& sh, const T* dO, const T* q, const T* k, const T* v, const T* g, const T* beta,
+                       const Buf&, T* dq, T* dk, T* dv, T* dg, T* dbeta) {
+    ref::gated_delta_bwd(sh, dO, q, k, v, g, beta, dq, dk, dv, dg, dbeta);
+  }
 
  private:
   static Operand owned(Buf b) {
