@@ -24,14 +24,10 @@
 #include "core/context.h"
 #include "model/block_tensors.h"
 #include "model/loader.h"
+#include "bench_args.h"
 
 namespace ar::bench {
 
-inline int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
 inline const char* sarg(int argc, char** argv, const char* name, const char* def) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];

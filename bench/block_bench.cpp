@@ -26,11 +26,13 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/block_impl.h"
+#include "bench_args.h"
 
 using namespace ar;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+using bench::arg;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void fill(Tensor& t, uint64_t seed, float scale, float offset = 0) {
@@ -56,11 +58,6 @@ double sgemm_peak_gflops(Context& ctx, int n) {
   return best;
 }
 
-int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
 }  // namespace
 
 int main(int argc, char** argv) {

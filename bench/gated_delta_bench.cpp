@@ -17,28 +17,14 @@
 
 #include "core/context.h"
 #include "kernels/cpu/ops.h"
+#include "bench_args.h"
 #include "peaks.h"
 
 using namespace ar;
 
 namespace {
-
-int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
-
-double best_time(int64_t reps, const std::function<void()>& f) {
-  f();  // warm-up
-  double best = 1e30;
-  for (int64_t r = 0; r < reps; ++r) {
-    const double t0 = bench::now_s();
-    f();
-    best = std::min(best, bench::now_s() - t0);
-  }
-  return best;
-}
+using bench::arg;
+using bench::best_time;
 
 // Values in the model's ranges: unit-norm q, k (q scaled), decays exp(g) in (0.37, 1), beta in (0, 1).
 std::vector<float> filled(size_t n, uint32_t seed, float lo, float hi) {

@@ -34,6 +34,7 @@
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/isa.h"
+#include "bench_args.h"
 #include "peaks.h"
 #include "kernels/cpu/ops.h"
 
@@ -48,13 +49,8 @@ using bench::kAcc;
 using bench::loop_peak;
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
+using bench::arg;
+using bench::best_time;  // the first run warms up (page faults, oneDNN primitive creation)
 
 struct GemmShape {
   std::string op;  // fwd (x W^T), bwd_dx (dY W), bwd_dw (dY^T X), square
@@ -68,17 +64,6 @@ struct Bufs {
   std::vector<float> A, B, C;
   std::vector<uint16_t> Ah, Bh;
 };
-
-double best_time(int reps, const std::function<void()>& f) {
-  f();  // warm-up (page faults, oneDNN primitive creation)
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = now();
-    f();
-    best = std::min(best, now() - t0);
-  }
-  return best;
-}
 
 // One oneDNN matmul over the whole shape with `threads` OpenMP threads (PyTorch's way).
 void dnnl_omp_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, float* C, int threads) {

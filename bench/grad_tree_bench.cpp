@@ -25,29 +25,15 @@
 #include "core/float_mode.h"
 #include "core/malloc_policy.h"
 #include "kernels/cpu/bf16_ops.h"
+#include "bench_args.h"
 #include "peaks.h"
 #include "quant/expert_grad_tree.h"
 
 using namespace ar;
 
 namespace {
-
-int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
-
-double best_time(int reps, const std::function<void()>& f) {
-  f();  // warm-up
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = bench::now_s();
-    f();
-    best = std::min(best, bench::now_s() - t0);
-  }
-  return best;
-}
+using bench::arg;
+using bench::best_time;
 
 void f32_per_leaf(Context& ctx, const std::vector<cpu::GradLeafF32>& leaves, const std::vector<cpu::GradTreeStep>& steps,
                   std::vector<std::vector<float>>& bufs, int64_t out, int64_t in) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -35,23 +36,32 @@ inline std::vector<float> logits_of(const std::string& dir, const std::vector<in
   return {l.f32(), l.f32() + l.numel()};
 }
 
-// The checkpoint with its fused experts split into one tensor per expert Linear (DeepSeek's own layout).
-inline void write_per_expert(const std::string& from, const std::string& to) {
+// The checkpoint at `from` written to `to` (config.json copied): each stored tensor handed to `each`, which
+// appends what the new model.safetensors holds in its place.
+using TensorRewrite = std::function<void(Context&, const StTensorInfo&, const uint8_t*, std::vector<StEntry>&)>;
+inline void rewrite_checkpoint(const std::string& from, const std::string& to, const TensorRewrite& each) {
   std::filesystem::create_directories(to);
   std::filesystem::copy_file(from + "/config.json", to + "/config.json", std::filesystem::copy_options::overwrite_existing);
   Context ctx;
   auto f = SafetensorsFile::open(from + "/model.safetensors");
   std::vector<StEntry> out;
-  for (const auto& t : f->header().tensors) {
-    const uint8_t* src = f->bytes(t);
+  for (const auto& t : f->header().tensors) each(ctx, t, f->bytes(t), out);
+  write_safetensors(to + "/model.safetensors", out);
+}
+
+// A stored tensor as it is, under `name`.
+inline StEntry stored_copy(Context& ctx, const StTensorInfo& t, const uint8_t* src, const std::string& name) {
+  StEntry e{name, Tensor::empty(t.shape, t.dtype, ctx)};
+  std::memcpy(e.tensor.raw(), src, e.tensor.nbytes());
+  return e;
+}
+
+// The checkpoint with its fused experts split into one tensor per expert Linear (DeepSeek's own layout).
+inline void write_per_expert(const std::string& from, const std::string& to) {
+  rewrite_checkpoint(from, to, [](Context& ctx, const StTensorInfo& t, const uint8_t* src, std::vector<StEntry>& out) {
     const size_t el = dtype_size(t.dtype);
     const bool gate_up = t.name.ends_with("mlp.experts.gate_up_proj"), down = t.name.ends_with("mlp.experts.down_proj");
-    if (!gate_up && !down) {
-      StEntry e{t.name, Tensor::empty(t.shape, t.dtype, ctx)};
-      std::memcpy(e.tensor.raw(), src, e.tensor.nbytes());
-      out.push_back(std::move(e));
-      continue;
-    }
+    if (!gate_up && !down) return out.push_back(stored_copy(ctx, t, src, t.name));
     const std::string base = t.name.substr(0, t.name.size() - (gate_up ? 11 : 9));  // "...mlp.experts."
     const int64_t E = t.shape[0], R = t.shape[1], K = t.shape[2], rows = gate_up ? R / 2 : R;
     for (int64_t e = 0; e < E; ++e)
@@ -61,8 +71,7 @@ inline void write_per_expert(const std::string& from, const std::string& to) {
         std::memcpy(x.tensor.raw(), src + size_t((e * R + part * rows) * K) * el, x.tensor.nbytes());
         out.push_back(std::move(x));
       }
-  }
-  write_safetensors(to + "/model.safetensors", out);
+  });
 }
 
 // Appends a copy of layer `from`'s tensors as layer `to` to dir/model.safetensors: an MTP layer stored

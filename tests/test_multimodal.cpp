@@ -18,20 +18,13 @@ const std::string kDir = std::string(AR_SOURCE_DIR) + "/tests/data/gemma3/multim
 // The checkpoint at `from` with its tensor names passed through `rename` (empty: dropped) and `extra` added.
 void write_renamed(const std::string& from, const std::string& to, const std::function<std::string(const std::string&)>& rename,
                    const std::vector<std::string>& extra = {}) {
-  std::filesystem::create_directories(to);
-  std::filesystem::copy_file(from + "/config.json", to + "/config.json", std::filesystem::copy_options::overwrite_existing);
-  Context ctx;
-  auto f = SafetensorsFile::open(from + "/model.safetensors");
-  std::vector<StEntry> out;
-  for (const auto& t : f->header().tensors) {
-    const std::string name = rename(t.name);
-    if (name.empty()) continue;
-    StEntry e{name, Tensor::empty(t.shape, t.dtype, ctx)};
-    std::memcpy(e.tensor.raw(), f->bytes(t), e.tensor.nbytes());
-    out.push_back(std::move(e));
-  }
-  for (const std::string& name : extra) out.push_back({name, Tensor::zeros({4}, DType::F32, ctx)});
-  write_safetensors(to + "/model.safetensors", out);
+  bool added = false;
+  rewrite_checkpoint(from, to, [&](Context& ctx, const StTensorInfo& t, const uint8_t* src, std::vector<StEntry>& out) {
+    if (const std::string name = rename(t.name); !name.empty()) out.push_back(stored_copy(ctx, t, src, name));
+    if (added) return;
+    added = true;
+    for (const std::string& name : extra) out.push_back({name, Tensor::zeros({4}, DType::F32, ctx)});
+  });
 }
 
 template <class F>
