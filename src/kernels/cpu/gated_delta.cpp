@@ -133,7 +133,11 @@ struct ChunkBuffers {
 
 // The bodies compiled at the build's baseline (AVX2 and FMA) and for AVX-512 (16 lanes per vector),
 // chosen by the kernel ISA level (kernels/cpu/isa.h).
+#if defined(__clang__)  // clang takes no vector-width preference in a target attribute
+#define AR_DELTA_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
+#else
 #define AR_DELTA_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")))
+#endif
 #define AR_DELTA_STEP_ARGS                                                                                 \
   const DeltaShape &s, float *S, const float *q, const float *k, const float *v, float a, float beta, float *u, \
       float *o, float *d_out, float *resid_out
