@@ -29,7 +29,6 @@ void check_fp16_range(const Tensor& t, const std::string& what, const std::strin
                                         ") that --format " + format + " would store in fp16" + hint);
 }
 
-// AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
 // The blocks and the top-level modules outside the language model under transformers' module names
 // ("model.language_model.layers"; "vision_tower", "multi_modal_projector" in either stored layout).
 ConfigNames config_names(const HfModel& model) {
@@ -44,6 +43,7 @@ ConfigNames config_names(const HfModel& model) {
   return c;
 }
 
+// AutoRound's choice: asymmetric 4-bit auto_round outputs use the AWQ layout.
 bool awq_layout(const std::string& format, const quant::QuantFormat& f) {
   return format == "auto_awq" || (format == "auto_round" && !f.sym && f.bits == 4);
 }
