@@ -1,7 +1,8 @@
-// A small decoder block with random double weights in six variants (Llama, q/k/v/o biases, Qwen3 q/k
+// A small decoder block with random double weights in seven variants (Llama, q/k/v/o biases, Qwen3 q/k
 // norm, a key padding mask, Gemma 3: sandwich norms, the GeLU-tanh gate, q/k norm, its own softmax scale
-// and a 3-key window; Gated DeltaNet's linear attention with a padded token), for the block tests on every
-// backend (test_block.cpp, test_cuda.cpp).
+// and a 3-key window; Gated DeltaNet's linear attention with a padded token; Qwen3-Next's gated attention:
+// the output gate, q/k norm, partial RoPE, biases), for the block tests on every backend (test_block.cpp,
+// test_cuda.cpp).
 #pragma once
 #include <cmath>
 #include <map>
@@ -31,6 +32,7 @@ struct Variant {
   bool bias, qk_norm, mask;
   bool gemma = false;
   bool deltanet = false;
+  bool out_gate = false;  // with partial RoPE (2 of 6 dims)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -62,7 +64,9 @@ struct BlockCase {
 
   explicit BlockCase(const Variant& v) : masked(v.mask) {
     d.C = 12; d.I = 20; d.H = 4; d.Hkv = 2; d.D = 6; d.eps = 1e-5; d.qk_norm = v.qk_norm;
-    const int64_t QD = d.H * d.D, KD = d.Hkv * d.D;
+    d.out_gate = v.out_gate;
+    d.rope = v.out_gate ? 2 : 0;
+    const int64_t QD = d.H * d.D, KD = d.Hkv * d.D, QW = v.out_gate ? 2 * QD : QD;
     uint32_t seed = 100;
     auto add = [&](const char* k, int64_t n, double scale, double mean = 0) {
       auto r = randn<double>(size_t(n), seed++, scale);
@@ -78,10 +82,10 @@ struct BlockCase {
       add("conv", e.conv_dim() * e.K, 0.5); add("dt_bias", e.Hv, 0.5); add("A_log", e.Hv, 0.3, -0.5);
       add("dnorm", e.Dv, 0.2, 1.0); add("wo", d.C * e.value_dim(), 0.3);
     } else {
-      add("wq", QD * d.C, 0.4); add("wk", KD * d.C, 0.4); add("wv", KD * d.C, 0.4); add("wo", d.C * QD, 0.3);
+      add("wq", QW * d.C, 0.4); add("wk", KD * d.C, 0.4); add("wv", KD * d.C, 0.4); add("wo", d.C * QD, 0.3);
     }
     add("wg", d.I * d.C, 0.4); add("wu", d.I * d.C, 0.4); add("wd", d.C * d.I, 0.3);
-    if (v.bias) { add("bq", QD, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); add("bo", d.C, 0.2); }
+    if (v.bias) { add("bq", QW, 0.2); add("bk", KD, 0.2); add("bv", KD, 0.2); add("bo", d.C, 0.2); }
     if (v.qk_norm) { add("q_norm", d.D, 0.2, 1.0); add("k_norm", d.D, 0.2, 1.0); }
     if (v.gemma) {
       d.sandwich = true;
@@ -92,7 +96,7 @@ struct BlockCase {
     }
     x = randn<double>(size_t(B * T * d.C), 7);
     R = randn<double>(x.size(), 8);
-    rope_inputs(B, T, d.D, cs, sn, pos);
+    rope_inputs(B, T, d.rope ? d.rope : d.D, cs, sn, pos);
     mask.assign(size_t(B * T), 1);
     if (masked) { mask[size_t(T)] = 0; mask[size_t(T + 3)] = 0; }
   }

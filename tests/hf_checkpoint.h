@@ -116,10 +116,10 @@ inline GoldenIds golden_ids(const std::string& dir) {
   return g;
 }
 
-// Our logits of `model` against transformers' (dir/expected.safetensors): within 5e-6 of its largest
-// logit. Returns ours.
+// Our logits of `model` against transformers' (dir/expected.safetensors): within `rel` (5e-6) of its
+// largest logit. Returns ours.
 inline std::vector<float> expect_matches_golden(const std::string& dir, const std::string& model,
-                                                const std::string& tag) {
+                                                const std::string& tag, double rel = 5e-6) {
   const GoldenIds g = golden_ids(dir);
   const ModelConfig cfg = load_model_config(model + "/config.json");
   const auto expect = read_f32(*SafetensorsFile::open(dir + "/expected.safetensors"), "logits",
@@ -130,7 +130,7 @@ inline std::vector<float> expect_matches_golden(const std::string& dir, const st
     worst = std::max(worst, std::abs(double(ours[i]) - double(expect[i])));
     scale = std::max(scale, std::abs(double(expect[i])));
   }
-  EXPECT_LT(worst, 5e-6 * scale) << tag << " (largest logit " << scale << ")";
+  EXPECT_LT(worst, rel * scale) << tag << " (largest logit " << scale << ")";
   return ours;
 }
 

@@ -2,7 +2,8 @@
 // every weight, and the fp32 CPU block vs the double reference block (forward and all gradients).
 // Variants: plain Llama, Qwen2-style q/k/v bias (+ o bias as Llama attention_bias), Qwen3 q/k norm,
 // padding mask, Gemma 3 (sandwich norms, GeLU-tanh, a softmax scale of its own, a 3-key window), Gated
-// DeltaNet (its conv, decay, delta rule and gated norm; a padded token). With FP8_STATIC's activation QDQ
+// DeltaNet (its conv, decay, delta rule and gated norm; a padded token), Qwen3-Next's gated attention
+// (the sigmoid output gate, partial RoPE, biases, q/k norm, a padded token). With FP8_STATIC's activation QDQ
 // in front of every Linear (ActQdq), the straight-
 // through gradients against finite differences of the surrogate they are the exact gradients of, and
 // the fp32 block against the double one.
@@ -91,7 +92,8 @@ ActQdq<double> clipping_scales(BlockCase& s, SurrogateOps& ops, BlockRunner<Surr
   const double factor[7] = {0.7, 1.5, 0.6, 0.8, 1.2, 0.7, 0.5};
   ActQdq<double> a;
   a.s.resize(size_t(n));
-  for (int k = 0; k < n; ++k) a.s[k] = factor[k] * ops.max_abs[k] / 448.0;
+  const int attn = int(s.d.attn_linears());  // the feed-forward's slots take the last three factors
+  for (int k = 0; k < n; ++k) a.s[k] = factor[k < attn ? k : 4 + k - attn] * ops.max_abs[k] / 448.0;
   return a;
 }
 
@@ -124,9 +126,11 @@ TEST_P(BlockTest, ActivationQdqGradientsMatchTheirSurrogate) {
   expect_grad_matches_fd("dx", s.x, dx, loss, 1e-6, 200);
   for (auto& [k, v] : s.w.t) expect_grad_matches_fd("d" + k, v, grads[k], loss, 1e-6, 200);
   for (int k = 0; k < ops.slots; ++k) {
-    std::vector<double> e{0.0}, de{dscale[k]};
+    // eps in units of 1/64: a step of 1e-6 in eps itself moves a clipped element by 4.5e-4, where the
+    // central difference's truncation error reaches 1e-6 of the gradient.
+    std::vector<double> e{0.0}, de{dscale[k] / 64};
     auto loss_k = [&] {
-      ops.eps[k] = e[0];
+      ops.eps[k] = e[0] / 64;
       const double l = loss();
       ops.eps[k] = 0;
       return l;
@@ -208,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,
                          ::testing::Values(Variant{"llama", false, false, false}, Variant{"bias", true, false, false},
                                            Variant{"qwen3", false, true, false}, Variant{"masked", true, true, true},
                                            Variant{"gemma3", false, true, false, true},
-                                           Variant{"deltanet", false, false, true, false, true}),
+                                           Variant{"deltanet", false, false, true, false, true},
+                                           Variant{"gated", true, true, true, false, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -370,7 +370,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, CudaBlock,
                                            test::Variant{"bias", true, false, false},
                                            test::Variant{"qwen3", false, true, false},
                                            test::Variant{"masked", true, true, true},
-                                           test::Variant{"gemma3", false, true, false, true}),
+                                           test::Variant{"gemma3", false, true, false, true},
+                                           test::Variant{"gated", true, true, true, false, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 struct AttnCase {

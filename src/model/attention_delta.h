@@ -8,9 +8,11 @@
 //   q = l2norm(q) Dk^-1/2, k = l2norm(k) per head; g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)
 //   o = gated delta rule(q, k, v, g, beta) [N, Hv Dv]            (kernels/ref/gated_delta_ref.h)
 //   out = gated_rmsnorm(o, z, norm) Wo^T, the norm per value head (w rmsnorm(o) silu(z))
-// Its Linears are the block's linear_slot 0..2 (in_proj_qkvz, in_proj_ba, out_proj). Backward walks the
-// graph in reverse: the Linears' weight gradients, and the conv kernel's, A_log's, dt_bias' and the norm
-// weight's into the non-null entries of g; dh = null skips the input projections' input-gradient GEMMs.
+// Its quantized Linears are the block's linear_slot 0 and 1 (in_proj_qkvz, out_proj); in_proj_ba stays in
+// 16 bit (its 2 Hv rows: vLLM's fused in_proj_ba is refused by the Marlin int4 kernels below 64 rows per
+// tensor-parallel shard), so it reads h itself, never an activation QDQ. Backward walks the graph in
+// reverse: the Linears' weight gradients, and in_proj_ba's, the conv kernel's, A_log's, dt_bias' and the
+// norm weight's into the non-null entries of g; dh = null skips the input projections' input-gradient GEMMs.
 // No incremental decoding yet (its cache would be the recurrent state and the conv's last K - 1 inputs).
 #pragma once
 #include <cmath>
@@ -37,7 +39,7 @@ class DeltaNetAttention {
     Buf qraw, kraw, q, k, v;  // q, k before and after l2norm; v [N, value_dim]
     Buf z, a, b, g, beta, o, saved, normed;
     Operand hm_op, no;  // hm as an operand; the norm's output as out_proj reads it
-    Operand xq[3];    // with activation QDQ: the operand each Linear read
+    Operand xq[2];    // with activation QDQ: the operand each quantized Linear read
     const ActQdq<T>* act = nullptr;
   };
 
@@ -54,7 +56,7 @@ class DeltaNetAttention {
     const Operand& hin = masked_input(aux, h, c);
     Buf qkvz = ops_.alloc(N * qkvz_width()), ba = ops_.alloc(N * 2 * s_.Hv);
     ops_.linear_fwd(input(c, 0, hin, N * C), w.in_qkvz, nullptr, p(qkvz), N, C, qkvz_width());
-    ops_.linear_fwd(input(c, 1, hin, N * C), w.in_ba, nullptr, p(ba), N, C, 2 * s_.Hv);
+    ops_.linear_fwd(hin, w.in_ba, nullptr, p(ba), N, C, 2 * s_.Hv);
     c.mixed = ops_.alloc(N * s_.conv_dim());
     c.z = ops_.alloc(N * VD);
     c.a = ops_.alloc(N * s_.Hv);
@@ -81,7 +83,7 @@ class DeltaNetAttention {
     c.normed = ops_.alloc(N * VD);
     ops_.gated_rmsnorm_fwd(p(c.o), p(c.z), w.dnorm, p(c.normed), N * s_.Hv, s_.Dv, d_.eps);
     c.no = ops_.operand(p(c.normed), N * VD);
-    ops_.linear_fwd(input(c, 2, c.no, N * VD), w.wo, nullptr, out, N, VD, C);
+    ops_.linear_fwd(input(c, 1, c.no, N * VD), w.wo, nullptr, out, N, VD, C);
   }
 
   // From dout = dL/dout [N, C]: dh [N, C] written (may be null), gradients as documented above; h is
@@ -97,7 +99,7 @@ class DeltaNetAttention {
                          out, dscale);
     };
     Buf dn = ops_.alloc(N * VD), dO = ops_.alloc(N * VD), dz = ops_.alloc(N * VD);
-    lin(2, ops_.operand(dout, N * C), c.no, w.wo, p(dn), false, g.wo, VD, C);
+    lin(1, ops_.operand(dout, N * C), c.no, w.wo, p(dn), false, g.wo, VD, C);
     ops_.gated_rmsnorm_bwd(p(dn), p(c.o), p(c.z), w.dnorm, p(dO), p(dz), g.dnorm, N * s_.Hv, s_.Dv, d_.eps);
     Buf dq = ops_.alloc(N * KD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * VD), dg = ops_.alloc(N * s_.Hv),
         dbeta = ops_.alloc(N * s_.Hv);
@@ -116,7 +118,8 @@ class DeltaNetAttention {
     Buf dqkvz = ops_.alloc(N * qkvz_width()), dba = ops_.alloc(N * 2 * s_.Hv);
     split(p(dqkvz), p(dba), p(dmixed), p(dz), p(db), p(da), N, true);
     lin(0, ops_.operand(p(dqkvz), N * qkvz_width()), hin, w.in_qkvz, dh, false, g.in_qkvz, C, qkvz_width());
-    lin(1, ops_.operand(p(dba), N * 2 * s_.Hv), hin, w.in_ba, dh, true, g.in_ba, C, 2 * s_.Hv);
+    ops_.linear_bwd(ops_.operand(p(dba), N * 2 * s_.Hv), hin, w.in_ba, dh, true, g.in_ba, acc, no_bias, N, C,
+                    2 * s_.Hv);
     if (dh && aux.key_mask)
       for (int64_t r = 0; r < N; ++r)
         if (!aux.key_mask[r]) ops_.zero(dh + r * C, C);

@@ -2,10 +2,13 @@
 // (q/k/v biases), Qwen3 (q/k norm), Mixtral, the Qwen MoE families. With h = the block's normed input
 // [N, C] and N = B*T tokens:
 //   q = h Wq^T + bq [N, H*D];  k, v = h Wk^T + bk, h Wv^T + bv  [N, Hkv*D]
+//   (output gate, Qwen3-Next: BlockDims::out_gate) h Wq^T [N, H*2D] holds each head's query and gate,
+//   [q D | gate D] per head
 //   (q/k norm) q, k = rmsnorm per head over D with q_norm, k_norm
 //   q, k = rope(q, k) (partial RoPE: each head's first BlockDims::rope dims, GLM-4.5)
 //   o = attention(q, k, v, causal + key mask [+ sliding window: BlockDims::window] [+ sinks: gpt-oss's
-//       per-head logit in the softmax's denominator])   [N, H*D];   out = o Wo^T (+ bo)
+//       per-head logit in the softmax's denominator])   [N, H*D];   (output gate) o = o sigmoid(gate)
+//   out = o Wo^T (+ bo)
 // Its Linears are the block's linear_slot 0..3 (q, k, v, o); with FP8_STATIC each reads the QDQ of its
 // input (act_qdq_linear.h). Backward walks the graph in reverse, weight gradients into the non-null
 // entries of g; dh = null skips the q/k/v input-gradient GEMMs (tuning needs none) unless they have
@@ -47,6 +50,7 @@ class GqaAttention {
 
   struct Cache {
     Buf q, k, v, qpre, kpre, rstdq, rstdk, o, lse;
+    Buf gate, og;   // the output gate [N, H*D] and o times its sigmoid (BlockDims::out_gate)
     Operand oo;     // o as the GEMM operand Wo reads
     Operand xq[4];  // with activation QDQ: the operand q, k, v and o each read
     const ActQdq<T>* act = nullptr;
@@ -65,7 +69,15 @@ class GqaAttention {
     const int64_t N = aux.B * aux.T, C = d_.C, QD = d_.H * d_.D, KD = d_.Hkv * d_.D;
     c.act = act;
     c.q = ops_.alloc(N * QD); c.k = ops_.alloc(N * KD); c.v = ops_.alloc(N * KD);
-    ops_.linear_fwd(input(c, 0, h, N * C), w.wq, w.bq, p(c.q), N, C, QD);
+    if (d_.out_gate) {  // [q | gate] per head, split
+      Buf qg = ops_.alloc(2 * N * QD);
+      c.gate = ops_.alloc(N * QD);
+      ops_.linear_fwd(input(c, 0, h, N * C), w.wq, w.bq, p(qg), N, C, 2 * QD);
+      ops_.copy_cols(p(qg), 2 * d_.D, p(c.q), d_.D, N * d_.H, d_.D);
+      ops_.copy_cols(p(qg) + d_.D, 2 * d_.D, p(c.gate), d_.D, N * d_.H, d_.D);
+    } else {
+      ops_.linear_fwd(input(c, 0, h, N * C), w.wq, w.bq, p(c.q), N, C, QD);
+    }
     ops_.linear_fwd(input(c, 1, h, N * C), w.wk, w.bk, p(c.k), N, C, KD);
     ops_.linear_fwd(input(c, 2, h, N * C), w.wv, w.bv, p(c.v), N, C, KD);
     if (d_.qk_norm) {
@@ -90,7 +102,11 @@ class GqaAttention {
     } else {
       ops_.attention_fwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), sinks(w));
     }
-    c.oo = ops_.operand(p(c.o), N * QD);
+    if (d_.out_gate) {
+      c.og = ops_.alloc(N * QD);
+      ops_.output_gate_fwd(p(c.o), p(c.gate), p(c.og), N * QD);
+    }
+    c.oo = ops_.operand(p(d_.out_gate ? c.og : c.o), N * QD);
     ops_.linear_fwd(input(c, 3, c.oo, N * QD), w.wo, w.bo, out, N, QD, C);
   }
 
@@ -106,6 +122,13 @@ class GqaAttention {
     };
     Buf dob = ops_.alloc(N * QD), dq = ops_.alloc(N * QD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * KD);
     lin(3, ops_.operand(dout, N * C), c.oo, w.wo, p(dob), false, g.wo, g.bo, QD, C);
+    Buf dgate;
+    if (d_.out_gate) {  // dob becomes dL/do
+      Buf dog = std::move(dob);
+      dob = ops_.alloc(N * QD);
+      dgate = ops_.alloc(N * QD);
+      ops_.output_gate_bwd(p(dog), p(c.o), p(c.gate), p(dob), p(dgate), N * QD);
+    }
     ops_.attention_bwd(shape(aux), p(c.q), p(c.k), p(c.v), aux.key_mask, p(c.o), p(c.lse), p(dob), p(dq), p(dk),
                        p(dv));
     if (g.sinks && d_.sinks) {  // accumulates, as the other non-Linear gradients do
@@ -122,7 +145,14 @@ class GqaAttention {
       ops_.copy(p(dqp), p(dq), N * QD);
       ops_.copy(p(dkp), p(dk), N * KD);
     }
-    lin(0, ops_.operand(p(dq), N * QD), h, w.wq, dh, false, g.wq, g.bq, C, QD);
+    if (d_.out_gate) {  // back into the projection's [q | gate] per head
+      Buf dqg = ops_.alloc(2 * N * QD);
+      ops_.copy_cols(p(dq), d_.D, p(dqg), 2 * d_.D, N * d_.H, d_.D);
+      ops_.copy_cols(p(dgate), d_.D, p(dqg) + d_.D, 2 * d_.D, N * d_.H, d_.D);
+      lin(0, ops_.operand(p(dqg), 2 * N * QD), h, w.wq, dh, false, g.wq, g.bq, C, 2 * QD);
+    } else {
+      lin(0, ops_.operand(p(dq), N * QD), h, w.wq, dh, false, g.wq, g.bq, C, QD);
+    }
     lin(1, ops_.operand(p(dk), N * KD), h, w.wk, dh, true, g.wk, g.bk, C, KD);
     lin(2, ops_.operand(p(dv), N * KD), h, w.wv, dh, true, g.wv, g.bv, C, KD);
   }

@@ -54,6 +54,9 @@ struct BlockDims {
   int64_t window = 0;  // GQA: a query sees its `window` latest keys (a sliding-window layer; 0: all)
   bool sinks = false;  // GQA: a learned logit per query head in the softmax's denominator (gpt-oss)
   double scale = 0;    // GQA: the softmax's scale of q k^T (Gemma's query_pre_attn_scalar^-1/2); 0: 1/sqrt(D)
+  // GQA: q_proj [H 2D, C] gives each head's query and an output gate, [q D | gate D] per head; the
+  // attention's output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next's gated attention).
+  bool out_gate = false;
   // Sandwich norms (Gemma): the attention's and the feed-forward's outputs are RMS-normed (BlockPtrs'
   // ln_post_attn, ln_post_ffn) before their residual adds. Dense feed-forwards only.
   bool sandwich = false;
@@ -65,7 +68,7 @@ struct BlockDims {
   bool is_moe() const { return moe.E > 0; }
   // How many quantizable Linears the attention module has: the feed-forward's linear_slot start there.
   size_t attn_linears() const {
-    return attn == AttnKind::DeltaNet ? 3 : attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4;
+    return attn == AttnKind::DeltaNet ? 2 : attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4;
   }
 };
 
@@ -106,7 +109,7 @@ struct BlockPtrs {
   bool q_lora = false;  // MLA: q through q_a/q_b (else wq)
   std::vector<P*> attn_linears() {
     if (attn == AttnKind::Gqa) return {&wq, &wk, &wv, &wo};
-    if (attn == AttnKind::DeltaNet) return {&in_qkvz, &in_ba, &wo};
+    if (attn == AttnKind::DeltaNet) return {&in_qkvz, &wo};
     if (q_lora) return {&q_a, &q_b, &kv_a, &kv_b, &wo};
     return {&wq, &kv_a, &kv_b, &wo};
   }
@@ -119,9 +122,10 @@ struct BlockPtrs {
 };
 
 // The pointer of quantizable Linear `slot`, in quant::block_linears' order: the attention module's
-// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o; Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj), then gate, up, down of the dense MLP, or in a MoE block
-// (non-empty eg) each expert's gate, up, down followed by the shared expert's. The router and the shared
-// expert's gate are not slots (they stay in 16 bit).
+// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o; Gated DeltaNet: in_proj_qkvz, out_proj), then gate, up,
+// down of the dense MLP, or in a MoE block (non-empty eg) each expert's gate, up, down followed by the
+// shared expert's. The router, the shared expert's gate and Gated DeltaNet's in_proj_ba are not slots (they
+// stay in 16 bit).
 template <class P>
 P& linear_slot(BlockPtrs<P>& p, size_t slot) {
   const std::vector<P*> attn = p.attn_linears();

@@ -31,13 +31,13 @@ void gqa(Table& t, const ModelConfig& c) {
     t.norm("self_attn.k_norm.weight", c.head_dim, &W::k_norm);
   }
   if (c.qkv_bias) {
-    t.bias("self_attn.q_proj.bias", QD, &W::bq);
+    t.bias("self_attn.q_proj.bias", c.attn_out_gate ? 2 * QD : QD, &W::bq);
     t.bias("self_attn.k_proj.bias", KD, &W::bk);
     t.bias("self_attn.v_proj.bias", KD, &W::bv);
   }
   if (c.o_bias) t.bias("self_attn.o_proj.bias", C, &W::bo);
   if (c.attn_sinks) t.front.push_back({"self_attn.sinks", {c.num_heads}, TensorRole::Buffer, &W::sinks});
-  t.linear("self_attn.q_proj.weight", QD, C, &W::wq);
+  t.linear("self_attn.q_proj.weight", c.attn_out_gate ? 2 * QD : QD, C, &W::wq);  // + the output gate
   t.linear("self_attn.k_proj.weight", KD, C, &W::wk);
   t.linear("self_attn.v_proj.weight", KD, C, &W::wv);
   t.linear("self_attn.o_proj.weight", C, QD, &W::wo);
@@ -77,6 +77,23 @@ void mla(Table& t, const ModelConfig& c) {
   t.linear("self_attn.kv_b_proj.weight", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, &W::kv_b);
   t.linear("self_attn.o_proj.weight", C, H * m.v_head_dim, &W::wo);
   if (m.indexer_heads) indexer(t, c);
+}
+
+// Gated DeltaNet (Qwen3-Next): the conv kernel [conv_dim, 1, K], dt_bias and A_log [Hv], the gated norm
+// (applied as w, never 1 + w), in_proj_qkvz and out_proj quantized, in_proj_ba kept in 16 bit
+// (model/attention_delta.h says why).
+void delta_net(Table& t, const ModelConfig& c) {
+  const DeltaDims& s = c.delta;
+  const int64_t C = c.hidden_size, G = s.Hv / s.Hk;
+  t.front.push_back({"linear_attn.conv1d.weight", {s.conv_dim(), 1, s.K}, TensorRole::Buffer, &W::conv});
+  t.front.push_back({"linear_attn.dt_bias", {s.Hv}, TensorRole::Buffer, &W::dt_bias});
+  t.front.push_back({"linear_attn.A_log", {s.Hv}, TensorRole::Buffer, &W::A_log});
+  t.norm("linear_attn.norm.weight", s.Dv, &W::dnorm);
+  t.front.back().unit_offset = false;
+  t.linear("linear_attn.in_proj_qkvz.weight", s.Hk * (2 * s.Dk + 2 * G * s.Dv), C, &W::in_qkvz);
+  t.linear("linear_attn.out_proj.weight", C, s.value_dim(), &W::wo);
+  t.kept.push_back({"linear_attn.in_proj_ba.weight", {2 * s.Hv, C}, TensorRole::Kept, &W::in_ba});
+  t.kept.back().why = "Gated DeltaNet's in_proj_ba";
 }
 
 void mlp(Table& t, const ModelConfig& c) {
@@ -162,7 +179,8 @@ std::vector<BlockTensor> block_tensors(const ModelConfig& c, int64_t layer, bool
   } else {
     t.norm("post_attention_layernorm.weight", c.hidden_size, &W::ln2);
   }
-  if (c.is_mla()) mla(t, c);
+  if (c.is_delta_layer(layer)) delta_net(t, c);
+  else if (c.is_mla()) mla(t, c);
   else gqa(t, c);
   if (c.is_moe_layer(layer)) moe(t, c, layer, fused_experts);
   else mlp(t, c);
@@ -186,6 +204,11 @@ ModelConfig block_config(const BlockDims& d) {
   c.ffn_act = d.act;
   c.attn_scale = d.scale;
   c.sandwich_norms = d.sandwich;
+  c.attn_out_gate = d.out_gate;
+  if (d.attn == AttnKind::DeltaNet) {
+    c.delta_layers = {1};
+    c.delta = d.delta;
+  }
   if (d.attn == AttnKind::Mla) {
     c.mla = {d.mla.q_lora, d.mla.kv_lora, d.mla.nope, d.mla.rope, d.mla.v, d.mla.interleave};
     c.head_dim = d.mla.rope;

@@ -48,6 +48,9 @@ struct BlockTensor {
   };
   Columns columns{};
   const char* why = nullptr;  // Kept: what the report says ("MoE router")
+  // Norm: whether ModelConfig::norm_unit_offset's 1 + w applies (Qwen3-Next's gated norm is applied as w
+  // while its other norms are 1 + w).
+  bool unit_offset = true;
 
   Tensor& in(BlockWeights& w) const;
   const Tensor& in(const BlockWeights& w) const { return in(const_cast<BlockWeights&>(w)); }

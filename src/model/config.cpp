@@ -185,6 +185,12 @@ BlockDims ModelConfig::block_dims(int64_t layer) const {
   d.act = ffn_act;
   d.scale = attn_scale;
   d.sandwich = sandwich_norms;
+  d.out_gate = attn_out_gate;
+  if (is_delta_layer(layer)) {
+    d.attn = AttnKind::DeltaNet;
+    d.delta = delta;
+    d.out_gate = false;
+  }
   if (is_mla()) {
     d.attn = AttnKind::Mla;
     d.Hkv = num_heads;

@@ -174,6 +174,12 @@ struct ModelConfig {
   // Multi-token-prediction layers stored past num_layers (DeepSeek's num_nextn_predict_layers): not run,
   // copied unchanged into every output.
   int64_t mtp_layers = 0;
+  // Hybrid models (Qwen3-Next, Qwen3.5): the layers layer_types calls "linear_attention" (1 here) run Gated
+  // DeltaNet (model/attention_delta.h) of the sizes in `delta`; the others grouped-query attention, with
+  // Qwen3-Next's sigmoid output gate where attn_out_gate (BlockDims::out_gate).
+  std::vector<uint8_t> delta_layers;
+  DeltaDims delta;
+  bool attn_out_gate = false;
 
   bool is_moe() const { return moe.num_experts > 0; }
   bool is_mla() const { return mla.kv_lora_rank > 0; }
@@ -182,6 +188,9 @@ struct ModelConfig {
   // The softmax's scale of q k^T (0: 1/sqrt of the query head; MLA with YaRN folds mscale_all_dim in).
   double attention_scale() const;
   bool is_moe_layer(int64_t layer) const;
+  bool is_delta_layer(int64_t layer) const {
+    return layer >= 0 && layer < int64_t(delta_layers.size()) && delta_layers[size_t(layer)];
+  }
   // The block's shapes; a MoE layer's carry its experts (BlockDims::moe).
   BlockDims block_dims(int64_t layer) const;
 };

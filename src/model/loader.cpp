@@ -245,7 +245,7 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
       t.in(w) = stored_columns(load_slice(stored, t.offset, {t.columns.rows * t.columns.cols}, ctx), t, ctx);
     else
       t.in(w) = t.offset >= 0 ? load_slice(stored, t.offset, t.shape, ctx) : load(stored, t.shape, ctx);
-    if (t.role == TensorRole::Norm) unit_offset(t.in(w));
+    if (t.role == TensorRole::Norm && t.unit_offset) unit_offset(t.in(w));
   }
   return w;
 }

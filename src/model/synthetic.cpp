@@ -195,11 +195,12 @@ void make_from_table(const ModelConfig& c, int64_t l, bool fused, Make& make) {
   for (const BlockTensor& t : block_tensors(c, l, fused && c.is_moe_layer(l))) {
     const std::string name = t.stored.empty() ? p + t.name : t.stored;
     if (!done.insert(name).second) continue;
-    make(name, t.offset >= 0 ? t.stored_shape : t.shape, t.role == TensorRole::Norm);
+    make(name, t.offset >= 0 ? t.stored_shape : t.shape, t.role == TensorRole::Norm, t.unit_offset);
   }
 }
 bool tabled_family(const ModelConfig& c) {
-  return c.is_mla() || c.moe.routing != Routing::SoftmaxTopK || c.rotary_dims || c.sandwich_norms;
+  return c.is_mla() || c.moe.routing != Routing::SoftmaxTopK || c.rotary_dims || c.sandwich_norms ||
+         !c.delta_layers.empty() || c.attn_out_gate;
 }
 }  // namespace
 
@@ -209,11 +210,11 @@ void write_synthetic_model(const std::string& dir, const nlohmann::json& config,
   Context ctx(Device{}, 1);
   std::mt19937_64 rng(seed);
   std::vector<StEntry> all;
-  auto make = [&](const std::string& name, Shape shape, bool norm) {
+  auto make = [&](const std::string& name, Shape shape, bool norm, bool offset = true) {
     Tensor t = Tensor::empty(shape, DType::F32, ctx);
     double sd = norm ? 0.1 : 1.0 / std::sqrt(double(shape.back()));
     std::normal_distribution<double> nd(0.0, sd);
-    const double mean = norm && !c.norm_unit_offset ? 1.0 : 0.0;  // Gemma applies its norms as 1 + w
+    const double mean = norm && !(c.norm_unit_offset && offset) ? 1.0 : 0.0;  // Gemma applies its norms as 1 + w
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = float(mean + nd(rng));
     all.push_back({name, dtype == DType::F32 ? t : t.to(dtype, ctx)});
   };

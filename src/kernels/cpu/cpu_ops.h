@@ -290,6 +290,10 @@ struct CpuOps {
     cpu::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
   void add(const float* a, const float* b, float* y, int64_t n) { cpu::add(ctx, a, b, y, n); }
+  void output_gate_fwd(const float* o, const float* g, float* y, int64_t n) { cpu::output_gate_fwd(ctx, o, g, y, n); }
+  void output_gate_bwd(const float* dy, const float* o, const float* g, float* d_o, float* dg, int64_t n) {
+    cpu::output_gate_bwd(ctx, dy, o, g, d_o, dg, n);
+  }
 
   // Gated DeltaNet (ops.h: delta_net.cpp, gated_delta.cpp); gated_delta_fwd returns the state checkpoints
   // its backward reads.

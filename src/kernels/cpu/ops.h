@@ -159,6 +159,10 @@ void swiglu_fwd(Context& ctx, const float* g, const float* u, float* a, int64_t 
 void swiglu_bwd(Context& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n,
                 const GateAct& act = {});
 
+// output_gate.cpp: y = o sigmoid(g) and its backward (kernels/ref/output_gate_ref.h)
+void output_gate_fwd(Context& ctx, const float* o, const float* g, float* y, int64_t n);
+void output_gate_bwd(Context& ctx, const float* dy, const float* o, const float* g, float* d_o, float* dg, int64_t n);
+
 // exp.cpp — x[i] = exp(x[i]) on the calling thread; within 2 ulp of exp (0 below FLT_MIN), the same bits on every
 // path (AVX-512 or AVX2 lanes, or scalar), so results do not depend on how a loop was chunked or on
 // the machine. The first form runs kernel_isa()'s path, the second the given level's (tests).

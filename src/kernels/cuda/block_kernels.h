@@ -27,6 +27,11 @@ void swiglu_fwd(DeviceContext& ctx, const float* g, const float* u, float* a, in
 void swiglu_bwd(DeviceContext& ctx, const float* da, const float* g, const float* u, float* dg, float* du, int64_t n,
                 const GateAct& act = {});
 
+// y = o sigmoid(g) and its backward (kernels/ref/output_gate_ref.h).
+void output_gate_fwd(DeviceContext& ctx, const float* o, const float* g, float* y, int64_t n);
+void output_gate_bwd(DeviceContext& ctx, const float* dy, const float* o, const float* g, float* d_o, float* dg,
+                     int64_t n);
+
 void add(DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 // y = bf16 of x, round to nearest even (core/dtype.h's f32_to_bf16): the --amp GEMM operands.
 void to_bf16(DeviceContext& ctx, const float* x, uint16_t* y, int64_t n);

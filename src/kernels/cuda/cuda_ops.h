@@ -129,6 +129,10 @@ struct CudaOps {
     cuda::attention_bwd(ctx, sh, q, k, v, m, o, lse, dout, delta.data(), dq, dk, dv);
   }
   void add(const float* a, const float* b, float* y, int64_t n) { cuda::add(ctx, a, b, y, n); }
+  void output_gate_fwd(const float* o, const float* g, float* y, int64_t n) { cuda::output_gate_fwd(ctx, o, g, y, n); }
+  void output_gate_bwd(const float* dy, const float* o, const float* g, float* d_o, float* dg, int64_t n) {
+    cuda::output_gate_bwd(ctx, dy, o, g, d_o, dg, n);
+  }
 
  private:
   Operand owned(Buf b, int64_t n) {

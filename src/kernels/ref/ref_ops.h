@@ -11,6 +11,7 @@
 #include "kernels/ref/delta_net_ref.h"
 #include "kernels/ref/gated_delta_ref.h"
 #include "kernels/ref/elementwise_ref.h"
+#include "kernels/ref/output_gate_ref.h"
 #include "kernels/ref/matmul_ref.h"
 #include "kernels/ref/rmsnorm_ref.h"
 #include "kernels/ref/rope_ref.h"
@@ -102,6 +103,10 @@ struct RefOps {
     ref::attention_bwd(sh, q, k, v, m, o, lse, dout, dq, dk, dv);
   }
   void add(const T* a, const T* b, T* y, int64_t n) { ref::add(a, b, y, n); }
+  void output_gate_fwd(const T* o, const T* g, T* y, int64_t n) { ref::output_gate_fwd(o, g, y, n); }
+  void output_gate_bwd(const T* dy, const T* o, const T* g, T* d_o, T* dg, int64_t n) {
+    ref::output_gate_bwd(dy, o, g, d_o, dg, n);
+  }
 
   // Gated DeltaNet (kernels/ref/delta_net_ref.h, gated_delta_ref.h); weight gradients accumulate where
   // non-null. gated_delta_fwd returns what its backward reads besides the inputs (here: nothing).

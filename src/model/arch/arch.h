@@ -47,6 +47,7 @@ void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::st
 void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void gemma3_text_defaults(nlohmann::json& j);
+void configure_qwen3_next(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
     kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3;
@@ -84,6 +85,10 @@ void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const s
 // the architecture's default period, else as the flags; read back as config.json's layer_types.
 void write_sliding_pattern(const ModelConfig& cfg, std::vector<GgufKey>& keys, int64_t default_period);
 nlohmann::json read_layer_types(const GgufKeyReader& k, int64_t layers, int64_t default_period);
+
+// Partial RoPE (arch/partial_rope.cpp): ModelConfig::rotary_dims from partial_rotary_factor (top level or
+// in rope_parameters; default_factor when absent), refused unless it gives an even number of head dims.
+void configure_partial_rope(ModelConfig& cfg, const nlohmann::json& j, const std::string& path, double default_factor);
 
 // Field helpers (arch/moe_fields.cpp): a positive integer or `def` when absent (or null); whether a field
 // is present as null (transformers' None, which JsonIn::has reports as absent).

@@ -15,19 +15,7 @@ void configure_glm4_moe(ModelConfig& cfg, const nlohmann::json& j, const std::st
   cfg.qkv_bias = in.boolean("attention_bias", false);
   cfg.o_bias = false;
   cfg.qk_norm = in.boolean("use_qk_norm", false);
-  // transformers 5 keeps the factor in rope_parameters; older configs at the top level.
-  const bool top = in.has("partial_rotary_factor");
-  const bool nested = !top && in.has("rope_parameters") && in.at("rope_parameters").is_object() &&
-                      in.at("rope_parameters").has("partial_rotary_factor");
-  const double f = top      ? in.at("partial_rotary_factor").num()
-                   : nested ? in.at("rope_parameters").at("partial_rotary_factor").num()
-                            : 0.5;
-  const double dims = double(cfg.head_dim) * f;
-  if (!(f > 0 && f <= 1) || dims != double(int64_t(dims)) || int64_t(dims) % 2)
-    fail(ErrorKind::InvalidInput, path + ": field 'partial_rotary_factor': " + std::to_string(f) +
-                                      " must be in (0, 1] and give an even whole number of head_dim " +
-                                      std::to_string(cfg.head_dim));
-  cfg.rotary_dims = int64_t(dims);
+  configure_partial_rope(cfg, j, path, 0.5);
   configure_sigmoid_moe(cfg, j, path, {1, 1, 1, 1, 1.0});
 }
 

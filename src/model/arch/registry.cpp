@@ -19,6 +19,7 @@ constexpr ArchSpec kArchs[] = {
     {"Glm4MoeForCausalLM", configure_glm4_moe, &kGgufGlm4Moe},
     {"GptOssForCausalLM", configure_gpt_oss, &kGgufGptOss},
     {"Gemma3ForCausalLM", configure_gemma3, &kGgufGemma3, gemma3_text_defaults},
+    {"Qwen3NextForCausalLM", configure_qwen3_next, nullptr},
     {"Gemma3ForConditionalGeneration", configure_gemma3, &kGgufGemma3, gemma3_text_defaults, /*multimodal=*/true},
 };
 }  // namespace
