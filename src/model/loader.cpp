@@ -235,7 +235,7 @@ BlockWeights HfModel::load_block(int64_t layer, Context& ctx) const {
   BlockWeights w;
   w.tensors = block_tensors(cfg_, layer, moe && fused_experts(layer));
   w.size_lists();
-  w.attn = cfg_.is_mla() ? AttnKind::Mla : AttnKind::Gqa;
+  w.attn = cfg_.block_dims(layer).attn;
   w.mixtral_names = moe && cfg_.moe.mixtral_names;
   for (const BlockTensor& t : w.tensors) {
     const std::string stored = t.stored.empty() ? p + t.name : t.stored;

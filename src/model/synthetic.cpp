@@ -78,7 +78,24 @@ nlohmann::json tiny_gemma3_config(int64_t layers) {
   return c;
 }
 
+nlohmann::json tiny_qwen3_next_config(int64_t layers) {
+  nlohmann::json c = tiny_moe_config("qwen2_moe", layers);
+  c["architectures"] = {"Qwen3NextForCausalLM"};
+  c.erase("rope_theta");
+  c["head_dim"] = 16;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.25}};
+  c["norm_topk_prob"] = true;
+  c["linear_num_key_heads"] = 2;
+  c["linear_num_value_heads"] = 4;
+  c["linear_key_head_dim"] = 16;
+  c["linear_value_head_dim"] = 16;
+  c["linear_conv_kernel_dim"] = 4;
+  for (int64_t l = 0; l < layers; ++l) c["layer_types"].push_back(l % 2 ? "full_attention" : "linear_attention");
+  return c;
+}
+
 nlohmann::json tiny_family_config(const std::string& arch, int64_t layers) {
+  if (arch == "qwen3_next") return tiny_qwen3_next_config(layers);
   return arch == "gemma3" ? tiny_gemma3_config(layers) : tiny_moe_config(arch, layers);
 }
 

@@ -32,7 +32,11 @@ nlohmann::json tiny_moe_config(const std::string& arch, int64_t layers = 2);
 // Gemma 3 (sandwich norms, GeLU-tanh, windows of 16 on the even layers with their own RoPE, linear x2 on the
 // odd ones, query_pre_attn_scalar 24, tied embeddings, logits soft-capped at 30) from tiny_llama_config.
 nlohmann::json tiny_gemma3_config(int64_t layers = 2);
-// tiny_gemma3_config for "gemma3", tiny_moe_config's families otherwise.
+// Qwen3-Next (Gated DeltaNet on the even layers: 2 key heads, 4 value heads of 16, a 4-tap conv; gated full
+// attention with partial RoPE on the odd ones; qwen2_moe's experts and gated shared expert, renormalized).
+nlohmann::json tiny_qwen3_next_config(int64_t layers = 2);
+// tiny_gemma3_config for "gemma3", tiny_qwen3_next_config for "qwen3_next", tiny_moe_config's families
+// otherwise.
 nlohmann::json tiny_family_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

@@ -74,6 +74,8 @@ std::vector<StatRows> stat_rows(const BlockDims& d, const BlockRunner<cpu::CpuOp
   if (d.attn == AttnKind::Mla) {
     if (d.mla.q_lora) r.push_back({c.mla.qan.x, N});
     r.insert(r.end(), {{c.mla.latn.x, N}, {c.mla.ov.x, N}});
+  } else if (d.attn == AttnKind::DeltaNet) {
+    r.push_back({c.delta.no.x, N});
   } else {
     r.push_back({c.attn.oo.x, N});
   }
@@ -101,6 +103,8 @@ std::vector<StatInput> stat_inputs(const BlockDims& d) {
   if (d.attn == AttnKind::Mla) {
     if (d.mla.q_lora) r.push_back({"q_b_in", d.mla.q_lora});
     r.insert(r.end(), {{"kv_b_in", d.mla.kv_lora}, {"o_in", d.H * d.mla.v}});
+  } else if (d.attn == AttnKind::DeltaNet) {
+    r.push_back({"o_in", d.delta.value_dim()});
   } else {
     r.push_back({"o_in", d.H * d.D});
   }
@@ -226,7 +230,7 @@ std::string linear_input_key(const std::string& linear) {
     const std::string e = linear.substr(ex + 8, dot - ex - 8), proj = linear.substr(dot + 1);
     return "expert." + e + (proj == "down_proj" || proj == "w2" ? ".down" : ".in");
   }
-  if (linear == "self_attn.o_proj") return "o_in";
+  if (linear == "self_attn.o_proj" || linear == "linear_attn.out_proj") return "o_in";
   if (linear == "self_attn.q_b_proj") return "q_b_in";
   if (linear == "self_attn.kv_b_proj") return "kv_b_in";
   if (linear == "mlp.down_proj") return "down_in";

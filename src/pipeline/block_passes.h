@@ -19,8 +19,8 @@
 namespace ar {
 
 // imatrix of a block: sum over calibration tokens of x^2 per input channel of each Linear, keyed by
-// the input it sees (stat_inputs): attn_in (q/k/v; MLA: q_a or q, and kv_a), MLA's q_b_in and kv_b_in,
-// o_in, mlp_in (gate/up; in a MoE block the router's and the shared expert's input), down_in; a MoE
+// the input it sees (stat_inputs): attn_in (q/k/v; MLA: q_a or q, and kv_a; Gated DeltaNet's
+// in_proj_qkvz), MLA's q_b_in and kv_b_in, o_in (Gated DeltaNet: out_proj's, the gated norm's output), mlp_in (gate/up; in a MoE block the router's and the shared expert's input), down_in; a MoE
 // block's expert e: expert.<e>.in (gate/up, its routed tokens) and expert.<e>.down; the shared expert's
 // down_proj: shared.down. An expert that receives no token gets ones (AutoRound's hooks never fire for
 // it, and its search then weighs every channel 1).

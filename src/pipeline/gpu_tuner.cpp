@@ -21,6 +21,8 @@ void check_gpu_run(const QuantizeOptions& o, const ModelConfig& cfg, int process
   if (o.format.find("gguf") != std::string::npos) no("a GGUF output");
   if (cfg.is_moe()) no("a mixture-of-experts model");
   if (cfg.is_mla()) no("multi-head latent attention (" + cfg.architecture + ")");
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    if (cfg.is_delta_layer(l)) no("Gated DeltaNet linear attention (" + cfg.architecture + ")");
   if (o.parallel.mode != parallel::ParallelSetting::Off || !o.devices.empty()) no("a data-parallel lane");
   if (processes > 1) no("a multi-process job");
 }
