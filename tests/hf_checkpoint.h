@@ -74,10 +74,10 @@ inline void write_per_expert(const std::string& from, const std::string& to) {
   });
 }
 
-// Appends a copy of layer `from`'s tensors as layer `to` to dir/model.safetensors: an MTP layer stored
-// past num_hidden_layers, as DeepSeek and GLM store theirs.
-inline void append_layer_copy(const std::string& dir, int64_t from, int64_t to) {
-  const std::string src = "model.layers." + std::to_string(from) + ".", dst = "model.layers." + std::to_string(to) + ".";
+// Appends a copy of layer `from`'s tensors under `dst` ("mtp.layers.0.": an MTP layer as Qwen3-Next stores
+// it) to dir/model.safetensors.
+inline void append_layer_copy_as(const std::string& dir, int64_t from, const std::string& dst) {
+  const std::string src = "model.layers." + std::to_string(from) + ".";
   std::vector<StEntry> all;
   Context ctx;
   auto f = SafetensorsFile::open(dir + "/model.safetensors");
@@ -89,6 +89,12 @@ inline void append_layer_copy(const std::string& dir, int64_t from, int64_t to) 
   }
   f.reset();
   write_safetensors(dir + "/model.safetensors", all);
+}
+
+// Appends a copy of layer `from`'s tensors as layer `to` to dir/model.safetensors: an MTP layer stored
+// past num_hidden_layers, as DeepSeek and GLM store theirs.
+inline void append_layer_copy(const std::string& dir, int64_t from, int64_t to) {
+  append_layer_copy_as(dir, from, "model.layers." + std::to_string(to) + ".");
 }
 
 // Every tensor of `in` not named in `skip`, copied (a checkpoint rewritten with some tensors replaced).

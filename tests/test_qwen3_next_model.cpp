@@ -3,7 +3,7 @@
 // refusals, the layer tables of both kinds, and the logits of tiny random checkpoints against
 // transformers' (tests/data/qwen3_next, made by tools/make_qwen3_next_goldens.py): Gated DeltaNet
 // layers, gated full attention, norms applied as 1 + w but the gated norm as w, the MoE with a
-// sigmoid-gated shared expert, a 150-token sequence past the 64-token chunks.
+// sigmoid-gated shared expert, a 150-token sequence past the 64-token chunks; incremental decoding.
 #include "hf_checkpoint.h"
 #include "model/block_tensors.h"
 #include "model/config.h"
@@ -115,6 +115,12 @@ TEST(Qwen3NextModel, LogitsMatchTransformers) {
     for (float v : expect) largest = std::max(largest, std::abs(double(v)));
     expect_matches_golden(dir, dir + "/model", c, std::max(5e-6, 2 * fp32_worst / largest));
   }
+}
+
+// Incremental decoding carries the conv's last inputs and the recurrent state (and the full layers' keys):
+// 3 tokens, then one at a time, give the whole-sequence forward's logits.
+TEST(Qwen3NextModel, DecodeMatchesForward) {
+  for (const char* c : {"moe", "long"}) expect_decode_matches_forward(kDir + c + "/model");
 }
 
 }  // namespace

@@ -13,7 +13,10 @@
 // tensor-parallel shard), so it reads h itself, never an activation QDQ. Backward walks the graph in
 // reverse: the Linears' weight gradients, and in_proj_ba's, the conv kernel's, A_log's, dt_bias' and the
 // norm weight's into the non-null entries of g; dh = null skips the input projections' input-gradient GEMMs.
-// No incremental decoding yet (its cache would be the recurrent state and the conv's last K - 1 inputs).
+// Incremental decoding (batch 1, no key mask) carries the conv's last K - 1 inputs and each value head's
+// recurrent state between calls (AttnKvCache's k [K - 1, conv_dim] and v [Hv, Dk, Dv]); the new tokens'
+// delta rule runs the sequential reference recurrence from that state (kernels/ref/gated_delta_ref.h, in
+// the policy's precision: a token's Hv Dk Dv multiply-adds).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -43,14 +46,23 @@ class DeltaNetAttention {
     const ActQdq<T>* act = nullptr;
   };
 
+  using KvCache = AttnKvCache<Ops>;
+  KvCache make_kv_cache() {
+    KvCache c{ops_.alloc((s_.K - 1) * s_.conv_dim()), ops_.alloc(s_.Hv * s_.Dk * s_.Dv), 0, 0};
+    ops_.zero(p(c.k), (s_.K - 1) * s_.conv_dim());
+    ops_.zero(p(c.v), s_.Hv * s_.Dk * s_.Dv);
+    return c;
+  }
+
   DeltaNetAttention(Ops& ops, const BlockDims& d) : ops_(ops), d_(d), s_(d.delta) {
     if (s_.Hk <= 0 || s_.Hv % s_.Hk != 0 || s_.K <= 0)
       fail(ErrorKind::Internal, "DeltaNetAttention: value heads must be a multiple of the key heads");
   }
 
-  // out [N, C] (written) = gated_rmsnorm(o, z) Wo^T.
+  // out [N, C] (written) = gated_rmsnorm(o, z) Wo^T. With `kv` (batch 1, no key mask) the T new tokens
+  // continue the cached sequence and the cache moves past them.
   void forward(const BlockPtrs<const T*>& w, const BlockAux<T>& aux, const Operand& h, T* out, Cache& c,
-               const ActQdq<T>* act) {
+               const ActQdq<T>* act, KvCache* kv = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, VD = s_.value_dim();
     c.act = act;
     const Operand& hin = masked_input(aux, h, c);
@@ -64,7 +76,8 @@ class DeltaNetAttention {
     split(p(qkvz), p(ba), p(c.mixed), p(c.z), p(c.b), p(c.a), N, false);
     Buf conv = ops_.alloc(N * s_.conv_dim());
     c.zc = ops_.alloc(N * s_.conv_dim());
-    ops_.conv_silu_fwd(p(c.mixed), w.conv, p(conv), p(c.zc), aux.B, aux.T, s_.conv_dim(), s_.K);
+    if (kv) conv_after(p(c.mixed), w.conv, p(conv), N, *kv);
+    else ops_.conv_silu_fwd(p(c.mixed), w.conv, p(conv), p(c.zc), aux.B, aux.T, s_.conv_dim(), s_.K);
     c.qraw = ops_.alloc(N * s_.key_dim());
     c.kraw = ops_.alloc(N * s_.key_dim());
     c.v = ops_.alloc(N * VD);
@@ -79,7 +92,12 @@ class DeltaNetAttention {
     c.beta = ops_.alloc(N * s_.Hv);
     ops_.decay_beta_fwd(p(c.a), p(c.b), w.A_log, w.dt_bias, p(c.g), p(c.beta), N, s_.Hv);
     c.o = ops_.alloc(N * VD);
-    c.saved = ops_.gated_delta_fwd(shape(aux), p(c.q), p(c.k), p(c.v), p(c.g), p(c.beta), p(c.o));
+    if (kv) {  // from the cached state, which then holds the last token's
+      ref::gated_delta_fwd(shape(aux), p(c.q), p(c.k), p(c.v), p(c.g), p(c.beta), p(c.o), p(kv->v), p(kv->v));
+      kv->len += N;
+    } else {
+      c.saved = ops_.gated_delta_fwd(shape(aux), p(c.q), p(c.k), p(c.v), p(c.g), p(c.beta), p(c.o));
+    }
     c.normed = ops_.alloc(N * VD);
     ops_.gated_rmsnorm_fwd(p(c.o), p(c.z), w.dnorm, p(c.normed), N * s_.Hv, s_.Dv, d_.eps);
     c.no = ops_.operand(p(c.normed), N * VD);
@@ -136,6 +154,18 @@ class DeltaNetAttention {
   int64_t qkvz_width() const { return s_.Hk * head_width(); }
   T q_scale() const { return T(1) / std::sqrt(T(s_.Dk)); }
   ref::DeltaShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, s_.Hk, s_.Hv, s_.Dk, s_.Dv}; }
+
+  // The causal conv of n new rows of `mixed` [n, conv_dim] after the cached K - 1 inputs, into y [n,
+  // conv_dim]; the cache then holds the last K - 1 inputs.
+  void conv_after(const T* mixed, const T* wconv, T* y, int64_t n, KvCache& kv) {
+    const int64_t CD = s_.conv_dim(), tail = s_.K - 1;
+    Buf ext = ops_.alloc((tail + n) * CD), out = ops_.alloc((tail + n) * CD), pre = ops_.alloc((tail + n) * CD);
+    ops_.copy(p(kv.k), p(ext), tail * CD);
+    ops_.copy(mixed, p(ext) + tail * CD, n * CD);
+    ops_.conv_silu_fwd(p(ext), wconv, p(out), p(pre), 1, tail + n, CD, s_.K);
+    ops_.copy(p(out) + tail * CD, y, n * CD);
+    ops_.copy(p(ext) + n * CD, p(kv.k), tail * CD);
+  }
 
   // h, or its copy with the rows of padded tokens zeroed (kept in the cache).
   const Operand& masked_input(const BlockAux<T>& aux, const Operand& h, Cache& c) {

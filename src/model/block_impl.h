@@ -3,7 +3,7 @@
 // kernels/cpu/cpu_ops.h in fp32 for the engine, kernels/cuda/cuda_ops.h). Pre-norm, with N = B*T tokens:
 //   h1 = rmsnorm(x, ln1);  x1 = x + Attention(h1)        [N, C]
 //   Attention: grouped-query (model/attention_gqa.h), multi-head latent (model/attention_mla.h) or Gated
-//   DeltaNet's linear attention (model/attention_delta.h; host backends only, no incremental decoding)
+//   DeltaNet's linear attention (model/attention_delta.h; host backends only)
 //   h2 = rmsnorm(x1, ln2); y = x1 + FeedForward(h2)      [N, C]
 //   With sandwich norms (BlockDims::sandwich, Gemma) each module's output is normed before its residual
 //   add: x1 = x + rmsnorm(Attention(h1), ln_post_attn), y = x1 + rmsnorm(FeedForward(h2), ln_post_ffn).
@@ -52,8 +52,9 @@ class BlockRunner {
 
   using KvCache = AttnKvCache<Ops>;
   KvCache make_kv_cache(int64_t capacity) {
-    if (d_.attn == AttnKind::Mla) {
-      if constexpr (!on_device()) return MlaAttention<Ops>(ops_, d_).make_kv_cache(capacity);
+    if constexpr (!on_device()) {
+      if (d_.attn == AttnKind::Mla) return MlaAttention<Ops>(ops_, d_).make_kv_cache(capacity);
+      if (d_.attn == AttnKind::DeltaNet) return DeltaNetAttention<Ops>(ops_, d_).make_kv_cache();
     }
     return GqaAttention<Ops>(ops_, d_).make_kv_cache(capacity);
   }
@@ -86,8 +87,6 @@ class BlockRunner {
       if (d_.attn == AttnKind::Mla) fail(ErrorKind::Unsupported, "multi-head latent attention does not run on a device yet");
       if (d_.attn == AttnKind::DeltaNet) fail(ErrorKind::Unsupported, "Gated DeltaNet does not run on a device yet");
     }
-    if (kv && d_.attn == AttnKind::DeltaNet)
-      fail(ErrorKind::Unsupported, "incremental decoding through a Gated DeltaNet layer is not supported yet");
     if (d_.sandwich && d_.is_moe()) fail(ErrorKind::Unsupported, "sandwich norms around a mixture-of-experts feed-forward");
     c.x = x;
     c.rstd1 = ops_.alloc(N);
@@ -97,7 +96,7 @@ class BlockRunner {
     T* a = d_.sandwich ? p(c.attn_out) : p(c.x1);
     if constexpr (!on_device()) {
       if (d_.attn == AttnKind::Mla) MlaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.mla, kv, act);
-      if (d_.attn == AttnKind::DeltaNet) DeltaNetAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.delta, act);
+      if (d_.attn == AttnKind::DeltaNet) DeltaNetAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.delta, act, kv);
     }
     if (d_.attn == AttnKind::Gqa) GqaAttention<Ops>(ops_, d_).forward(w, aux, c.h1o, a, c.attn, kv, act);
     if (d_.sandwich) post_norm_fwd(a, w.ln_post_attn, p(c.x1), c.rstd_pa, N);

@@ -99,7 +99,11 @@ std::unique_ptr<HfModel> HfModel::open(const std::string& dir) {
 }
 
 void HfModel::map_names() {
-  if (!cfg_.multimodal) return;
+  if (!cfg_.multimodal) {  // a text checkpoint's tensors outside the model (Qwen3-Next's mtp.*) are copied
+    for (const auto& [name, at] : where_)
+      if (!NameMap::is_text(name)) foreign_.push_back(name);
+    return;
+  }
   std::vector<std::string> stored;
   for (const auto& [name, at] : where_) stored.push_back(name);
   names_ = NameMap::detect(stored, dir_);

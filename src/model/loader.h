@@ -67,8 +67,9 @@ class HfModel {
   // methods above take is a text-model name (model.layers.3...) or, for a tensor outside the language
   // model, its stored name.
   const NameMap& names() const { return names_; }
-  // The stored tensors outside the language model (a multimodal checkpoint's vision tower and projector),
-  // copied unchanged into every safetensors output; sorted.
+  // The stored tensors outside the language model (a multimodal checkpoint's vision tower and projector, a
+  // text checkpoint's tensors outside model.* and lm_head.*: Qwen3-Next's MTP layers under mtp.*), copied
+  // unchanged into every safetensors output; sorted.
   const std::vector<std::string>& foreign_names() const { return foreign_; }
 
  private:
@@ -99,7 +100,7 @@ class HfModel {
   std::map<std::string, Stored> where_;  // text-model (or foreign) name -> where it is stored
   NameMap names_;
   std::vector<std::string> foreign_;
-  void map_names();  // names_, foreign_ and where_'s keys of a multimodal checkpoint
+  void map_names();  // names_, foreign_ (and a multimodal checkpoint's where_ keys)
   // The shard holding a tensor and its header entry; InvalidInput when absent.
   const SafetensorsFile& shard_of(const std::string& name, const StTensorInfo** info) const;
   std::unique_ptr<const TensorSource> source_;  // set: every tensor comes from it (no shards)

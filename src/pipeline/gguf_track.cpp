@@ -178,8 +178,8 @@ void GgufTrack::finish(const TrackFinish& in) {
   if (!env_.model.foreign_names().empty())
     log_info(label() + ": the GGUF file holds the language model; the " +
              std::to_string(env_.model.foreign_names().size()) +
-             " tensors outside it (vision tower, projector) go into llama.cpp's separate mmproj file, which is not "
-             "written here" + (fake_ ? " (the fake output has them)" : ""));
+             " tensors outside it are not written (a vision tower and projector go into llama.cpp's separate mmproj "
+             "file; MTP layers are not run)" + (fake_ ? " (the fake output has them)" : ""));
   if (fake_) {
     fake_->copy_foreign(env_.ctx);
     fake_->finish(env_.opt, in.seqlen, false, scheme_.preset);
