@@ -14,7 +14,13 @@
 //   --gemma3 1 [--window W]: Gemma 3's dense block (sandwich norms, q/k norm, the GeLU-tanh MLP, a W-key
 //   sliding window (default 1024), queries scaled by 1/sqrt(head_dim)), e.g. Gemma-3-12B's: --hidden 3840
 //   --inter 15360 --heads 16 --kv 8 --head_dim 256.
-// FLOPs count the active weights.
+//   --qwen3_next 1: Qwen3-Next's gated full attention (the sigmoid output gate from q_proj, q/k norm, RoPE
+//   on a quarter of each head unless --partial_rope says otherwise); with --deltanet 1 its Gated DeltaNet
+//   layer instead (--lin_kh 16 key heads of --lin_dk 128, --lin_vh 32 value heads of --lin_dv 128, a
+//   4-tap conv), e.g. Qwen3-Next-80B-A3B's: --hidden 2048 --heads 16 --kv 2 --head_dim 256 --inter 512
+//   --experts 512 --topk 10 --shared 1.
+// FLOPs count the active weights; Gated DeltaNet's recurrence counts 6 Dk Dv per token and value head
+// (S^T k, k d^T, S^T q) forward.
 #pragma once
 #include <cmath>
 #include <cstdlib>
@@ -62,8 +68,11 @@ struct BenchBlock {
       const double qk = double(m.nope + m.rope);
       attn = (m.q_lora ? double(d.C * m.q_lora) + double(m.q_lora * d.H) * qk : double(d.C * d.H) * qk) +
              double(d.C * (m.kv_lora + m.rope)) + double(m.kv_lora * d.H * (m.nope + m.v)) + double(d.H * m.v * d.C);
+    } else if (d.attn == AttnKind::DeltaNet) {
+      const DeltaDims& e = d.delta;
+      attn = double(d.C) * double(2 * e.key_dim() + 2 * e.value_dim() + 2 * e.Hv) + double(e.value_dim() * d.C);
     } else {
-      attn = double(d.H * d.D) * double(d.C) * 2 + double(d.Hkv * d.D) * double(d.C) * 2;
+      attn = double(d.H * d.D) * double(d.C) * (d.out_gate ? 3 : 2) + double(d.Hkv * d.D) * double(d.C) * 2;
     }
     const double ffn = d.is_moe() ? double(d.moe.K) * 3.0 * double(d.moe.I * d.C) + double(d.moe.E * d.C) +
                                         3.0 * double(d.moe.Is * d.C)
@@ -75,7 +84,10 @@ struct BenchBlock {
   double flops() const {
     const double qk = d.attn == AttnKind::Mla ? double(d.mla.nope + d.mla.rope) : double(d.D);
     const double v = d.attn == AttnKind::Mla ? double(d.mla.v) : double(d.D);
-    const double N = double(n * T), attn = 2.0 * double(n * d.H) * (qk + v) * double(T) * double(T + 1) / 2.0;
+    const double N = double(n * T);
+    const double attn = d.attn == AttnKind::DeltaNet
+                            ? N * double(d.delta.Hv) * 6.0 * double(d.delta.Dk * d.delta.Dv)
+                            : 2.0 * double(n * d.H) * (qk + v) * double(T) * double(T + 1) / 2.0;
     return 6.0 * N * params() + 3 * attn;
   }
 };
@@ -97,6 +109,16 @@ inline BlockDims bench_dims(int argc, char** argv, int64_t hidden, int64_t inter
              arg(argc, argv, "--v_dim", 128), true, 0};
     d.Hkv = d.H;
     d.D = d.mla.nope + d.mla.rope;  // as ModelConfig::block_dims: the query/key head
+  }
+  if (arg(argc, argv, "--qwen3_next", 0)) {
+    d.out_gate = d.qk_norm = true;
+    if (!d.rope) d.rope = d.D / 4;
+  }
+  if (arg(argc, argv, "--deltanet", 0)) {
+    d.attn = AttnKind::DeltaNet;
+    d.out_gate = false;
+    d.delta = {arg(argc, argv, "--lin_kh", 16), arg(argc, argv, "--lin_vh", 32), arg(argc, argv, "--lin_dk", 128),
+               arg(argc, argv, "--lin_dv", 128), 4};
   }
   if (arg(argc, argv, "--gemma3", 0)) {
     d.sandwich = d.qk_norm = true;

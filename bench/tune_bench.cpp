@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                 "header lists the flags; the block's shape flags: bench/bench_block.h; examples: docs/benchmarks.md)\n"
                 "  tune_bench [--amp | --both] [--hidden --inter --heads --kv --head_dim --seq --bs --iters --threads]\n"
                 "             [--experts E --topk K [--shared N] [--routing sigmoid ...] [--gpt_oss 1 [--window W]]]\n"
-                "             [--gemma3 1 [--window W]]\n"
+                "             [--gemma3 1 [--window W]] [--qwen3_next 1 [--deltanet 1 [--lin_kh --lin_vh --lin_dk --lin_dv]]]\n"
                 "             [--kv_lora R ...] [--scheme w4g128|mxfp4|mxfp8|nvfp4|fp8|fp8_static]\n"
                 "             [--estimate_only [--nsamples N]]\n");
     return 0;

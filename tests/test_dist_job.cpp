@@ -116,10 +116,11 @@ TEST(DistJob, ProcessSplitsWriteTheSerialBytes) {
 // A mixture-of-experts model across processes: every process routes its own shard, so experts see
 // different token counts per process; the tree-summed gradient, the gathered per-expert imatrix and the
 // added token counts make 2 processes write the serial bytes (SignRound, then opt-RTN), for Qwen2-MoE and
-// for gpt-oss (sinks, windows, biased experts); and a dense Gemma 3 (sandwich norms, per-layer RoPE), also
-// inside a multimodal checkpoint (the vision tensors copied by rank 0).
+// for gpt-oss (sinks, windows, biased experts) and Qwen3-Next (a Gated DeltaNet layer, gated attention); and a
+// dense Gemma 3 (sandwich norms, per-layer RoPE), also inside a multimodal checkpoint (the vision tensors
+// copied by rank 0).
 TEST(DistJob, MoeProcessSplitsWriteTheSerialBytes) {
-  for (const char* arch : {"qwen2_moe", "gpt_oss", "gemma3", "gemma3_mm"}) {
+  for (const char* arch : {"qwen2_moe", "gpt_oss", "gemma3", "gemma3_mm", "qwen3_next"}) {
     Fixture f(std::string("dj_moe_") + arch, 1, 33);
     const bool mm = std::string(arch) == "gemma3_mm";
     ar::write_synthetic_model(mm ? f.dir + "/text" : f.model, ar::tiny_family_config(mm ? "gemma3" : arch), 34);

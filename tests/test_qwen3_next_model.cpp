@@ -64,6 +64,7 @@ TEST(Qwen3NextConfig, RefusesWhatItCannotRunNamingTheField) {
        "partial_rotary_factor"},
       {json{{"shared_expert_intermediate_size", nullptr}}, "shared_expert_intermediate_size"},
       {json{{"hidden_act", "gelu"}}, "hidden_act"},
+      {json{{"linear_key_head_dim", 1 << 13}}, "'linear_key_head_dim': 8192 exceeds the limit"},
   };
   for (const auto& [patch, expect] : rows) {
     json j = read_config(kDir + "moe/model");

@@ -69,6 +69,19 @@ void check_config_limits(const ModelConfig& c, const std::string& path) {
                                          std::to_string(c.moe.num_experts * c.moe.expert_intermediate * c.hidden_size) +
                                          " elements, more than the limit of " + std::to_string(kMaxElements));
   }
+  if (!c.delta_layers.empty()) {  // Gated DeltaNet: its heads, head sizes and conv taps
+    struct DeltaLimit { const char* field; int64_t v, max; };
+    const DeltaLimit delta[] = {{"linear_num_key_heads", c.delta.Hk, int64_t(1) << 12},
+                                {"linear_num_value_heads", c.delta.Hv, int64_t(1) << 12},
+                                {"linear_key_head_dim", c.delta.Dk, int64_t(1) << 12},
+                                {"linear_value_head_dim", c.delta.Dv, int64_t(1) << 12},
+                                {"linear_conv_kernel_dim", c.delta.K, int64_t(1) << 8}};
+    for (const DeltaLimit& l : delta)
+      if (l.v > l.max) too_large(path, l.field, std::to_string(l.v) + " exceeds the limit of " + std::to_string(l.max));
+    if (c.delta.conv_dim() * c.hidden_size > kMaxElements || c.delta.Hv * c.delta.Dk * c.delta.Dv > kMaxElements)
+      too_large(path, "linear_num_value_heads", "implies a linear-attention projection or state of more than " +
+                                                    std::to_string(kMaxElements) + " elements");
+  }
   for (const Product& p : products)
     if (p.n > p.max)
       too_large(path, p.field, "implies a tensor of " + std::to_string(p.n) + " elements, more than the limit of " +
