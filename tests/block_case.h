@@ -1,8 +1,8 @@
-// A small decoder block with random double weights in seven variants (Llama, q/k/v/o biases, Qwen3 q/k
+// A small decoder block with random double weights in eight variants (Llama, q/k/v/o biases, Qwen3 q/k
 // norm, a key padding mask, Gemma 3: sandwich norms, the GeLU-tanh gate, q/k norm, its own softmax scale
-// and a 3-key window; Gated DeltaNet's linear attention with a padded token; Qwen3-Next's gated attention:
-// the output gate, q/k norm, partial RoPE, biases), for the block tests on every backend (test_block.cpp,
-// test_cuda.cpp).
+// and a 3-key window; Gated DeltaNet's linear attention with a padded token, with Qwen3-Next's fused or
+// Qwen3.5's split projections; Qwen3-Next's gated attention: the output gate, q/k norm, partial RoPE,
+// biases), for the block tests on every backend (test_block.cpp, test_cuda.cpp).
 #pragma once
 #include <cmath>
 #include <map>
@@ -33,6 +33,7 @@ struct Variant {
   bool gemma = false;
   bool deltanet = false;
   bool out_gate = false;  // with partial RoPE (2 of 6 dims)
+  bool split = false;     // deltanet with Qwen3.5's split projections
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -47,8 +48,9 @@ struct Weights {
     p.ln2 = get("ln2"); p.wg = get("wg"); p.wu = get("wu"); p.wd = get("wd");
     p.ln_post_attn = get("ln_pa"); p.ln_post_ffn = get("ln_pf");
     p.in_qkvz = get("in_qkvz"); p.in_ba = get("in_ba"); p.conv = get("conv"); p.dt_bias = get("dt_bias");
-    p.A_log = get("A_log"); p.dnorm = get("dnorm");
+    p.A_log = get("A_log"); p.dnorm = get("dnorm"); p.in_z = get("in_z"); p.in_b = get("in_b"); p.in_a = get("in_a");
     if (p.in_qkvz) p.attn = AttnKind::DeltaNet;
+    p.delta_split = p.in_z != nullptr;
     return p;
   }
 };
@@ -76,9 +78,14 @@ struct BlockCase {
     add("ln1", d.C, 0.2, 1.0); add("ln2", d.C, 0.2, 1.0);
     if (v.deltanet) {  // 2 key heads of 4, 4 value heads of 3, a 3-tap conv; decays exp(g) around 0.5
       d.attn = AttnKind::DeltaNet;
-      d.delta = {2, 4, 4, 3, 3};
+      d.delta = {2, 4, 4, 3, 3, v.split};
       const DeltaDims& e = d.delta;
-      add("in_qkvz", e.Hk * (2 * e.Dk + 2 * (e.Hv / e.Hk) * e.Dv) * d.C, 0.4); add("in_ba", 2 * e.Hv * d.C, 0.4);
+      if (v.split) {
+        add("in_qkvz", e.conv_dim() * d.C, 0.4); add("in_z", e.value_dim() * d.C, 0.4);
+        add("in_b", e.Hv * d.C, 0.4); add("in_a", e.Hv * d.C, 0.4);
+      } else {
+        add("in_qkvz", e.Hk * (2 * e.Dk + 2 * (e.Hv / e.Hk) * e.Dv) * d.C, 0.4); add("in_ba", 2 * e.Hv * d.C, 0.4);
+      }
       add("conv", e.conv_dim() * e.K, 0.5); add("dt_bias", e.Hv, 0.5); add("A_log", e.Hv, 0.3, -0.5);
       add("dnorm", e.Dv, 0.2, 1.0); add("wo", d.C * e.value_dim(), 0.3);
     } else {

@@ -2,7 +2,8 @@
 // every weight, and the fp32 CPU block vs the double reference block (forward and all gradients).
 // Variants: plain Llama, Qwen2-style q/k/v bias (+ o bias as Llama attention_bias), Qwen3 q/k norm,
 // padding mask, Gemma 3 (sandwich norms, GeLU-tanh, a softmax scale of its own, a 3-key window), Gated
-// DeltaNet (its conv, decay, delta rule and gated norm; a padded token), Qwen3-Next's gated attention
+// DeltaNet (its conv, decay, delta rule and gated norm; a padded token; Qwen3.5's split projections too),
+// Qwen3-Next's gated attention
 // (the sigmoid output gate, partial RoPE, biases, q/k norm, a padded token). With FP8_STATIC's activation QDQ
 // in front of every Linear (ActQdq), the straight-
 // through gradients against finite differences of the surrogate they are the exact gradients of, and
@@ -213,7 +214,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, BlockTest,
                                            Variant{"qwen3", false, true, false}, Variant{"masked", true, true, true},
                                            Variant{"gemma3", false, true, false, true},
                                            Variant{"deltanet", false, false, true, false, true},
-                                           Variant{"gated", true, true, true, false, false, true}),
+                                           Variant{"gated", true, true, true, false, false, true},
+                                           Variant{"deltanet_split", false, false, true, false, true, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The 2026 families on the quantization pipeline (DeepSeek-V3's latent attention and sigmoid router,
 // GLM-4.5's partial RoPE and biases, gpt-oss's sinks, windows and biased experts, Gemma 3's sandwich norms,
-// GeLU-tanh and per-layer RoPE, Qwen3-Next's Gated DeltaNet and gated attention), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
+// GeLU-tanh and per-layer RoPE, Qwen3-Next's Gated DeltaNet and gated attention, Qwen3.5's split
+// projections), on synthetic checkpoints: plain RTN reads back as the exact QDQ of
 // every Linear (MLA's five, the experts, the shared experts) with every other tensor copied bit for bit and
 // the router listed as 16 bit; SignRound lowers each block's loss and beats RTN on the model's KL; the
 // data-parallel worlds 2 and 4 write the serial bytes; the MTP layers stored past num_hidden_layers are
@@ -34,7 +35,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe", "gpt_oss", "gemma3", "qwen3_next"};
+const char* const kFamilies[] = {"deepseek_v3", "deepseek_v32", "glm4_moe", "gpt_oss", "gemma3", "qwen3_next",
+                                 "qwen3_5_moe"};
 
 TEST(PipelineFamilies, RtnReadsBackExactlyAndCopiesEveryOtherTensor) {
   for (const char* fam : kFamilies) {
@@ -86,7 +88,7 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
     o.disable_opt_rtn = true;
     quantize_model(o);
     o = test::moe_quantize_options(m.path, sr.path, 20);
-    if (std::string(fam) == "qwen3_next") {  // Gated DeltaNet's projections overfit 8 samples of 32 tokens
+    if (std::string(fam).starts_with("qwen3_")) {  // Gated DeltaNet's projections overfit 8 samples of 32 tokens
       o.calib.nsamples = 64;                   // (measured: each block's loss 4x lower, the model's KL no lower)
       o.tune.iters = 50;
     }

@@ -4,13 +4,15 @@
 // of Dk, Hv = G Hk value heads of Dv (DeltaDims):
 //   qkvz = h Wqkvz^T [N, Hk (2 Dk + 2 G Dv)], per key head [q Dk | k Dk | v G Dv | z G Dv];
 //   ba = h Wba^T [N, 2 Hv], per key head [b G | a G]
+//   (Qwen3.5, DeltaDims::split: [q | k | v] = h Wqkv^T in the conv's order, z = h Wz^T, b = h Wb^T, a = h Wa^T)
 //   [q, k, v] = silu(causal depthwise conv of K taps over the sequence, per channel)
 //   q = l2norm(q) Dk^-1/2, k = l2norm(k) per head; g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)
 //   o = gated delta rule(q, k, v, g, beta) [N, Hv Dv]            (kernels/ref/gated_delta_ref.h)
 //   out = gated_rmsnorm(o, z, norm) Wo^T, the norm per value head (w rmsnorm(o) silu(z))
-// Its quantized Linears are the block's linear_slot 0 and 1 (in_proj_qkvz, out_proj); in_proj_ba stays in
-// 16 bit (its 2 Hv rows: vLLM's fused in_proj_ba is refused by the Marlin int4 kernels below 64 rows per
-// tensor-parallel shard), so it reads h itself, never an activation QDQ. Backward walks the graph in
+// Its quantized Linears are the block's linear_slot 0 and 1 (in_proj_qkvz, out_proj; split: 0..2,
+// in_proj_qkv, in_proj_z, out_proj); in_proj_ba (in_proj_b, in_proj_a) stays in 16 bit (its 2 Hv rows:
+// vLLM's fused in_proj_ba is refused by the Marlin int4 kernels below 64 rows per tensor-parallel shard), so
+// it reads h itself, never an activation QDQ. Backward walks the graph in
 // reverse: the Linears' weight gradients, and in_proj_ba's, the conv kernel's, A_log's, dt_bias' and the
 // norm weight's into the non-null entries of g; dh = null skips the input projections' input-gradient GEMMs.
 // Incremental decoding (batch 1, no key mask) carries the conv's last K - 1 inputs and each value head's
@@ -42,7 +44,7 @@ class DeltaNetAttention {
     Buf qraw, kraw, q, k, v;  // q, k before and after l2norm; v [N, value_dim]
     Buf z, a, b, g, beta, o, saved, normed;
     Operand hm_op, no;  // hm as an operand; the norm's output as out_proj reads it
-    Operand xq[2];    // with activation QDQ: the operand each quantized Linear read
+    Operand xq[3];    // with activation QDQ: the operand each quantized Linear read
     const ActQdq<T>* act = nullptr;
   };
 
@@ -65,15 +67,7 @@ class DeltaNetAttention {
                const ActQdq<T>* act, KvCache* kv = nullptr) {
     const int64_t N = aux.B * aux.T, C = d_.C, VD = s_.value_dim();
     c.act = act;
-    const Operand& hin = masked_input(aux, h, c);
-    Buf qkvz = ops_.alloc(N * qkvz_width()), ba = ops_.alloc(N * 2 * s_.Hv);
-    ops_.linear_fwd(input(c, 0, hin, N * C), w.in_qkvz, nullptr, p(qkvz), N, C, qkvz_width());
-    ops_.linear_fwd(hin, w.in_ba, nullptr, p(ba), N, C, 2 * s_.Hv);
-    c.mixed = ops_.alloc(N * s_.conv_dim());
-    c.z = ops_.alloc(N * VD);
-    c.a = ops_.alloc(N * s_.Hv);
-    c.b = ops_.alloc(N * s_.Hv);
-    split(p(qkvz), p(ba), p(c.mixed), p(c.z), p(c.b), p(c.a), N, false);
+    project(w, masked_input(aux, h, c), c, N);
     Buf conv = ops_.alloc(N * s_.conv_dim());
     c.zc = ops_.alloc(N * s_.conv_dim());
     if (kv) conv_after(p(c.mixed), w.conv, p(conv), N, *kv);
@@ -101,7 +95,7 @@ class DeltaNetAttention {
     c.normed = ops_.alloc(N * VD);
     ops_.gated_rmsnorm_fwd(p(c.o), p(c.z), w.dnorm, p(c.normed), N * s_.Hv, s_.Dv, d_.eps);
     c.no = ops_.operand(p(c.normed), N * VD);
-    ops_.linear_fwd(input(c, 1, c.no, N * VD), w.wo, nullptr, out, N, VD, C);
+    ops_.linear_fwd(input(c, out_slot(), c.no, N * VD), w.wo, nullptr, out, N, VD, C);
   }
 
   // From dout = dL/dout [N, C]: dh [N, C] written (may be null), gradients as documented above; h is
@@ -117,7 +111,7 @@ class DeltaNetAttention {
                          out, dscale);
     };
     Buf dn = ops_.alloc(N * VD), dO = ops_.alloc(N * VD), dz = ops_.alloc(N * VD);
-    lin(1, ops_.operand(dout, N * C), c.no, w.wo, p(dn), false, g.wo, VD, C);
+    lin(out_slot(), ops_.operand(dout, N * C), c.no, w.wo, p(dn), false, g.wo, VD, C);
     ops_.gated_rmsnorm_bwd(p(dn), p(c.o), p(c.z), w.dnorm, p(dO), p(dz), g.dnorm, N * s_.Hv, s_.Dv, d_.eps);
     Buf dq = ops_.alloc(N * KD), dk = ops_.alloc(N * KD), dv = ops_.alloc(N * VD), dg = ops_.alloc(N * s_.Hv),
         dbeta = ops_.alloc(N * s_.Hv);
@@ -133,11 +127,7 @@ class DeltaNetAttention {
     ops_.conv_silu_bwd(p(dconv), p(c.zc), p(c.mixed), w.conv, p(dmixed), g.conv, aux.B, aux.T, CD, s_.K);
     ops_.decay_beta_bwd(p(dg), p(dbeta), p(c.a), p(c.b), w.A_log, w.dt_bias, p(da), p(db), g.A_log, g.dt_bias, N,
                         s_.Hv);
-    Buf dqkvz = ops_.alloc(N * qkvz_width()), dba = ops_.alloc(N * 2 * s_.Hv);
-    split(p(dqkvz), p(dba), p(dmixed), p(dz), p(db), p(da), N, true);
-    lin(0, ops_.operand(p(dqkvz), N * qkvz_width()), hin, w.in_qkvz, dh, false, g.in_qkvz, C, qkvz_width());
-    ops_.linear_bwd(ops_.operand(p(dba), N * 2 * s_.Hv), hin, w.in_ba, dh, true, g.in_ba, acc, no_bias, N, C,
-                    2 * s_.Hv);
+    project_bwd(w, hin, p(dmixed), p(dz), p(db), p(da), dh, g, acc, lin, N);
     if (dh && aux.key_mask)
       for (int64_t r = 0; r < N; ++r)
         if (!aux.key_mask[r]) ops_.zero(dh + r * C, C);
@@ -154,6 +144,49 @@ class DeltaNetAttention {
   int64_t qkvz_width() const { return s_.Hk * head_width(); }
   T q_scale() const { return T(1) / std::sqrt(T(s_.Dk)); }
   ref::DeltaShape shape(const BlockAux<T>& aux) const { return {aux.B, aux.T, s_.Hk, s_.Hv, s_.Dk, s_.Dv}; }
+
+  int out_slot() const { return s_.split ? 2 : 1; }
+
+  // The input projections of hin [N, C]: the conv's input c.mixed [N, conv_dim], z [N, Hv Dv], b and a
+  // [N, Hv] (Qwen3-Next's fused tensors split per key head, or Qwen3.5's four); in_proj_ba / in_proj_b and
+  // in_proj_a read hin itself (16 bit, no activation QDQ).
+  void project(const BlockPtrs<const T*>& w, const Operand& hin, Cache& c, int64_t N) {
+    const int64_t C = d_.C, VD = s_.value_dim(), Hv = s_.Hv;
+    c.mixed = ops_.alloc(N * s_.conv_dim());
+    c.z = ops_.alloc(N * VD);
+    c.a = ops_.alloc(N * Hv);
+    c.b = ops_.alloc(N * Hv);
+    if (s_.split) {
+      ops_.linear_fwd(input(c, 0, hin, N * C), w.in_qkvz, nullptr, p(c.mixed), N, C, s_.conv_dim());
+      ops_.linear_fwd(input(c, 1, hin, N * C), w.in_z, nullptr, p(c.z), N, C, VD);
+      ops_.linear_fwd(hin, w.in_b, nullptr, p(c.b), N, C, Hv);
+      ops_.linear_fwd(hin, w.in_a, nullptr, p(c.a), N, C, Hv);
+      return;
+    }
+    Buf qkvz = ops_.alloc(N * qkvz_width()), ba = ops_.alloc(N * 2 * Hv);
+    ops_.linear_fwd(input(c, 0, hin, N * C), w.in_qkvz, nullptr, p(qkvz), N, C, qkvz_width());
+    ops_.linear_fwd(hin, w.in_ba, nullptr, p(ba), N, C, 2 * Hv);
+    split(p(qkvz), p(ba), p(c.mixed), p(c.z), p(c.b), p(c.a), N, false);
+  }
+  // project's backward from the gradients at its outputs: dh (may be null) written by the first product,
+  // added to by the others; the weights' gradients into g's non-null entries.
+  template <class Lin>
+  void project_bwd(const BlockPtrs<const T*>& w, const Operand& hin, T* dmixed, T* dz, T* db, T* da, T* dh,
+                   const BlockPtrs<T*>& g, bool acc, Lin& lin, int64_t N) {
+    const int64_t C = d_.C, VD = s_.value_dim(), Hv = s_.Hv;
+    T* const no_bias = nullptr;
+    if (s_.split) {
+      lin(0, ops_.operand(dmixed, N * s_.conv_dim()), hin, w.in_qkvz, dh, false, g.in_qkvz, C, s_.conv_dim());
+      lin(1, ops_.operand(dz, N * VD), hin, w.in_z, dh, true, g.in_z, C, VD);
+      ops_.linear_bwd(ops_.operand(db, N * Hv), hin, w.in_b, dh, true, g.in_b, acc, no_bias, N, C, Hv);
+      ops_.linear_bwd(ops_.operand(da, N * Hv), hin, w.in_a, dh, true, g.in_a, acc, no_bias, N, C, Hv);
+      return;
+    }
+    Buf dqkvz = ops_.alloc(N * qkvz_width()), dba = ops_.alloc(N * 2 * Hv);
+    split(p(dqkvz), p(dba), dmixed, dz, db, da, N, true);
+    lin(0, ops_.operand(p(dqkvz), N * qkvz_width()), hin, w.in_qkvz, dh, false, g.in_qkvz, C, qkvz_width());
+    ops_.linear_bwd(ops_.operand(p(dba), N * 2 * Hv), hin, w.in_ba, dh, true, g.in_ba, acc, no_bias, N, C, 2 * Hv);
+  }
 
   // The causal conv of n new rows of `mixed` [n, conv_dim] after the cached K - 1 inputs, into y [n,
   // conv_dim]; the cache then holds the last K - 1 inputs.

@@ -29,9 +29,12 @@ struct MoeDims {
 enum class AttnKind : uint8_t { Gqa, Mla, DeltaNet };
 
 // Gated DeltaNet (Qwen3-Next, Qwen3.5): Hk query/key heads of Dk, Hv value heads of Dv (a multiple of Hk),
-// a causal depthwise conv of K taps over [q, k, v].
+// a causal depthwise conv of K taps over [q, k, v]. Projections: Qwen3-Next's fused in_proj_qkvz and
+// in_proj_ba (per key head), or with `split` Qwen3.5's in_proj_qkv (the conv's order), in_proj_z, in_proj_b
+// and in_proj_a.
 struct DeltaDims {
   int64_t Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 4;
+  bool split = false;
   int64_t key_dim() const { return Hk * Dk; }
   int64_t value_dim() const { return Hv * Dv; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
@@ -68,7 +71,8 @@ struct BlockDims {
   bool is_moe() const { return moe.E > 0; }
   // How many quantizable Linears the attention module has: the feed-forward's linear_slot start there.
   size_t attn_linears() const {
-    return attn == AttnKind::DeltaNet ? 2 : attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4;
+    if (attn == AttnKind::DeltaNet) return delta.split ? 3 : 2;
+    return attn == AttnKind::Mla && mla.q_lora > 0 ? 5 : 4;
   }
 };
 
@@ -94,9 +98,11 @@ struct BlockPtrs {
   // kv_a_layernorm, kv_b_proj [H (nope + v), kv_lora].
   P q_a = nullptr, q_a_norm = nullptr, q_b = nullptr, kv_a = nullptr, kv_a_norm = nullptr, kv_b = nullptr;
   // Gated DeltaNet (BlockDims::delta; wo is out_proj): in_proj_qkvz [Hk (2 Dk + 2 (Hv/Hk) Dv), C] and
-  // in_proj_ba [2 Hv, C] (per key head: q, k, v, z and b, a), the conv kernel [conv_dim, K], dt_bias and
-  // A_log [Hv], the gated norm's weight [Dv].
+  // in_proj_ba [2 Hv, C] (per key head: q, k, v, z and b, a), or split (DeltaDims::split): in_qkvz is
+  // in_proj_qkv [2 Hk Dk + Hv Dv, C], in_z in_proj_z [Hv Dv, C], in_b and in_a [Hv, C]; the conv kernel
+  // [conv_dim, K], dt_bias and A_log [Hv], the gated norm's weight [Dv].
   P in_qkvz = nullptr, in_ba = nullptr, conv = nullptr, dt_bias = nullptr, A_log = nullptr, dnorm = nullptr;
+  P in_z = nullptr, in_b = nullptr, in_a = nullptr;
   // MoE (BlockDims::moe; wg/wu/wd then unused): the router [E, C] and its bias [E] (gpt-oss); the
   // score-correction bias [E] (SigmoidGroups: selection only, no gradient); expert e's gate and up [I, C]
   // and down [C, I] (with MoeDims::expert_bias their biases [I], [I], [C]); the shared expert's gate/up/down
@@ -107,9 +113,10 @@ struct BlockPtrs {
   // The attention module these pointers belong to (linear_slot's order depends on it).
   AttnKind attn = AttnKind::Gqa;
   bool q_lora = false;  // MLA: q through q_a/q_b (else wq)
+  bool delta_split = false;  // Gated DeltaNet's split projections (in_z)
   std::vector<P*> attn_linears() {
     if (attn == AttnKind::Gqa) return {&wq, &wk, &wv, &wo};
-    if (attn == AttnKind::DeltaNet) return {&in_qkvz, &wo};
+    if (attn == AttnKind::DeltaNet) return delta_split ? std::vector<P*>{&in_qkvz, &in_z, &wo} : std::vector<P*>{&in_qkvz, &wo};
     if (q_lora) return {&q_a, &q_b, &kv_a, &kv_b, &wo};
     return {&wq, &kv_a, &kv_b, &wo};
   }
@@ -118,14 +125,16 @@ struct BlockPtrs {
   void same_kind(const BlockPtrs<Q>& o) {
     attn = o.attn;
     q_lora = o.q_lora;
+    delta_split = o.delta_split;
   }
 };
 
 // The pointer of quantizable Linear `slot`, in quant::block_linears' order: the attention module's
-// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o; Gated DeltaNet: in_proj_qkvz, out_proj), then gate, up,
+// (q, k, v, o; MLA: q_a, q_b or q, kv_a, kv_b, o; Gated DeltaNet: in_proj_qkvz, out_proj, or in_proj_qkv,
+// in_proj_z, out_proj), then gate, up,
 // down of the dense MLP, or in a MoE block (non-empty eg) each expert's gate, up, down followed by the
-// shared expert's. The router, the shared expert's gate and Gated DeltaNet's in_proj_ba are not slots (they
-// stay in 16 bit).
+// shared expert's. The router, the shared expert's gate and Gated DeltaNet's in_proj_ba (in_proj_b,
+// in_proj_a) are not slots (they stay in 16 bit).
 template <class P>
 P& linear_slot(BlockPtrs<P>& p, size_t slot) {
   const std::vector<P*> attn = p.attn_linears();

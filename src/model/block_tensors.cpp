@@ -79,9 +79,10 @@ void mla(Table& t, const ModelConfig& c) {
   if (m.indexer_heads) indexer(t, c);
 }
 
-// Gated DeltaNet (Qwen3-Next): the conv kernel [conv_dim, 1, K], dt_bias and A_log [Hv], the gated norm
-// (applied as w, never 1 + w), in_proj_qkvz and out_proj quantized, in_proj_ba kept in 16 bit
-// (model/attention_delta.h says why).
+// Gated DeltaNet (Qwen3-Next, Qwen3.5): the conv kernel [conv_dim, 1, K], dt_bias and A_log [Hv], the gated
+// norm (applied as w, never 1 + w), in_proj_qkvz and out_proj quantized, in_proj_ba kept in 16 bit
+// (model/attention_delta.h says why); Qwen3.5's split projections: in_proj_qkv, in_proj_z and out_proj
+// quantized, in_proj_b and in_proj_a kept.
 void delta_net(Table& t, const ModelConfig& c) {
   const DeltaDims& s = c.delta;
   const int64_t C = c.hidden_size, G = s.Hv / s.Hk;
@@ -90,10 +91,21 @@ void delta_net(Table& t, const ModelConfig& c) {
   t.front.push_back({"linear_attn.A_log", {s.Hv}, TensorRole::Buffer, &W::A_log});
   t.norm("linear_attn.norm.weight", s.Dv, &W::dnorm);
   t.front.back().unit_offset = false;
+  const auto kept = [&](const char* name, int64_t rows, Tensor W::* f) {
+    t.kept.push_back({name, {rows, C}, TensorRole::Kept, f});
+    t.kept.back().why = "Gated DeltaNet's in_proj_ba";
+  };
+  if (s.split) {
+    t.linear("linear_attn.in_proj_qkv.weight", s.conv_dim(), C, &W::in_qkvz);
+    t.linear("linear_attn.in_proj_z.weight", s.value_dim(), C, &W::in_z);
+    t.linear("linear_attn.out_proj.weight", C, s.value_dim(), &W::wo);
+    kept("linear_attn.in_proj_b.weight", s.Hv, &W::in_b);
+    kept("linear_attn.in_proj_a.weight", s.Hv, &W::in_a);
+    return;
+  }
   t.linear("linear_attn.in_proj_qkvz.weight", s.Hk * (2 * s.Dk + 2 * G * s.Dv), C, &W::in_qkvz);
   t.linear("linear_attn.out_proj.weight", C, s.value_dim(), &W::wo);
-  t.kept.push_back({"linear_attn.in_proj_ba.weight", {2 * s.Hv, C}, TensorRole::Kept, &W::in_ba});
-  t.kept.back().why = "Gated DeltaNet's in_proj_ba";
+  kept("linear_attn.in_proj_ba.weight", 2 * s.Hv, &W::in_ba);
 }
 
 void mlp(Table& t, const ModelConfig& c) {

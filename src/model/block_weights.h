@@ -66,7 +66,7 @@ struct BlockWeights {
   // Multi-head latent attention (model/attention_mla.h; wq is q_proj without q_lora, wo is o_proj).
   Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
   // Gated DeltaNet (model/attention_delta.h; wo is out_proj).
-  Tensor in_qkvz, in_ba, conv, dt_bias, A_log, dnorm;
+  Tensor in_qkvz, in_ba, conv, dt_bias, A_log, dnorm, in_z, in_b, in_a;
   // A MoE layer's feed-forward (model/moe_names.h): router (its bias, the score-correction bias), experts
   // (one Tensor per expert Linear, in either checkpoint layout; gpt-oss: their biases), the shared expert
   // and its gate.

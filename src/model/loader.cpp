@@ -22,8 +22,9 @@ BlockPtrs<const float*> BlockWeights::ptrs() const {
   r.q_a = p(q_a); r.q_a_norm = p(q_a_norm); r.q_b = p(q_b); r.kv_a = p(kv_a); r.kv_a_norm = p(kv_a_norm);
   r.kv_b = p(kv_b);
   r.in_qkvz = p(in_qkvz); r.in_ba = p(in_ba); r.conv = p(conv); r.dt_bias = p(dt_bias); r.A_log = p(A_log);
-  r.dnorm = p(dnorm);
+  r.dnorm = p(dnorm); r.in_z = p(in_z); r.in_b = p(in_b); r.in_a = p(in_a);
   r.attn = attn;
+  r.delta_split = in_z.defined();
   r.q_lora = q_a.defined();
   r.router = p(router); r.router_bias = p(router_bias); r.score_bias = p(score_bias);
   r.sg = p(sg); r.su = p(su); r.sd = p(sd); r.sgate = p(sgate);

@@ -96,6 +96,14 @@ nlohmann::json tiny_qwen3_next_config(int64_t layers) {
 
 nlohmann::json tiny_family_config(const std::string& arch, int64_t layers) {
   if (arch == "qwen3_next") return tiny_qwen3_next_config(layers);
+  if (arch == "qwen3_5_moe") {  // Qwen3-Next's sizes, the split projections, every layer MoE
+    nlohmann::json c = tiny_qwen3_next_config(layers);
+    c["architectures"] = {"Qwen3_5MoeForCausalLM"};
+    c.erase("mlp_only_layers");
+    c.erase("decoder_sparse_step");
+    c.erase("norm_topk_prob");
+    return c;
+  }
   return arch == "gemma3" ? tiny_gemma3_config(layers) : tiny_moe_config(arch, layers);
 }
 

@@ -35,8 +35,8 @@ nlohmann::json tiny_gemma3_config(int64_t layers = 2);
 // Qwen3-Next (Gated DeltaNet on the even layers: 2 key heads, 4 value heads of 16, a 4-tap conv; gated full
 // attention with partial RoPE on the odd ones; qwen2_moe's experts and gated shared expert, renormalized).
 nlohmann::json tiny_qwen3_next_config(int64_t layers = 2);
-// tiny_gemma3_config for "gemma3", tiny_qwen3_next_config for "qwen3_next", tiny_moe_config's families
-// otherwise.
+// tiny_gemma3_config for "gemma3", tiny_qwen3_next_config for "qwen3_next" and, as Qwen3_5MoeForCausalLM
+// (the split projections), for "qwen3_5_moe", tiny_moe_config's families otherwise.
 nlohmann::json tiny_family_config(const std::string& arch, int64_t layers = 2);
 
 }  // namespace ar

@@ -48,6 +48,14 @@ void configure_gpt_oss(ModelConfig& cfg, const nlohmann::json& j, const std::str
 void configure_gemma3(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 void gemma3_text_defaults(nlohmann::json& j);
 void configure_qwen3_next(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen3_5(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void configure_qwen3_5_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+void qwen3_5_text_defaults(nlohmann::json& j);
+void qwen3_5_moe_text_defaults(nlohmann::json& j);
+// What Qwen3-Next and Qwen3.5 share (arch/qwen3_next.cpp): the layer kinds (layer_types or
+// full_attention_interval), Gated DeltaNet's sizes, the gated full attention with q/k norm and partial RoPE,
+// norms as 1 + w.
+void configure_hybrid_linear(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
     kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3;

@@ -49,7 +49,7 @@ void configure_delta_dims(ModelConfig& cfg, const JsonIn& in) {
 }
 }  // namespace
 
-void configure_qwen3_next(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
+void configure_hybrid_linear(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
   const JsonIn in(j, path);
   cfg.qk_norm = true;
   cfg.qkv_bias = cfg.o_bias = in.boolean("attention_bias", false);
@@ -58,6 +58,11 @@ void configure_qwen3_next(ModelConfig& cfg, const nlohmann::json& j, const std::
   configure_partial_rope(cfg, j, path, 0.25);
   configure_layer_kinds(cfg, in);
   configure_delta_dims(cfg, in);
+}
+
+void configure_qwen3_next(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
+  configure_hybrid_linear(cfg, j, path);
+  const JsonIn in(j, path);
   if (in.has("num_experts") && in.at("num_experts").i64() == 0) return;  // transformers: every layer dense
   configure_moe(cfg, j, path, {"num_experts", nullptr, "moe_intermediate_size", "shared_expert_intermediate_size", false});
   if (cfg.moe.shared_intermediate == 0)

@@ -20,6 +20,11 @@ constexpr ArchSpec kArchs[] = {
     {"GptOssForCausalLM", configure_gpt_oss, &kGgufGptOss},
     {"Gemma3ForCausalLM", configure_gemma3, &kGgufGemma3, gemma3_text_defaults},
     {"Qwen3NextForCausalLM", configure_qwen3_next, nullptr},
+    {"Qwen3_5ForCausalLM", configure_qwen3_5, nullptr, qwen3_5_text_defaults},
+    {"Qwen3_5MoeForCausalLM", configure_qwen3_5_moe, nullptr, qwen3_5_moe_text_defaults},
+    {"Qwen3_5ForConditionalGeneration", configure_qwen3_5, nullptr, qwen3_5_text_defaults, /*multimodal=*/true},
+    {"Qwen3_5MoeForConditionalGeneration", configure_qwen3_5_moe, nullptr, qwen3_5_moe_text_defaults,
+     /*multimodal=*/true},
     {"Gemma3ForConditionalGeneration", configure_gemma3, &kGgufGemma3, gemma3_text_defaults, /*multimodal=*/true},
 };
 }  // namespace

@@ -1,0 +1,56 @@
+// Qwen3.5 (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, and the language model of the released multimodal
+// checkpoints Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration): Qwen3-Next's hybrid
+// layers (arch/qwen3_next.cpp: Gated DeltaNet and gated full attention, norms as 1 + w) with the linear
+// layers' projections split (in_proj_qkv in the conv's order, in_proj_z, in_proj_b, in_proj_a:
+// DeltaDims::split); a dense MLP in every layer, or in the MoE family a softmax top-k MoE in every layer,
+// always renormalized, with the sigmoid-gated shared expert. RoPE: rope_parameters' interleaved mRoPE
+// (mrope_section) rotates by the text, height and width positions, which are one position for text, so a
+// text sequence runs plain RoPE on each head's first partial_rotary_factor (0.25) of its dims. Absent
+// fields take Qwen3_5TextConfig's / Qwen3_5MoeTextConfig's defaults (transformers 5.25).
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "model/arch/arch.h"
+
+namespace ar {
+
+namespace {
+void set_absent(nlohmann::json& j, std::initializer_list<std::pair<const char*, nlohmann::json>> defaults) {
+  for (const auto& [key, value] : defaults)
+    if (!j.contains(key)) j[key] = value;
+}
+}  // namespace
+
+void qwen3_5_text_defaults(nlohmann::json& j) {
+  set_absent(j, {{"vocab_size", 248320}, {"hidden_size", 4096}, {"intermediate_size", 12288},
+                 {"num_hidden_layers", 32}, {"num_attention_heads", 16}, {"num_key_value_heads", 4},
+                 {"head_dim", 256}, {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6}});
+}
+
+void qwen3_5_moe_text_defaults(nlohmann::json& j) {
+  set_absent(j, {{"vocab_size", 248320}, {"hidden_size", 2048}, {"num_hidden_layers", 40},
+                 {"num_attention_heads", 16}, {"num_key_value_heads", 2}, {"head_dim", 256},
+                 {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6}, {"moe_intermediate_size", 512},
+                 {"shared_expert_intermediate_size", 512}, {"num_experts_per_tok", 8}, {"num_experts", 256}});
+  if (!j.contains("intermediate_size")) j["intermediate_size"] = j["moe_intermediate_size"];  // no dense layer reads it
+}
+
+void configure_qwen3_5(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
+  configure_hybrid_linear(cfg, j, path);
+  cfg.delta.split = true;
+}
+
+void configure_qwen3_5_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
+  configure_qwen3_5(cfg, j, path);
+  // Every layer is MoE and the top-k always renormalized: transformers' Qwen3_5Moe reads neither
+  // decoder_sparse_step, mlp_only_layers nor norm_topk_prob.
+  nlohmann::json moe = j;
+  for (const char* k : {"decoder_sparse_step", "mlp_only_layers", "norm_topk_prob"}) moe.erase(k);
+  configure_moe(cfg, moe, path, {"num_experts", nullptr, "moe_intermediate_size", "shared_expert_intermediate_size", true});
+  if (cfg.moe.shared_intermediate == 0)
+    fail(ErrorKind::InvalidInput, path + ": field 'shared_expert_intermediate_size': missing (Qwen3.5-MoE has a shared expert)");
+}
+
+}  // namespace ar
