@@ -64,7 +64,9 @@ TEST(Qwen3_5Model, LogitsMatchTransformers) {
     for (float v : read_f32(*f, "logits", size_t(g.B * g.T * 64))) largest = std::max(largest, std::abs(double(v)));
     const auto ours = expect_matches_golden(dir, dir + "/model", c, std::max(5e-6, 2 * fp32_worst / largest));
     if (std::string(c) == "moe") text = ours;
-    if (std::string(c) == "multimodal") EXPECT_TRUE(ours == text) << "the multimodal checkpoint's text logits differ";
+    if (std::string(c) == "multimodal") {
+      EXPECT_TRUE(ours == text) << "the multimodal checkpoint's text logits differ";
+    }
   }
 }
 
