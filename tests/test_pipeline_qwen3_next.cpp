@@ -3,14 +3,17 @@
 // resumed run after a kill writing the uninterrupted run's bytes, the MTP layers (mtp.*) copied unchanged
 // into every output and kept out of every quantization_config's quantized modules, the float schemes
 // (MXFP4 as auto_round and llm_compressor, FP8_STATIC's input scales) with finite KL near the FP model, and
-// the GGUF output refused by name (llama.cpp's qwen3next is not written yet).
+// the GGUF output refused by name (llama.cpp's qwen3next is not written yet); Qwen3.5-MoE inside its
+// multimodal class.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
 #include "fp_schemes.h"
 #include "hf_checkpoint.h"
+#include "multimodal_checkpoint.h"
 #include "io/atomic_file.h"
 #include "model/loader.h"
 #include "model/synthetic.h"
@@ -101,6 +104,53 @@ TEST(PipelineQwen3Next, FloatSchemesAndGgufRefusal) {
   o.format = "gguf:q4_k_m";
   const std::string err = test::error_of([&] { quantize_model(o); });
   EXPECT_NE(err.find("'Qwen3NextForCausalLM' is not supported"), std::string::npos) << err;
+}
+
+// Qwen3.5-MoE (the split projections) inside Qwen3_5MoeForConditionalGeneration: the language model tuned
+// as the text-only twin is (the same bytes under model.language_model.*, lm_head.* as stored), the vision
+// tensors (model.visual.*) copied, quantization_config naming transformers' modules; the read-back logits
+// equal the text-only output's.
+TEST(PipelineQwen3Next, Qwen3_5MultimodalTunesTheLanguageModelAndCopiesTheRest) {
+  test::TempDir text("q35_text"), mm("q35_mm"), qt("q35_qt"), qm("q35_qm");
+  write_synthetic_model(text.path, tiny_family_config("qwen3_5_moe", 2), 83, DType::BF16);
+  test::write_qwen3_5_multimodal(text.path, mm.path);
+  auto o = test::moe_quantize_options(text.path, qt.path, 3);
+  o.format = "auto_round,auto_gptq";
+  quantize_model(o);
+  o.model_dir = mm.path;
+  o.output_dir = qm.path;
+  quantize_model(o);
+  const auto input = test::tensor_bytes(mm.file("model.safetensors"));
+  for (const char* sub : {"/auto-round", "/auto-gptq"}) {
+    SCOPED_TRACE(sub);
+    const auto ours = test::tensor_bytes(qm.path + sub + "/model.safetensors");
+    const auto twin = test::tensor_bytes(qt.path + sub + "/model.safetensors");
+    for (const auto& [name, bytes] : twin) {
+      const std::string stored = name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name;
+      ASSERT_TRUE(ours.count(stored)) << stored;
+      EXPECT_TRUE(ours.at(stored) == bytes) << stored << ": not what the text-only run wrote";
+    }
+    for (const char* v : test::kQwen35VisionTensors) {
+      ASSERT_TRUE(ours.count(v)) << v;
+      if (std::string(sub) == "/auto-round") {
+        EXPECT_TRUE(ours.at(v) == input.at(v)) << v << ": not copied unchanged";
+      }
+    }
+    EXPECT_EQ(ours.size(), twin.size() + std::size(test::kQwen35VisionTensors));
+    EXPECT_EQ(json::parse(read_text_file(qm.path + sub + "/config.json"))["architectures"][0],
+              "Qwen3_5MoeForConditionalGeneration");
+  }
+  const json q = json::parse(read_text_file(qm.path + "/auto-round/config.json"))["quantization_config"];
+  EXPECT_EQ(q["block_name_to_quantize"], "model.language_model.layers");
+  EXPECT_EQ(q["extra_config"]["model.language_model.layers.0.linear_attn.in_proj_b"]["bits"], 16) << q.dump();
+  const json g = json::parse(read_text_file(qm.path + "/auto-gptq/config.json"))["quantization_config"];
+  EXPECT_TRUE(g["dynamic"].contains("-:.*visual\\..*")) << g.dump();
+  Context ctx(Device{}, 2);
+  auto a = HfModel::open(qm.path + "/auto-round"), b = HfModel::open(qt.path + "/auto-round");
+  const std::vector<int32_t> ids = {1, 5, 9, 13, 2, 7, 11, 3};
+  Transformer ta(*a, ctx, false), tb(*b, ctx, false);
+  const Tensor la = ta.forward_logits(ids.data(), nullptr, 1, 8), lb = tb.forward_logits(ids.data(), nullptr, 1, 8);
+  EXPECT_EQ(0, std::memcmp(la.f32(), lb.f32(), la.nbytes()));
 }
 
 }  // namespace

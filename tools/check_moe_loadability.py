@@ -13,7 +13,9 @@ For each architecture (Qwen3-MoE, Qwen2-MoE with its shared expert, Mixtral, Dee
 attention and its sigmoid router, GLM-4.5 with partial RoPE, gpt-oss with sinks, 32-key windows and
 biased experts, Gemma 3, Gemma 3 inside Gemma3ForConditionalGeneration (gemma3_mm: a tiny SigLIP vision tower
 beside it, stored as save_pretrained writes it, language_model.model.*), and Qwen3-Next (a Gated DeltaNet layer
-and a gated full-attention layer, 8 experts and the gated shared expert); `--archs` picks some) it
+and a gated full-attention layer, 8 experts and the gated shared expert), Qwen3.5-MoE (the same with split
+linear-attention projections) and inside Qwen3_5MoeForConditionalGeneration (qwen3_5_moe_mm: a one-block vision
+tower, model.language_model.* / model.visual.*); `--archs` picks some) it
   1. makes a random model with transformers (hidden 128, 4 heads of 32 / 2 KV heads, 8 experts of 64,
      top-2, 2 layers; Qwen3-MoE's layer 0 dense; vocab 512 with the tokenizer of
      tests/data/autoround_golden/tokenizer/), bfloat16, save_pretrained (per-expert tensors);
@@ -41,7 +43,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_loadability as cl  # noqa: E402
 
-ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss", "gemma3", "gemma3_mm", "qwen3_next")
+ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss", "gemma3", "gemma3_mm", "qwen3_next",
+         "qwen3_5_moe", "qwen3_5_moe_mm")
 FORMATS = ("auto_round", "auto_gptq", "auto_awq", "fake")
 # GPTQ / AWQ outputs load through gptqmodel's own loader (GPTQModel.load), which builds per-expert
 # Linears: transformers 5's from_pretrained builds its fused expert modules (mlp.experts.gate_up_proj,
@@ -102,7 +105,7 @@ def vision_bytes(model_dir, out_dir):
     from safetensors.torch import load_file
 
     src, out = load_file(os.path.join(model_dir, "model.safetensors")), load_file(os.path.join(out_dir, "model.safetensors"))
-    names = [n for n in src if not n.startswith("language_model.")]
+    names = [n for n in src if not n.startswith(("language_model.", "model.language_model.", "lm_head."))]
     missing = [n for n in names if n not in out]
     if missing:
         return f"{len(missing)} of {len(names)} missing ({missing[0]})"
@@ -118,7 +121,8 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
                               Gemma3ForConditionalGeneration, Gemma3TextConfig,
                               Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, MixtralConfig,
                               MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig,
-                              Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM)
+                              Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM, Qwen3_5MoeConfig,
+                              Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeTextConfig)
 
     common = dict(vocab_size=512, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
@@ -163,6 +167,15 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
             shared_expert_intermediate_size=hidden, norm_topk_prob=True, linear_num_key_heads=2,
             linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
             layer_types=["linear_attention", "full_attention"]))
+    elif arch.startswith("qwen3_5_moe"):  # Qwen3-Next's layers with the split projections, every layer MoE
+        text = Qwen3_5MoeTextConfig(  # pad_token_id: GPTQModel's Qwen3.5 takes 248044 (the release's) otherwise
+            **common, pad_token_id=0, head_dim=hidden // 4, moe_intermediate_size=expert, num_experts=8,
+            shared_expert_intermediate_size=hidden, linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=32, linear_value_head_dim=32, layer_types=["linear_attention", "full_attention"])
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, spatial_merge_size=2,
+                      temporal_patch_size=2, out_hidden_size=hidden, num_position_embeddings=16)
+        model = (Qwen3_5MoeForConditionalGeneration(Qwen3_5MoeConfig(text_config=text.to_dict(), vision_config=vision))
+                 if arch.endswith("_mm") else Qwen3_5MoeForCausalLM(text))
     elif arch == "gpt_oss":  # sinks, windows of 32 on layer 0, biased experts, the clamped SwiGLU, YaRN
         model = GptOssForCausalLM(GptOssConfig(**common, head_dim=hidden // 4, intermediate_size=expert,
                                                num_local_experts=8, sliding_window=32))
@@ -173,9 +186,9 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
         for n, p in model.named_parameters():
             if arch == "gpt_oss" and (n.endswith("sinks") or n.endswith("bias")):
                 p.normal_(0, 0.5 if n.endswith("sinks") else 0.05)
-            elif arch == "qwen3_next" and p.dim() == 1:  # norms applied as 1 + w but the gated one; decays
+            elif arch.startswith("qwen3_") and p.dim() == 1 and "visual" not in n:  # norms applied as 1 + w but the gated one; decays
                 p.normal_(0, 0.1) if not n.endswith(("linear_attn.norm.weight", "dt_bias")) else p.fill_(1.0)
-            elif arch == "qwen3_next" and n.endswith("mlp.gate.weight"):  # top-2 margins above float16's error:
+            elif arch.startswith("qwen3_") and n.endswith("mlp.gate.weight"):  # top-2 margins above float16's error:
                 p.normal_(0, 0.5)  # auto-round runs float16, where a near-tie picks other experts than ours
             else:
                 if p.dim() > 1:
