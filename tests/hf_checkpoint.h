@@ -150,6 +150,20 @@ inline void expect_logits_match_transformers(const std::string& dir, const std::
   EXPECT_TRUE(logits_of(per.path, g.ids, g.B, g.T) == fused) << tag << ": the two layouts give different logits";
 }
 
+// Against the exact model's goldens (transformers in float64, stored as float32, with fp32_worst [1]: the
+// largest difference of transformers' own fp32 forward from them; tools/make_qwen3_next_goldens.py): an fp32
+// forward's rounding grows with the sequence when a recurrent state carries every earlier token, so ours
+// must stay within 5e-6 of the largest logit or twice transformers' own fp32 error, whichever is larger.
+inline std::vector<float> expect_matches_exact_golden(const std::string& dir, const std::string& tag) {
+  auto f = SafetensorsFile::open(dir + "/expected.safetensors");
+  const GoldenIds g = golden_ids(dir);
+  const int64_t V = load_model_config(dir + "/model/config.json").vocab_size;
+  double largest = 0;
+  for (float v : read_f32(*f, "logits", size_t(g.B * g.T * V))) largest = std::max(largest, std::abs(double(v)));
+  const double fp32_worst = read_f32(*f, "fp32_worst", 1)[0];
+  return expect_matches_golden(dir, dir + "/model", tag, std::max(5e-6, 2 * fp32_worst / largest));
+}
+
 // Incremental decoding of `dir`'s model (3 tokens, then one at a time) gives the whole-sequence forward's
 // logits at every position (windows shorter than the 12 tokens: the cache holds more keys than a window).
 inline void expect_decode_matches_forward(const std::string& dir) {

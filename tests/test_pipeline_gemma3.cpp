@@ -16,6 +16,7 @@
 #include "quant/signround.h"
 #include "quantize_options.h"
 #include "resume_check.h"
+#include "model_compare.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -23,14 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-double kl_to(const std::string& fp_dir, const std::string& q_dir) {
-  Context ctx(Device{}, 2);
-  auto fp = HfModel::open(fp_dir), q = HfModel::open(q_dir);
-  const std::vector<int32_t> ids = load_tokenizer(*fp)->encode(
-      "The river had changed its course over the years, and the old plans no longer matched the land.");
-  Transformer tf(*fp, ctx, false), tq(*q, ctx, false);
-  return compare_models(tq, tf, ids, 32, 1).kl_mean;
-}
+using test::kl_to;
 
 TEST(PipelineGemma3, FloatSchemes) {
   test::TempDir m("g3fp_m"), q("g3fp_q"), s("g3fp_s");

@@ -21,6 +21,7 @@
 #include "quantize_options.h"
 #include "resume_check.h"
 #include "multimodal_checkpoint.h"
+#include "model_compare.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -86,12 +87,7 @@ TEST(PipelineMultimodal, TunesTheLanguageModelAndCopiesTheRest) {
   EXPECT_TRUE(g["dynamic"].contains("-:model\\.language_model\\.layers\\.0\\.self_attn\\.o_proj")) << g.dump();
   EXPECT_EQ(g["block_name_to_quantize"], "model.language_model.layers");
   // Read back: the same logits as the text-only output's.
-  Context ctx(Device{}, 2);
-  auto a = HfModel::open(qm.path + "/auto-round"), b = HfModel::open(qt.path + "/auto-round");
-  const std::vector<int32_t> ids = {1, 5, 9, 13, 2, 7, 11, 3};
-  Transformer ta(*a, ctx, false), tb(*b, ctx, false);
-  const Tensor la = ta.forward_logits(ids.data(), nullptr, 1, 8), lb = tb.forward_logits(ids.data(), nullptr, 1, 8);
-  EXPECT_EQ(0, std::memcmp(la.f32(), lb.f32(), la.nbytes()));
+  test::expect_same_logits(qm.path + "/auto-round", qt.path + "/auto-round");
 }
 
 // transformers 5's module spelling in the files; MXFP4 in llm_compressor leaves the vision modules out.

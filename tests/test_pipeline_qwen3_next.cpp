@@ -21,6 +21,7 @@
 #include "pipeline/quantize.h"
 #include "quantize_options.h"
 #include "resume_check.h"
+#include "model_compare.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -28,14 +29,7 @@ using nlohmann::json;
 
 namespace {
 
-double kl_to(const std::string& fp_dir, const std::string& q_dir) {
-  Context ctx(Device{}, 2);
-  auto fp = HfModel::open(fp_dir), q = HfModel::open(q_dir);
-  const std::vector<int32_t> ids = load_tokenizer(*fp)->encode(
-      "The river had changed its course over the years, and the old plans no longer matched the land.");
-  Transformer tf(*fp, ctx, false), tq(*q, ctx, false);
-  return compare_models(tq, tf, ids, 32, 1).kl_mean;
-}
+using test::kl_to;
 
 TEST(PipelineQwen3Next, LayerConfigResumeAndMtpLayers) {
   const std::string m = test::temp_path("qnlc_m"), ref = test::temp_path("qnlc_ref"), q = test::temp_path("qnlc_q");
@@ -145,12 +139,7 @@ TEST(PipelineQwen3Next, Qwen3_5MultimodalTunesTheLanguageModelAndCopiesTheRest) 
   EXPECT_EQ(q["extra_config"]["model.language_model.layers.0.linear_attn.in_proj_b"]["bits"], 16) << q.dump();
   const json g = json::parse(read_text_file(qm.path + "/auto-gptq/config.json"))["quantization_config"];
   EXPECT_TRUE(g["dynamic"].contains("-:.*visual\\..*")) << g.dump();
-  Context ctx(Device{}, 2);
-  auto a = HfModel::open(qm.path + "/auto-round"), b = HfModel::open(qt.path + "/auto-round");
-  const std::vector<int32_t> ids = {1, 5, 9, 13, 2, 7, 11, 3};
-  Transformer ta(*a, ctx, false), tb(*b, ctx, false);
-  const Tensor la = ta.forward_logits(ids.data(), nullptr, 1, 8), lb = tb.forward_logits(ids.data(), nullptr, 1, 8);
-  EXPECT_EQ(0, std::memcmp(la.f32(), lb.f32(), la.nbytes()));
+  test::expect_same_logits(qm.path + "/auto-round", qt.path + "/auto-round");
 }
 
 }  // namespace

@@ -56,13 +56,7 @@ TEST(Qwen3_5Model, TheLinearLayerTableSplitsTheProjections) {
 TEST(Qwen3_5Model, LogitsMatchTransformers) {
   std::vector<float> text;
   for (const char* c : {"dense", "moe", "multimodal"}) {
-    const std::string dir = kDir + c;
-    auto f = SafetensorsFile::open(dir + "/expected.safetensors");
-    const GoldenIds g = golden_ids(dir);
-    const double fp32_worst = read_f32(*f, "fp32_worst", 1)[0];
-    double largest = 0;
-    for (float v : read_f32(*f, "logits", size_t(g.B * g.T * 64))) largest = std::max(largest, std::abs(double(v)));
-    const auto ours = expect_matches_golden(dir, dir + "/model", c, std::max(5e-6, 2 * fp32_worst / largest));
+    const auto ours = expect_matches_exact_golden(kDir + c, c);
     if (std::string(c) == "moe") text = ours;
     if (std::string(c) == "multimodal") {
       EXPECT_TRUE(ours == text) << "the multimodal checkpoint's text logits differ";

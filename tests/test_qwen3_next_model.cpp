@@ -103,19 +103,9 @@ TEST(Qwen3NextModel, TheLayerTablesNameBothKinds) {
   for (int64_t i = 0; i < 32; ++i) ASSERT_EQ(b.ln1.f32()[i], 1.0f + ln.f32()[i]) << i;  // 1 + w
 }
 
-// The goldens are the exact model's logits (transformers in float64); an fp32 forward's rounding grows
-// with the sequence as the delta rule's state carries every earlier token: ours must stay within 5e-6 of
-// the largest logit or within twice transformers' own fp32 error (fp32_worst), whichever is larger.
+// The goldens are the exact model's logits (hf_checkpoint.h's expect_matches_exact_golden).
 TEST(Qwen3NextModel, LogitsMatchTransformers) {
-  for (const char* c : {"moe", "long"}) {
-    const std::string dir = kDir + c;
-    const double fp32_worst = read_f32(*SafetensorsFile::open(dir + "/expected.safetensors"), "fp32_worst", 1)[0];
-    const GoldenIds g = golden_ids(dir);
-    const auto expect = read_f32(*SafetensorsFile::open(dir + "/expected.safetensors"), "logits", size_t(g.B * g.T * 64));
-    double largest = 0;
-    for (float v : expect) largest = std::max(largest, std::abs(double(v)));
-    expect_matches_golden(dir, dir + "/model", c, std::max(5e-6, 2 * fp32_worst / largest));
-  }
+  for (const char* c : {"moe", "long"}) expect_matches_exact_golden(kDir + c, c);
 }
 
 // Incremental decoding carries the conv's last inputs and the recurrent state (and the full layers' keys):

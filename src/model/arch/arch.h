@@ -4,6 +4,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "io/json_file.h"
 #include "model/arch/gguf_arch.h"
@@ -88,6 +89,8 @@ void configure_sigmoid_moe(ModelConfig& cfg, const nlohmann::json& j, const std:
 // none sliding).
 void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const std::string& path,
                               int64_t default_window, bool (*default_sliding)(int64_t layer));
+// layer_types' entries as one flag per layer (1: `flagged`, 0: `other`), refusing any other entry or count.
+std::vector<uint8_t> layer_type_flags(const JsonIn& in, int64_t layers, const char* flagged, const char* other);
 // The sliding layers in GGUF (attention.sliding_window_pattern, as llama.cpp's set_swa_pattern reads it: a
 // period n, layer l sliding when l % n < n - 1, or one bool per layer): written as nothing when they follow
 // the architecture's default period, else as the flags; read back as config.json's layer_types.

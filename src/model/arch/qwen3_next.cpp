@@ -24,16 +24,7 @@ void configure_layer_kinds(ModelConfig& cfg, const JsonIn& in) {
     for (int64_t l = 0; l < cfg.num_layers; ++l) cfg.delta_layers[size_t(l)] = (l + 1) % interval ? 1 : 0;
     return;
   }
-  const std::vector<JsonIn> types = in.at("layer_types").elements();
-  if (int64_t(types.size()) != cfg.num_layers)
-    in.at("layer_types").bad(std::to_string(types.size()) + " entries for num_hidden_layers " +
-                             std::to_string(cfg.num_layers));
-  for (size_t l = 0; l < types.size(); ++l) {
-    const std::string t = types[l].str();
-    if (t != "linear_attention" && t != "full_attention")
-      types[l].bad("layer type '" + t + "' is not supported (linear_attention, full_attention)");
-    cfg.delta_layers[l] = t == "linear_attention" ? 1 : 0;
-  }
+  cfg.delta_layers = layer_type_flags(in, cfg.num_layers, "linear_attention", "full_attention");
 }
 
 void configure_delta_dims(ModelConfig& cfg, const JsonIn& in) {

@@ -19,16 +19,21 @@ void configure_sliding_layers(ModelConfig& cfg, const nlohmann::json& j, const s
     for (int64_t l = 0; l < cfg.num_layers; ++l) cfg.sliding_layers[size_t(l)] = default_sliding && default_sliding(l) ? 1 : 0;
     return;
   }
+  cfg.sliding_layers = layer_type_flags(in, cfg.num_layers, "sliding_attention", "full_attention");
+}
+
+std::vector<uint8_t> layer_type_flags(const JsonIn& in, int64_t layers, const char* flagged, const char* other) {
   const std::vector<JsonIn> types = in.at("layer_types").elements();
-  if (int64_t(types.size()) != cfg.num_layers)
-    in.at("layer_types").bad(std::to_string(types.size()) + " entries for num_hidden_layers " +
-                             std::to_string(cfg.num_layers));
+  if (int64_t(types.size()) != layers)
+    in.at("layer_types").bad(std::to_string(types.size()) + " entries for num_hidden_layers " + std::to_string(layers));
+  std::vector<uint8_t> flags(types.size());
   for (size_t l = 0; l < types.size(); ++l) {
     const std::string t = types[l].str();
-    if (t != "sliding_attention" && t != "full_attention")
-      types[l].bad("layer type '" + t + "' is not supported (sliding_attention, full_attention)");
-    cfg.sliding_layers[l] = t == "sliding_attention" ? 1 : 0;
+    if (t != flagged && t != other)
+      types[l].bad("layer type '" + t + "' is not supported (" + flagged + ", " + other + ")");
+    flags[l] = t == flagged ? 1 : 0;
   }
+  return flags;
 }
 
 namespace {
