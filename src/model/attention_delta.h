@@ -12,9 +12,9 @@
 // Its quantized Linears are the block's linear_slot 0 and 1 (in_proj_qkvz, out_proj; split: 0..2,
 // in_proj_qkv, in_proj_z, out_proj); in_proj_ba (in_proj_b, in_proj_a) stays in 16 bit (its 2 Hv rows:
 // vLLM's fused in_proj_ba is refused by the Marlin int4 kernels below 64 rows per tensor-parallel shard), so
-// it reads h itself, never an activation QDQ. Backward walks the graph in
-// reverse: the Linears' weight gradients, and in_proj_ba's, the conv kernel's, A_log's, dt_bias' and the
-// norm weight's into the non-null entries of g; dh = null skips the input projections' input-gradient GEMMs.
+// it reads h itself, never an activation QDQ. Backward walks the graph in reverse: the Linears' weight
+// gradients, and in_proj_ba's, the conv kernel's, A_log's, dt_bias' and the norm weight's into the non-null
+// entries of g; dh = null skips the input projections' input-gradient GEMMs.
 // Incremental decoding (batch 1, no key mask) carries the conv's last K - 1 inputs and each value head's
 // recurrent state between calls (AttnKvCache's k [K - 1, conv_dim] and v [Hv, Dk, Dv]); the new tokens'
 // delta rule runs the sequential reference recurrence from that state (kernels/ref/gated_delta_ref.h, in
