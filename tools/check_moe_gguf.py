@@ -9,9 +9,10 @@ sdist, `cmake --build build --target llama-perplexity`). From the repository roo
     /work/arvenv/bin/python tools/check_moe_gguf.py --autoround build/src/cli/autoround \\
         --llama_bin /path/to/llama.cpp/build/bin --work /tmp/moe_gguf
 
-For Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, GLM-4.5 and gpt-oss (`--archs` picks; hidden 256, 4 heads / 2 KV heads, 8 experts
-of 256, top-2, 2 layers, every layer MoE as llama.cpp's qwen*moe requires, DeepSeek's and GLM's first
-layer dense; random transformers weights, bf16; vocab 512)
+For Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3, GLM-4.5, gpt-oss, Gemma 3, Qwen3-Next and Qwen3.5 (dense,
+MoE, multimodal) (`--archs` picks; hidden 256, 4 heads / 2 KV heads, 8 experts of 256, top-2, 2 layers, every
+layer MoE as llama.cpp's qwen*moe requires, DeepSeek's and GLM's first layer dense, Gated DeltaNet layers of
+2 key / 4 value heads of 64; random transformers weights, bf16; vocab 512)
 it writes `--format gguf:<preset>,fake --iters 10` with our CLI (calibration: the built-in corpus),
 then scores the file with `llama-perplexity -c 128 -b 128` and with our `eval --ctx 128` (the GGUF and
 its fake companion) on 40 kB of TinyStories. Random weights make the perplexity large (~vocab size);
@@ -53,7 +54,7 @@ def main():
     for arch in a.archs.split(","):
         model = os.path.join(a.work, arch)
         if not os.path.exists(os.path.join(model, "config.json")):
-            cml.make_model(arch, model, hidden=256, expert=256, dense_first=False)
+            cml.make_model(arch, model, hidden=256, expert=256, dense_first=False, linear_dim=64)
         for preset in a.presets.split(","):
             out = os.path.join(a.work, f"{arch}_{preset}")
             r = subprocess.run([autoround, "--model", model, "--output_dir", out, "--format", f"gguf:{preset},fake",

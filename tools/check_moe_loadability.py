@@ -114,15 +114,17 @@ def vision_bytes(model_dir, out_dir):
     return f"{len(names)} tensors " + ("identical" if same else "DIFFER")
 
 
-def make_model(arch, d, hidden=128, expert=64, dense_first=True):
-    """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer."""
+def make_model(arch, d, hidden=128, expert=64, dense_first=True, linear_dim=32):
+    """A random model of `arch` (Qwen3-MoE's layer 0 dense when dense_first) into d, with the tokenizer;
+    the Gated DeltaNet layers have 2 key and 4 value heads of linear_dim."""
     import torch
     from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
                               Gemma3ForConditionalGeneration, Gemma3TextConfig,
                               Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, MixtralConfig,
                               MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig,
                               Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM, Qwen3_5MoeConfig,
-                              Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeTextConfig)
+                              Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeTextConfig,
+                              Qwen3_5ForCausalLM, Qwen3_5TextConfig)
 
     common = dict(vocab_size=512, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
@@ -165,13 +167,19 @@ def make_model(arch, d, hidden=128, expert=64, dense_first=True):
         model = Qwen3NextForCausalLM(Qwen3NextConfig(
             **common, head_dim=hidden // 4, intermediate_size=2 * hidden, moe_intermediate_size=expert, num_experts=8,
             shared_expert_intermediate_size=hidden, norm_topk_prob=True, linear_num_key_heads=2,
-            linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+            linear_num_value_heads=4, linear_key_head_dim=linear_dim, linear_value_head_dim=linear_dim,
+            layer_types=["linear_attention", "full_attention"]))
+    elif arch == "qwen3_5":  # dense Qwen3.5: the split projections, a SwiGLU MLP in every layer
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(
+            **common, pad_token_id=0, head_dim=hidden // 4, intermediate_size=2 * hidden, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=linear_dim, linear_value_head_dim=linear_dim,
             layer_types=["linear_attention", "full_attention"]))
     elif arch.startswith("qwen3_5_moe"):  # Qwen3-Next's layers with the split projections, every layer MoE
         text = Qwen3_5MoeTextConfig(  # pad_token_id: GPTQModel's Qwen3.5 takes 248044 (the release's) otherwise
             **common, pad_token_id=0, head_dim=hidden // 4, moe_intermediate_size=expert, num_experts=8,
             shared_expert_intermediate_size=hidden, linear_num_key_heads=2, linear_num_value_heads=4,
-            linear_key_head_dim=32, linear_value_head_dim=32, layer_types=["linear_attention", "full_attention"])
+            linear_key_head_dim=linear_dim, linear_value_head_dim=linear_dim,
+            layer_types=["linear_attention", "full_attention"])
         vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, spatial_merge_size=2,
                       temporal_patch_size=2, out_hidden_size=hidden, num_position_embeddings=16)
         model = (Qwen3_5MoeForConditionalGeneration(Qwen3_5MoeConfig(text_config=text.to_dict(), vision_config=vision))

@@ -59,8 +59,15 @@ constexpr LayerModule kLayerModules[] = {
     {"mlp.shared_expert.down_proj", "ffn_down_shexp"}, {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
     {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
     {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+    // Gated DeltaNet (export/gguf_delta_net.h): Qwen3-Next's in_proj_qkvz names its attn_qkv part
+    {"linear_attn.in_proj_qkvz", "attn_qkv"}, {"linear_attn.in_proj_qkv", "attn_qkv"},
+    {"linear_attn.in_proj_z", "attn_gate"}, {"linear_attn.in_proj_ba", "ssm_ba"}, {"linear_attn.in_proj_b", "ssm_beta"},
+    {"linear_attn.in_proj_a", "ssm_alpha"}, {"linear_attn.conv1d", "ssm_conv1d"}, {"linear_attn.norm", "ssm_norm"},
+    {"linear_attn.out_proj", "ssm_out"},
 };
-constexpr LayerModule kLayerTensors[] = {{"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"}};
+constexpr LayerModule kLayerTensors[] = {{"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+                                         {"linear_attn.A_log", "ssm_a"},
+                                         {"linear_attn.dt_bias", "ssm_dt.bias"}};
 
 // An expert's Linear: "mlp.experts.<e>.gate_proj" (block_sparse_moe, w1/w3/w2 too) -> the stacked tensor's
 // module ("ffn_gate_exps") and e; nullptr when the module is not an expert's.
@@ -155,6 +162,7 @@ std::vector<int64_t> gguf_qk_row_order(int64_t rows, int64_t n_head) {
 }
 
 std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const ModelConfig& cfg) {
+  if (arch_of(cfg).v_heads_tiled) return gguf_delta_row_order(hf_name, cfg);
   if (!arch_of(cfg).permute_qk) return {};
   auto ends_with = [&](const std::string& s) {
     return hf_name.size() >= s.size() && hf_name.compare(hf_name.size() - s.size(), s.size(), s) == 0;
@@ -165,6 +173,17 @@ std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const Mod
     return gguf_qk_row_order(cfg.num_kv_heads * cfg.head_dim, cfg.num_kv_heads);
   return {};
 }
+
+std::vector<GgufRowPart> gguf_tensor_parts(const std::string& hf_name, const ModelConfig& cfg) {
+  return gguf_delta_parts(hf_name, gguf_tensor_name(hf_name, cfg), cfg);
+}
+
+std::vector<int64_t> gguf_tensor_col_order(const std::string& hf_name, const ModelConfig& cfg) {
+  return arch_of(cfg).v_heads_tiled ? gguf_delta_col_order(hf_name, cfg) : std::vector<int64_t>{};
+}
+
+void gguf_tensor_values(const std::string& hf_name, float* v, int64_t n) { gguf_delta_values(hf_name, v, n); }
+void gguf_tensor_values_back(const std::string& hf_name, float* v, int64_t n) { gguf_delta_values_back(hf_name, v, n); }
 
 std::vector<GgufExtraTensor> gguf_extra_tensors(const ModelConfig& cfg) {
   const RopeScaling& rs = cfg.rope_scaling;
@@ -241,6 +260,7 @@ void add_gguf_model_metadata(GgufWriter& w, const ModelConfig& cfg, const std::s
     else if (auto* f = std::get_if<float>(&k.value)) w.add_f32(key, *f);
     else if (auto* b = std::get_if<bool>(&k.value)) w.add_bool(key, *b);
     else if (auto* a = std::get_if<std::vector<bool>>(&k.value)) w.add_bool_array(key, *a);
+    else if (auto* n = std::get_if<std::vector<int32_t>>(&k.value)) w.add_array(key, *n);
     else w.add_string(key, std::get<std::string>(k.value));
   }
   add_gguf_vocab(w, read_gguf_vocab(model_dir, cfg.vocab_size));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "export/gguf_delta_net.h"
 #include "model/config.h"
 
 namespace ar {
@@ -41,6 +42,17 @@ std::vector<int64_t> gguf_qk_row_order(int64_t rows, int64_t n_head);
 // biases of the "llama" architecture (k_proj over the KV heads); empty when rows stay in place
 // (every other tensor, and qwen2/qwen3, whose NEOX rope in llama.cpp matches HF's layout).
 std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const ModelConfig& cfg);
+
+// A checkpoint tensor llama.cpp holds as several tensors of its rows (Qwen3-Next's in_proj_qkvz: attn_qkv,
+// attn_gate; export/gguf_delta_net.h), the first under gguf_tensor_name's name; empty for the others.
+std::vector<GgufRowPart> gguf_tensor_parts(const std::string& hf_name, const ModelConfig& cfg);
+// The column order of a 2-D tensor in GGUF (qwen35's out_proj): column j of the file's is column order[j]
+// of the checkpoint's; empty when columns stay in place. Rows of a quantized type do not carry over a
+// column move: the tensor is quantized in the file's order.
+std::vector<int64_t> gguf_tensor_col_order(const std::string& hf_name, const ModelConfig& cfg);
+// A float tensor's values as llama.cpp holds them (ssm_a = -exp(A_log)), in place.
+void gguf_tensor_values(const std::string& hf_name, float* v, int64_t n);
+void gguf_tensor_values_back(const std::string& hf_name, float* v, int64_t n);  // the checkpoint's values
 
 // Tensors llama.cpp needs that the HF checkpoint does not hold, all F32 with ggml dims.
 struct GgufExtraTensor {

@@ -180,6 +180,9 @@ struct ModelConfig {
   std::vector<uint8_t> delta_layers;
   DeltaDims delta;
   bool attn_out_gate = false;
+  // Qwen3.5's interleaved mRoPE sections (rope_parameters.mrope_section): one position for text, so plain
+  // RoPE here; kept for the GGUF key rope.dimension_sections.
+  std::vector<int64_t> mrope_section;
 
   bool is_moe() const { return moe.num_experts > 0; }
   bool is_mla() const { return mla.kv_lora_rank > 0; }

@@ -106,12 +106,15 @@ class GgufSource final : public TensorSource {
  public:
   struct Entry {
     const GgufTensorInfo* info = nullptr;
+    std::string hf;  // the HF tensor it holds (all or some rows of)
     uint64_t offset = 0;  // of its bytes in the data section (an expert's: inside its stacked tensor)
     GgmlType type = GgmlType::F32;
     Shape shape;  // HF shape
     const uint8_t* bytes = nullptr;
     uint64_t nbytes = 0;
     std::vector<int64_t> row_order;  // GGUF row i is HF row row_order[i]; empty: in place
+    std::vector<int64_t> col_order;  // GGUF column j is HF column col_order[j]; empty: in place
+    std::vector<std::string> more;   // the entries of the tensor's other rows (in_proj_qkvz's attn_gate)
     MlaKvB mla{};  // heads > 0: MLA's kv_b_proj, this entry attn_v_b and "<name>#k_b" attn_k_b
   };
 
@@ -138,16 +141,12 @@ class GgufSource final : public TensorSource {
       quant::ggml_dequantize(k.type, k.bytes, kb.data(), int64_t(kb.size()));
       mla_kv_b_from_parts(d, kb.data(), vb.data(), out.f32());
       g_.file->release(k.bytes, size_t(k.nbytes));
-    } else if (e.row_order.empty()) {
-      quant::ggml_dequantize(e.type, e.bytes, out.f32(), n);
     } else {
-      std::vector<float> tmp(static_cast<size_t>(n));
-      quant::ggml_dequantize(e.type, e.bytes, tmp.data(), n);
-      const int64_t rows = int64_t(e.row_order.size()), len = n / rows;
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(out.f32() + e.row_order[size_t(r)] * len, tmp.data() + r * len, size_t(len) * sizeof(float));
+      place(e, out);
+      for (const std::string& part : e.more) place(entries_.at(part), out);
     }
     g_.file->release(e.bytes, size_t(e.nbytes));
+    gguf_tensor_values_back(name, out.f32(), n);
     const float* p = out.f32();
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(p[i]))
@@ -158,6 +157,23 @@ class GgufSource final : public TensorSource {
   }
 
  private:
+  // An entry's values into the HF tensor: its rows where row_order puts them, its columns where col_order does.
+  void place(const Entry& e, Tensor& out) const {
+    const int64_t n = out.numel(), len = e.shape.size() == 1 ? 1 : e.shape.back();
+    if (e.row_order.empty() && e.col_order.empty()) return quant::ggml_dequantize(e.type, e.bytes, out.f32(), n);
+    const int64_t rows = e.row_order.empty() ? n / len : int64_t(e.row_order.size());
+    std::vector<float> tmp(size_t(rows * len));
+    quant::ggml_dequantize(e.type, e.bytes, tmp.data(), rows * len);
+    if (&e != &entries_.at(e.hf)) g_.file->release(e.bytes, size_t(e.nbytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      float* dst = out.f32() + (e.row_order.empty() ? r : e.row_order[size_t(r)]) * len;
+      const float* src = tmp.data() + r * len;
+      if (e.col_order.empty()) std::memcpy(dst, src, size_t(len) * sizeof(float));
+      else
+        for (int64_t j = 0; j < len; ++j) dst[e.col_order[size_t(j)]] = src[j];
+    }
+  }
+
   GgufFile g_;
   std::map<std::string, Entry> entries_;  // by HF name
 };
@@ -321,7 +337,7 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
   for (const auto& [hf, shape] : expected_tensors(cfg, !cfg.tie_word_embeddings)) {
     int64_t expert = -1;  // an expert's Linear: part `expert` of its layer's stacked tensor
     const std::string name = gguf_tensor_name(hf, cfg, &expert);
-    const int64_t cols = shape.back(), rows = shape.size() == 2 ? shape[0] : 1, E = cfg.moe.num_experts;
+    const int64_t cols = shape.back(), E = cfg.moe.num_experts;
     if (cfg.is_mla() && is_mla_kv_b(hf)) {  // attn_v_b (the value rows) and attn_k_b (the key rows, transposed)
       const MlaKvB d = mla_kv_b_dims(cfg);
       const std::string k_name = gguf_mla_k_b_name(hf, cfg);
@@ -334,11 +350,28 @@ std::unique_ptr<HfModel> open_gguf_model(const std::string& path) {
       used.insert(name), used.insert(k_name);
       continue;
     }
-    std::vector<uint64_t> want = {uint64_t(cols)};  // ggml order: ne0 = row length
-    if (shape.size() == 2 && shape[0] > 1) want.push_back(uint64_t(rows));
+    if (auto parts = gguf_tensor_parts(hf, cfg); !parts.empty()) {  // in_proj_qkvz: attn_qkv and attn_gate
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t part_rows = int64_t(parts[i].rows.size());
+        GgufSource::Entry e = take(g, by_name, {parts[i].gguf_name, hf, shape, {uint64_t(cols), uint64_t(part_rows)}},
+                                   part_rows, cols);
+        e.row_order = parts[i].rows;
+        e.hf = hf;
+        used.insert(parts[i].gguf_name);
+        const std::string key = i ? hf + "#" + parts[i].gguf_name : hf;
+        if (i) entries[hf].more.push_back(key);
+        entries[key] = std::move(e);
+      }
+      continue;
+    }
+    std::vector<uint64_t> want;  // ggml order: ne0 = row length, unit dims dropped (a conv kernel [C, 1, K])
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d)
+      if (*d > 1 || d == shape.rbegin()) want.push_back(uint64_t(*d));
     if (expert >= 0) want.push_back(uint64_t(E));
-    GgufSource::Entry e = take(g, by_name, {name, hf, shape, want}, rows, cols, expert, E);
+    GgufSource::Entry e = take(g, by_name, {name, hf, shape, want}, shape_numel(shape) / cols, cols, expert, E);
     e.row_order = gguf_tensor_row_order(hf, cfg);
+    e.col_order = gguf_tensor_col_order(hf, cfg);
+    e.hf = hf;
     used.insert(name);
     entries[hf] = std::move(e);
   }

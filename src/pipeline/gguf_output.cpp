@@ -21,6 +21,8 @@ quant::GgufTensorKind kind_of(const std::string& n) {
   if (n == "lm_head.weight") return K::Output;
   for (const char* mla : {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})
     if (n.find(mla) != std::string::npos) return K::Other;
+  // Gated DeltaNet: llama.cpp's attn_qkv is attn_v-like (category_is_attn_v); attn_gate and ssm_out are other.
+  if (n.find(".linear_attn.") != std::string::npos) return n.find(".in_proj_qkv") != std::string::npos ? K::AttnV : K::Other;
   for (auto [part, k] : {std::pair{"q_proj", K::AttnQ}, {"k_proj", K::AttnK}, {"v_proj", K::AttnV}, {"o_proj", K::AttnOutput},
                          {"gate_proj", K::FfnGate}, {"up_proj", K::FfnUp}, {"down_proj", K::FfnDown},
                          {".w1.", K::FfnGate}, {".w3.", K::FfnUp}, {".w2.", K::FfnDown}})
@@ -101,6 +103,8 @@ namespace {
 constexpr const char* kLayerOrder[] = {
     "attn_norm.weight", "attn_q_a_norm.weight", "attn_kv_a_norm.weight", "attn_q_a.weight", "attn_q_b.weight",
     "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias", "attn_v.weight", "attn_v.bias",
+    "attn_qkv.weight", "attn_gate.weight", "ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_ba.weight",
+    "ssm_beta.weight", "ssm_alpha.weight", "ssm_norm.weight", "ssm_out.weight",
     "attn_kv_a_mqa.weight", "attn_v_b.weight", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight",
     "attn_output.bias", "attn_sinks.weight", "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight",
     "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "exp_probs_b.bias",
@@ -119,7 +123,8 @@ size_t layer_rank(const std::string& gguf_name) {
 // A layer's tensors from its table (model/block_tensors.h), in the converter's order: 1-D ones and routers
 // f32, a MoE layer's experts (and gpt-oss's expert biases) stacked per projection (declared once, filled
 // expert by expert), a shared
-// expert's gate [1, C] as 1-D, MLA's kv_b_proj as attn_k_b and attn_v_b.
+// expert's gate [1, C] as 1-D and the conv kernel [conv_dim, 1, K] as 2-D (unit dims dropped), MLA's kv_b_proj
+// as attn_k_b and attn_v_b, in_proj_qkvz as attn_qkv and attn_gate.
 void GgufOutput::declare_layer(int64_t layer) {
   const std::string p = HfModel::layer_prefix(layer);
   std::vector<std::pair<size_t, BlockTensor>> items;
@@ -128,10 +133,30 @@ void GgufOutput::declare_layer(int64_t layer) {
   std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [rank, t] : items) {
     const std::string hf = p + t.name;
+    Shape squeezed;
+    for (int64_t n : t.shape)
+      if (n != 1) squeezed.push_back(n);
+    if (squeezed.empty()) squeezed.push_back(1);
     if (t.list) declare(hf, t.shape, cfg_.moe.num_experts);
-    else if (t.role != TensorRole::Linear) declare(hf, t.shape[0] == 1 ? Shape{t.shape[1]} : t.shape, 1, true);
-    else if (t.role == TensorRole::Linear && is_mla_kv_b(hf)) declare_kv_b(hf, t.shape);
+    else if (t.role != TensorRole::Linear) declare(hf, squeezed, 1, true);
+    else if (is_mla_kv_b(hf)) declare_kv_b(hf, t.shape);
+    else if (auto parts = gguf_tensor_parts(hf, cfg_); !parts.empty()) declare_parts(hf, t.shape, parts);
     else declare(hf, t.shape);
+  }
+}
+
+// A Linear written as several tensors of its rows, each in the Linear's type; the first keyed by the HF
+// name, the others by "<hf>#<their llama.cpp name>".
+void GgufOutput::declare_parts(const std::string& hf_name, const Shape& shape, const std::vector<GgufRowPart>& parts) {
+  const Decl whole = make_decl(hf_name, shape, 1, false);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Decl d = whole;
+    d.gguf_name = parts[i].gguf_name;
+    d.row_order = parts[i].rows;
+    d.rows = int64_t(d.row_order.size());
+    const std::string key = i == 0 ? hf_name : hf_name + "#" + d.gguf_name;
+    if (i > 0) more_parts_[hf_name].push_back(key);
+    enter(key, std::move(d), {uint64_t(whole.cols), uint64_t(parts[i].rows.size())});
   }
 }
 
@@ -170,6 +195,7 @@ GgufOutput::Decl GgufOutput::make_decl(const std::string& hf_name, const Shape& 
     if (auto it = kept_.find(hf_name); it != kept_.end()) d.type = it->second;
   }
   d.row_order = gguf_tensor_row_order(hf_name, cfg_);
+  d.src_units = shape.size() == 2 ? d.rows : d.cols;
   return d;
 }
 
@@ -235,6 +261,10 @@ std::pair<const std::string, GgufOutput::Decl>* GgufOutput::find(const std::stri
   return &*it;
 }
 
+std::vector<int64_t> GgufOutput::col_order(const std::string& hf_name) const {
+  return gguf_tensor_col_order(hf_name, cfg_);
+}
+
 bool GgufOutput::expects(const std::string& hf_name) const {
   int64_t part = 0;
   return const_cast<GgufOutput*>(this)->find(hf_name, &part) != nullptr;
@@ -253,7 +283,8 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
   if (!it) fail(ErrorKind::Internal, "gguf: " + hf_name + " is not declared");
   Decl& d = it->second;
   const size_t rb = size_t(quant::ggml_row_bytes(d.type, d.cols));
-  AR_CHECK(bytes.size() == rb * size_t(d.rows), "gguf: " + hf_name + " has the wrong byte count");
+  const int64_t src_rows = d.row_order.empty() || d.rows == 1 ? d.rows : d.src_units;
+  AR_CHECK(bytes.size() == rb * size_t(src_rows), "gguf: " + hf_name + " has the wrong byte count");
   if (d.parts > 1) {  // an expert: its rows into the stacked tensor, staged once every expert is in
     if (d.stack.empty()) d.stack.resize(bytes.size() * size_t(d.parts));
     AR_CHECK(!d.filled.count(part), "gguf: " + hf_name + " was added twice");
@@ -267,15 +298,23 @@ void GgufOutput::add(const std::string& hf_name, std::vector<uint8_t> bytes) {
     stage_kv_b(hf_name, d, bytes);
     return flush();
   }
-  if (!d.row_order.empty()) {
-    const size_t unit = bytes.size() / d.row_order.size();  // a row; an element of a 1-D q/k bias
-    std::vector<uint8_t> moved(bytes.size());
-    for (size_t r = 0; r < d.row_order.size(); ++r)
-      std::memcpy(moved.data() + r * unit, bytes.data() + size_t(d.row_order[r]) * unit, unit);
-    bytes.swap(moved);
-  }
-  staged_[hf_name] = std::move(bytes);
+  if (auto more = more_parts_.find(hf_name); more != more_parts_.end())
+    for (const std::string& key : more->second) stage_rows(key, decl_.at(key), bytes);
+  stage_rows(hf_name, d, bytes);
   flush();
+}
+
+// The declared rows of a checkpoint tensor's bytes (a row; an element of a 1-D tensor), into the file's order.
+void GgufOutput::stage_rows(const std::string& key, const Decl& d, const std::vector<uint8_t>& bytes) {
+  if (d.row_order.empty()) {
+    staged_[key] = bytes;
+    return;
+  }
+  const size_t unit = bytes.size() / size_t(d.src_units);
+  std::vector<uint8_t> moved(d.row_order.size() * unit);
+  for (size_t r = 0; r < d.row_order.size(); ++r)
+    std::memcpy(moved.data() + r * unit, bytes.data() + size_t(d.row_order[r]) * unit, unit);
+  staged_[key] = std::move(moved);
 }
 
 // MLA's kv_b_proj in kv_b's type: attn_v_b takes its value rows' bytes; attn_k_b the key rows' values,
@@ -304,7 +343,9 @@ void GgufOutput::stage_kv_b(const std::string& hf_name, const Decl& v, const std
 void GgufOutput::add_f32(const std::string& hf_name, const float* data, int64_t n) {
   AR_CHECK(expects(hf_name), "gguf: " + hf_name + " is not declared");
   AR_CHECK(type_of(hf_name) == quant::GgmlType::F32, "gguf: " + hf_name + " is not an f32 tensor");
-  const auto* p = reinterpret_cast<const uint8_t*>(data);
+  std::vector<float> v(data, data + n);
+  gguf_tensor_values(hf_name, v.data(), n);
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
   add(hf_name, std::vector<uint8_t>(p, p + n * 4));
 }
 

@@ -9,7 +9,8 @@
 // gpt-oss's expert biases likewise) and a shared expert. MLA's kv_b_proj arrives once and fills attn_k_b and attn_v_b.
 // Tensors may arrive in any order within that stream; each is held until every tensor declared
 // before it is written, so at most one block's packed tensors wait in memory. The llama
-// architecture's Q/K rows are reordered here (rows of every ggml type are whole blocks).
+// architecture's Q/K rows, qwen35's value heads and Qwen3-Next's in_proj_qkvz split are row moves done here
+// (rows of every ggml type are whole blocks); a column move (qwen35's out_proj) is the caller's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "export/gguf_delta_net.h"
 #include "io/gguf_writer.h"
 #include "model/loader.h"
 #include "quant/gguf_scheme.h"
@@ -46,6 +48,8 @@ class GgufOutput {
   // fp32 values of a 1-D tensor (norms, biases).
   void add_f32(const std::string& hf_name, const float* data, int64_t n);
   bool expects(const std::string& hf_name) const;
+  // The column order the file holds the tensor in (gguf_tensor_col_order): the caller quantizes it so.
+  std::vector<int64_t> col_order(const std::string& hf_name) const;
   void finish();  // every declared tensor must have been added
   const std::string& path() const { return path_; }
 
@@ -55,7 +59,11 @@ class GgufOutput {
     int64_t rows = 1, cols = 0;        // of one part
     int64_t parts = 1;                 // experts stacked in it
     quant::GgmlType type = quant::GgmlType::F32;
-    std::vector<int64_t> row_order;  // llama Q/K permutation, empty = as is
+    // The checkpoint rows (1-D: elements) this tensor's rows are, in file order (llama's Q/K permutation,
+    // qwen35's tiled value heads, a part of in_proj_qkvz); empty: all, as they are. src_units: how many
+    // the checkpoint tensor has.
+    std::vector<int64_t> row_order;
+    int64_t src_units = 0;
     std::vector<int64_t> v_b_rows;   // MLA's kv_b_proj: the rows attn_v_b takes (attn_k_b is key "<hf>#k_b")
     int64_t bytes() const {
       return (v_b_rows.empty() ? rows : int64_t(v_b_rows.size())) * parts * quant::ggml_row_bytes(type, cols);
@@ -68,6 +76,8 @@ class GgufOutput {
   void declare(const std::string& hf_name, const Shape& shape, int64_t parts = 1, bool f32 = false);
   void declare_layer(int64_t layer);
   void declare_kv_b(const std::string& hf_name, const Shape& shape);
+  void declare_parts(const std::string& hf_name, const Shape& shape, const std::vector<GgufRowPart>& parts);
+  void stage_rows(const std::string& key, const Decl& d, const std::vector<uint8_t>& bytes);
   void stage_kv_b(const std::string& hf_name, const Decl& v, const std::vector<uint8_t>& bytes);
   void plan_kept(const HfModel& model, const std::function<bool(const std::string&)>& kept);
   std::pair<const std::string, Decl>* find(const std::string& hf_name, int64_t* part);
@@ -81,6 +91,7 @@ class GgufOutput {
   size_t next_ = 0;                                     // the next to write
   std::map<std::string, std::vector<uint8_t>> staged_;  // added, not yet written
   std::vector<std::vector<uint8_t>> extras_;            // rope_freqs: written at the start
+  std::map<std::string, std::vector<std::string>> more_parts_;  // HF name -> the keys of its other tensors
   std::map<std::string, quant::GgmlType> kept_;         // HF weight name (an expert stack: expert 0's) -> type
   std::vector<std::string> kept_names_;
 };

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "pipeline/run_steps.h"
 #include "pipeline/run_summary.h"
@@ -45,20 +46,56 @@ void GgufTrack::open(const std::string& dir) {
   }
 }
 
-// The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h); 1-D tensors
-// and routers as f32 (the fake companion copies them as stored).
+namespace {
+// A 2-D tensor with its columns moved into `order` (column j of the result is column order[j] of t), or
+// `back` from it; t itself for an empty order.
+Tensor move_columns(Context& c, const Tensor& t, const std::vector<int64_t>& order, bool back) {
+  if (order.empty()) return t;
+  Tensor r = Tensor::empty(t.shape(), DType::F32, c);
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const float* src = t.f32();
+  float* dst = r.f32();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t k = order[size_t(j)];
+      if (back) dst[i * cols + k] = src[i * cols + j];
+      else dst[i * cols + j] = src[i * cols + k];
+    }
+  return r;
+}
+
+// Where each of the file's column groups of `group` lies in the checkpoint's order: group g of the file is
+// the checkpoint's group at[g]. A column move that splits a group is refused naming the tensor.
+std::vector<int64_t> group_places(const std::vector<int64_t>& order, int64_t group, const std::string& name) {
+  std::vector<int64_t> at(order.size() / size_t(group));
+  for (size_t g = 0; g < at.size(); ++g) {
+    const int64_t first = order[g * size_t(group)];
+    for (int64_t i = 0; i < group; ++i)
+      if (order[g * size_t(group) + size_t(i)] != first + i || first % group)
+        fail(ErrorKind::Unsupported, "GGUF export: " + name + ": llama.cpp's column order splits its " +
+                                         std::to_string(group) + "-column groups (a value head's width is not a multiple)");
+    at[g] = first / group;
+  }
+  return at;
+}
+}  // namespace
+
+// The tensor in the type the preset gives it: 2-D by round-to-nearest (quant/gguf_rtn.h), in the file's
+// column order; 1-D tensors and routers as f32 (the fake companion copies them as stored).
 void GgufTrack::add(const std::string& name, const Tensor& t) {
   if (!file_->expects(name)) return;
   Context& c = env_.ctx;
+  const std::vector<int64_t> cols = file_->col_order(name);
+  const Tensor in_file = move_columns(c, t, cols, false);
   if (file_->type_of(name) == quant::GgmlType::F32) {
     if (fake_ && env_.model.has(name)) fake_->copy_tensor(env_.model, name, c);
     else if (fake_) fake_->add_tensor(c, name, t, DType::F32);  // a fused checkpoint's Mixtral router
-    return file_->add_f32(name, t.f32(), t.numel());
+    return file_->add_f32(name, in_file.f32(), in_file.numel());
   }
   Tensor deq = fake_ ? Tensor::empty(t.shape(), DType::F32, c) : Tensor();
-  file_->add(name, quant::gguf_quantize_rtn(c, file_->type_of(name), t.f32(), t.dim(0), t.dim(1),
+  file_->add(name, quant::gguf_quantize_rtn(c, file_->type_of(name), in_file.f32(), t.dim(0), t.dim(1),
                                             fake_ ? deq.f32() : nullptr));
-  if (fake_) fake_->add_tensor(c, name, deq);
+  if (fake_) fake_->add_tensor(c, name, move_columns(c, deq, cols, true));
 }
 
 // The embeddings in the preset's type; the chain starts from their dequantized values.
@@ -87,17 +124,25 @@ quant::LayerFormats GgufTrack::select(BlockWeights& w, const std::string& prefix
 }
 
 // A Linear's block parameters by AutoRound's search for the type, weighted by the block's imatrix when
-// there is one (round-to-nearest with --disable_opt_rtn).
-quant::GgufLayerParams GgufTrack::layer_params(Context& c, const std::string& short_name, const Tensor& W,
+// there is one (round-to-nearest with --disable_opt_rtn), in the file's column order.
+quant::GgufLayerParams GgufTrack::layer_params(Context& c, const std::string& short_name, const Tensor& W_hf,
                                                const Imatrix* imat) {
-  const quant::GgmlType t = file_->type_of(prefix_ + short_name + ".weight");
+  const std::string name = prefix_ + short_name + ".weight";
+  const quant::GgmlType t = file_->type_of(name);
+  const std::vector<int64_t> cols = file_->col_order(name);
+  const Tensor W = move_columns(c, W_hf, cols, false);
   if (env_.opt.disable_opt_rtn) return quant::gguf_params_rtn(c, t, W.f32(), W.dim(0), W.dim(1));
-  const float* im = imat ? imatrix_for(*imat, short_name).data() : nullptr;
+  std::vector<float> im;
+  if (imat) im = imatrix_for(*imat, short_name);
+  if (imat && !cols.empty())
+    for (size_t j = 0; j < cols.size(); ++j) im[j] = imatrix_for(*imat, short_name)[size_t(cols[j])];
   return quant::gguf_params_from_bytes(t, W.dim(0), W.dim(1),
-                                       quant::gguf_quantize_search(c, t, W.f32(), W.dim(0), W.dim(1), im));
+                                       quant::gguf_quantize_search(c, t, W.f32(), W.dim(0), W.dim(1), imat ? im.data() : nullptr));
 }
 
-// A tuned Linear's scales and mins fixed before tuning; only V is tuned.
+// A tuned Linear's scales and mins fixed before tuning; only V is tuned. A Linear the file holds with its
+// columns moved (qwen35's out_proj) is tuned in the checkpoint's order with each group's s and m where the
+// move puts it: the same per-element QDQ as the file's.
 void GgufTrack::fix_params(Context& c, quant::TunedLinear& L, const Imatrix* imat) {
   const Tensor& W = *L.weight;
   quant::GgufLayerParams p = layer_params(c, L.name, W, imat);
@@ -107,6 +152,17 @@ void GgufTrack::fix_params(Context& c, quant::TunedLinear& L, const Imatrix* ima
   L.scale = Tensor::empty({ng}, DType::F32, c);
   L.zero = Tensor::empty({ng}, DType::F32, c);
   quant::gguf_group_scales(p, L.scale.f32(), L.zero.f32());
+  const std::string name = prefix_ + L.name + ".weight";
+  if (const std::vector<int64_t> cols = file_->col_order(name); !cols.empty()) {
+    const std::vector<int64_t> at = group_places(cols, L.fixed->group, name);
+    const int64_t per_row = L.fixed->groups();
+    std::vector<float> s(L.scale.f32(), L.scale.f32() + ng), m(L.zero.f32(), L.zero.f32() + ng);
+    for (int64_t r = 0; r < L.fixed->out; ++r)
+      for (int64_t g = 0; g < per_row; ++g) {
+        L.scale.f32()[r * per_row + at[size_t(g)]] = s[size_t(r * per_row + g)];
+        L.zero.f32()[r * per_row + at[size_t(g)]] = m[size_t(r * per_row + g)];
+      }
+  }
   params_[L.name] = std::move(p);
 }
 
@@ -123,9 +179,11 @@ quant::BlockTuneResult GgufTrack::search(const quant::TuneLane&, BlockWeights& w
   for (auto& [nm, t] : quant::block_linears(w)) {
     if (!selected.count(nm)) continue;
     quant::GgufLayerParams p = layer_params(env_.ctx, nm, *t, st.imatrix);
+    const std::vector<int64_t> cols = file_->col_order(prefix_ + nm + ".weight");
+    const Tensor in_file = move_columns(env_.ctx, *t, cols, false);
     Tensor deq = Tensor::empty(t->shape(), DType::F32, env_.ctx);
-    quant::gguf_pack_codes(env_.ctx, p, t->f32(), nullptr, deq.f32());  // the codes the search chose
-    *t = deq;
+    quant::gguf_pack_codes(env_.ctx, p, in_file.f32(), nullptr, deq.f32());  // the codes the search chose
+    *t = move_columns(env_.ctx, deq, cols, true);
     quant::TunedLinear L;
     L.name = nm;
     L.weight = t;
@@ -147,7 +205,8 @@ std::map<std::string, int> GgufTrack::write_tensors(BlockWeights& w, const std::
   };
   for (const auto& L : tr.layers) {
     quant::GgufLayerParams& p = params_.at(L.name);
-    file_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(env_.ctx, p, L.weight->f32(), nullptr));
+    const Tensor in_file = move_columns(env_.ctx, *L.weight, file_->col_order(prefix + L.name + ".weight"), false);
+    file_->add(prefix + L.name + ".weight", quant::gguf_pack_codes(env_.ctx, p, in_file.f32(), nullptr));
     if (fake_) fake_->add_tensor(env_.ctx, prefix + L.name + ".weight", *L.weight);
     count(prefix + L.name + ".weight");
     done.insert(L.name);

@@ -57,9 +57,17 @@ void qwen3_5_moe_text_defaults(nlohmann::json& j);
 // full_attention_interval), Gated DeltaNet's sizes, the gated full attention with q/k norm and partial RoPE,
 // norms as 1 + w.
 void configure_hybrid_linear(ModelConfig& cfg, const nlohmann::json& j, const std::string& path);
+// Their GGUF keys (arch/qwen3_next.cpp): the linear layers' ssm.* sizes and attention.recurrent_layers,
+// partial RoPE's rope.dimension_count, the experts' lengths; refused: what llama.cpp's qwen3next / qwen35 /
+// qwen35moe graphs do not run (key and value heads of different widths, attention biases).
+void check_hybrid_linear_gguf(const ModelConfig& cfg, const std::string& arch);
+void write_hybrid_linear_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys);
+// Read back: heads with partial RoPE, the linear layers' sizes and kinds (attention.recurrent_layers, else
+// full_attention_interval's pattern), the experts when the file has expert_count; MTP layers refused.
+void read_hybrid_linear_keys(const GgufKeyReader& k, nlohmann::json& j);
 // Their GGUF rows (the family's file).
 extern const GgufArch kGgufLlama, kGgufMistral, kGgufQwen2, kGgufQwen3, kGgufQwen2Moe, kGgufQwen3Moe, kGgufMixtral,
-    kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3;
+    kGgufDeepseekV3, kGgufGlm4Moe, kGgufGptOss, kGgufGemma3, kGgufQwen3Next, kGgufQwen35, kGgufQwen35Moe;
 // DeepSeek-V3's latent attention fields (arch/deepseek_v3.cpp), shared with V3.2.
 void configure_mla(ModelConfig& cfg, const nlohmann::json& j, const JsonIn& in);
 

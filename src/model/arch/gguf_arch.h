@@ -18,7 +18,8 @@ namespace ar {
 
 // A hyperparameter key without its "<arch>." prefix and its value in the GGUF type llama.cpp reads (a
 // bool array: one flag per layer, attention.sliding_window_pattern).
-using GgufKeyValue = std::variant<uint32_t, float, bool, std::string, std::vector<bool>>;
+// An int32 array: rope.dimension_sections.
+using GgufKeyValue = std::variant<uint32_t, float, bool, std::string, std::vector<bool>, std::vector<int32_t>>;
 struct GgufKey {
   std::string key;
   GgufKeyValue value;
@@ -69,6 +70,8 @@ struct GgufArch {
   bool leading_dense = false;  // dense layers allowed, as the first leading_dense_block_count
   bool yarn = false;           // YaRN RoPE scaling, written and read as keys by write_keys / read_keys
   bool linear_rope = false;    // linear RoPE scaling, likewise (Gemma 3's global layers)
+  // Gated DeltaNet's value heads in llama.cpp's tiled order (qwen35, qwen35moe: export/gguf_delta_net.h)
+  bool v_heads_tiled = false;
   std::span<const GgufRename> renames = {};
   // Refuses (Unsupported, naming the field) what llama.cpp's graph does not run; may be null.
   void (*check)(const ModelConfig& cfg) = nullptr;

@@ -40,6 +40,19 @@ void qwen3_5_moe_text_defaults(nlohmann::json& j) {
 void configure_qwen3_5(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
   configure_hybrid_linear(cfg, j, path);
   cfg.delta.split = true;
+  cfg.mrope_section = {11, 11, 10};  // Qwen3_5TextConfig's default
+  const JsonIn in(j, path);
+  for (const char* holder : {"rope_parameters", "rope_scaling"}) {
+    if (!in.has(holder) || !in.at(holder).is_object() || !in.at(holder).has("mrope_section")) continue;
+    const JsonIn s = in.at(holder).at("mrope_section");
+    if (!s.is_array() || s.size() > 4) s.bad("is not a list of at most 4 section sizes");
+    cfg.mrope_section.clear();
+    for (size_t i = 0; i < s.size(); ++i) {
+      cfg.mrope_section.push_back(s.at(i).i64());
+      if (cfg.mrope_section.back() < 0) s.at(i).bad("is negative");
+    }
+    break;
+  }
 }
 
 void configure_qwen3_5_moe(ModelConfig& cfg, const nlohmann::json& j, const std::string& path) {
@@ -52,5 +65,35 @@ void configure_qwen3_5_moe(ModelConfig& cfg, const nlohmann::json& j, const std:
   if (cfg.moe.shared_intermediate == 0)
     fail(ErrorKind::InvalidInput, path + ": field 'shared_expert_intermediate_size': missing (Qwen3.5-MoE has a shared expert)");
 }
+
+namespace {
+// llama.cpp's qwen35 / qwen35moe: qwen3next's keys and layout with the value heads tiled, and the mRoPE
+// sections (4 entries; convert_hf_to_gguf's _Qwen35MRopeMixin), which text runs as plain RoPE.
+constexpr GgufRename kPostAttentionNorm[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"}};
+void write_qwen35_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
+  write_hybrid_linear_keys(cfg, keys);
+  std::vector<int32_t> sections(4, 0);
+  for (size_t i = 0; i < cfg.mrope_section.size(); ++i) sections[i] = int32_t(cfg.mrope_section[i]);
+  set_gguf_key(keys, "rope.dimension_sections", sections);
+}
+void check_qwen35_gguf(const ModelConfig& cfg) { check_hybrid_linear_gguf(cfg, "qwen35"); }
+void check_qwen35moe_gguf(const ModelConfig& cfg) { check_hybrid_linear_gguf(cfg, "qwen35moe"); }
+}  // namespace
+
+const GgufArch kGgufQwen35{.name = "qwen35",
+                           .read_as = GgufReadAs::Dense,
+                           .v_heads_tiled = true,
+                           .renames = kPostAttentionNorm,
+                           .check = check_qwen35_gguf,
+                           .write_keys = write_qwen35_keys,
+                           .read_keys = read_hybrid_linear_keys};
+const GgufArch kGgufQwen35Moe{.name = "qwen35moe",
+                              .read_as = GgufReadAs::Moe,
+                              .topk_norm = GgufTopkNorm::Always,
+                              .v_heads_tiled = true,
+                              .renames = kPostAttentionNorm,
+                              .check = check_qwen35moe_gguf,
+                              .write_keys = write_qwen35_keys,
+                              .read_keys = read_hybrid_linear_keys};
 
 }  // namespace ar
