@@ -266,4 +266,26 @@ TEST(GgufDeltaNet, RefusedBeforeWriting) {
   }
 }
 
+// The committed seeds read back; llama.cpp's converter's MTP layers (nextn_predict_layers, set in place of a
+// key of the same length) are refused naming the key.
+TEST(GgufDeltaNet, ReadBackRefusesMtpLayers) {
+  const std::string dir = std::string(AR_SOURCE_DIR) + "/fuzz/corpus/gguf_tensors/";
+  for (const char* f : {"qwen3next_q4_0.gguf", "qwen35moe_q4_0.gguf"}) EXPECT_NO_THROW(open_model(dir + f)) << f;
+  std::string bytes = read_text_file(dir + "qwen3next_q4_0.gguf");
+  const std::string from = "qwen3next.rope.dimension_count", to = "qwen3next.nextn_predict_layers";
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, from.size(), to);
+  test::TempDir t("ggd_mtp");
+  write_file_atomic(t.path + "/mtp.gguf", bytes);
+  try {
+    open_model(t.path + "/mtp.gguf");
+    ADD_FAILURE() << "accepted MTP layers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'qwen3next.nextn_predict_layers' > 0: MTP layers are not read"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -13,7 +13,9 @@ The model (--arch): Qwen3MoeForCausalLM (default) or GptOssForCausalLM generated
 (hidden 256, 2 layers, 4 heads of 64 / 2 KV heads, 16 experts of 128, top-4 (Qwen3-MoE: renormalized;
 gpt-oss: sinks, a 128-key window on layer 0, biased experts, the clamped SwiGLU, YaRN), transformers'
 initialisation under torch.manual_seed(0), bfloat16, as save_pretrained writes them) with the Llama-2
-tokenizer; or the dense Gemma3ForCausalLM (4 layers alternating a 128-key window and global attention,
+tokenizer; or Qwen3NextForCausalLM / Qwen3_5MoeForCausalLM (the same experts and a shared expert of 256, layer
+0 Gated DeltaNet of 2 key / 4 value heads of 64, layer 1 gated full attention; in_proj_ba kept 16-bit in both
+tools); or the dense Gemma3ForCausalLM (4 layers alternating a 128-key window and global attention,
 intermediate 1024, query_pre_attn_scalar 64, tied embeddings). Calibration: compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen
 tokens, the same ids for both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB,
 256-token windows. Peak RSS: ours from /usr/bin/time -v, AutoRound's worker from getrusage.
@@ -41,7 +43,8 @@ def make_model(d, seqlen, arch="qwen3_moe"):
         return
     import torch
     from transformers import (AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM,
-                              Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                              Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM,
+                              Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig)
 
     d.mkdir(parents=True, exist_ok=True)
     tk = ca.FIXTURES / "tokenizers/llama2-spm"
@@ -59,6 +62,14 @@ def make_model(d, seqlen, arch="qwen3_moe"):
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common, intermediate_size=1024, sliding_window=128,
                                                    query_pre_attn_scalar=64,
                                                    layer_types=["sliding_attention", "full_attention"] * 2))
+    elif arch in ("qwen3_next", "qwen3_5_moe"):  # a Gated DeltaNet layer (2 key / 4 value heads of 64), then
+        linear = dict(moe_intermediate_size=128, num_experts=16, shared_expert_intermediate_size=256,  # full attention
+                      linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
+                      linear_value_head_dim=64, layer_types=["linear_attention", "full_attention"])
+        if arch == "qwen3_next":
+            model = Qwen3NextForCausalLM(Qwen3NextConfig(**common, **linear, intermediate_size=768, norm_topk_prob=True))
+        else:
+            model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**common, **linear, pad_token_id=0))
     elif arch == "gpt_oss":
         model = GptOssForCausalLM(GptOssConfig(**common, intermediate_size=128, num_local_experts=16,
                                                sliding_window=128))
@@ -75,8 +86,13 @@ def worker(a):
     samples = json.loads(Path(a.ids_file).read_text())["samples"]
     dataset = [torch.tensor([s], dtype=torch.long) for s in samples]
     t0 = time.perf_counter()
+    # Gated DeltaNet's in_proj_ba (Qwen3.5: in_proj_b, in_proj_a) stay 16-bit in ours (docs/architectures.md):
+    # kept in AutoRound's run too, so both quantize the same Linears.
+    cfg = json.loads((Path(a.model_dir) / "config.json").read_text())
+    keep = {n: {"bits": 16} for n in ("in_proj_ba", "in_proj_b", "in_proj_a")} if "layer_types" in cfg and \
+        "linear_attention" in cfg["layer_types"] else None
     ar = AutoRound(a.model_dir, bits=4, group_size=128, sym=True, iters=a.iters, nsamples=len(samples),
-                   seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu")
+                   seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu", layer_config=keep)
     _, folders = ar.quantize_and_save(output_dir=a.out, format="auto_round")
     folders = folders if isinstance(folders, (list, tuple)) else [folders]
     import resource
@@ -100,14 +116,15 @@ def autoround_run(a, model, ids_file, out, iters, env):
 
 def main():
     ap = fq.run_args("/tmp/moeq")
-    ap.add_argument("--arch", choices=("qwen3_moe", "gpt_oss", "gemma3"), default="qwen3_moe")
+    ap.add_argument("--arch", choices=("qwen3_moe", "gpt_oss", "gemma3", "qwen3_next", "qwen3_5_moe"), default="qwen3_moe")
     a = ap.parse_args()
     if a._worker:
         return worker(a)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     model = work / {"qwen3_moe": "qwen3moe-h256-e16x128-top4", "gpt_oss": "gptoss-h256-e16x128-top4",
-                    "gemma3": "gemma3-h256-i1024-l4"}[a.arch]
+                    "gemma3": "gemma3-h256-i1024-l4", "qwen3_next": "qwen3next-h256-e16x128-top4",
+                    "qwen3_5_moe": "qwen35moe-h256-e16x128-top4"}[a.arch]
     make_model(model, a.seqlen, a.arch)
     g = argparse.Namespace(seqlen=a.seqlen, nsamples=a.nsamples, text=str(ca.FIXTURES / "text/wikitext-2-raw/wiki.test.raw"))
     jsonl, ids_file, _, _ = ca.build_calibration(g, work, model)
