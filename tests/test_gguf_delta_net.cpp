@@ -19,6 +19,7 @@
 #include "model/synthetic.h"
 #include "pipeline/quantize.h"
 #include "quant/ggml_types.h"
+#include "gguf_family_check.h"
 #include "quantize_options.h"
 #include "test_util.h"
 
@@ -76,12 +77,6 @@ json family_config(const std::string& variant) {
   }
   if (variant != "qwen3_next") c["rope_parameters"]["mrope_section"] = {4, 2, 2};
   return c;
-}
-
-std::string gguf_file_in(const std::string& dir) {
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".gguf") return e.path().string();
-  return {};
 }
 
 // A file tensor's values, dequantized.
@@ -198,44 +193,18 @@ TEST(GgufDeltaNet, LlamaCppLayoutInTheConvertersOrderReadsBackAsTheFakeCompanion
     auto o = test::moe_quantize_options(m.path, q.path, 2);
     o.format = "gguf:q4_k_m,fake";
     quantize_model(o);
-    const std::string file = gguf_file_in(q.path + "/gguf-q4-k-m");
+    const std::string file = test::gguf_file_in(q.path + "/gguf-q4-k-m");
     const GgufFile g = GgufFile::open(file);
     expect_layout(g, variant);
     auto f = HfModel::open(q.path + "/fake");
     expect_file_order(g, *f, variant);
-    if (std::string(variant) == "qwen3_5_moe") {  // the data-parallel lane writes the serial file's bytes
-      test::TempDir q2("ggd_q2");
-      auto o2 = o;
-      o2.output_dir = q2.path;
-      o2.parallel = parallel::ParallelSetting::parse("2");
-      o2.devices = "cpu:0,cpu:1";
-      quantize_model(o2);
-      EXPECT_TRUE(read_text_file(gguf_file_in(q2.path + "/gguf-q4-k-m")) == read_text_file(file)) << "world 2";
-    }
+    if (std::string(variant) == "qwen3_5_moe") test::expect_world2_writes_the_same_file(o, file, "gguf-q4-k-m");
     auto gm = open_model(file);
     EXPECT_EQ(gm->config().architecture, f->config().architecture);
     EXPECT_EQ(gm->config().delta_layers, f->config().delta_layers);
     EXPECT_EQ(gm->config().rotary_dims, f->config().rotary_dims);
     EXPECT_EQ(gm->config().moe.num_experts, f->config().moe.num_experts);
-    Context ctx(Device{}, 2);
-    for (int64_t l = 0; l < gm->config().num_layers; ++l) {
-      const BlockWeights wa = gm->load_block(l, ctx), wb = f->load_block(l, ctx);
-      ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
-      for (size_t k = 0; k < wa.tensors.size(); ++k) {
-        const Tensor &a = wa.tensors[k].in(wa), &b = wb.tensors[k].in(wb);
-        const std::string& name = wa.tensors[k].name;
-        const bool half = wa.tensors[k].role == TensorRole::Linear;  // fake writes the dequantized Linears in fp16
-        const bool a_log = name == "linear_attn.A_log";  // log(-(-exp(x))) within an ulp or two of x
-        for (int64_t i = 0; i < a.numel(); ++i) {
-          const float want = half ? f16_to_f32(f32_to_f16(a.f32()[i])) : a.f32()[i];
-          if (a_log) {
-            ASSERT_NEAR(want, b.f32()[i], 1e-6f * (1 + std::abs(b.f32()[i]))) << variant << " layer " << l;
-          } else {
-            ASSERT_EQ(want, b.f32()[i]) << variant << " layer " << l << " " << name << " [" << i << "]";
-          }
-        }
-      }
-    }
+    test::expect_blocks_equal_fake(*gm, *f, variant, {"linear_attn.A_log"});  // log(-(-exp(x))): an ulp or two
   }
 }
 
@@ -253,16 +222,9 @@ TEST(GgufDeltaNet, RefusedBeforeWriting) {
       {"qwen3_next", {{"mlp_only_layers", {0}}}, "has dense layers"},
   };
   for (const Case& c : cases) {
-    test::TempDir m("ggd_refuse_m");
-    const std::string q = test::temp_path("ggd_refuse_q");
     json cfg = family_config(c.variant);
     cfg.update(c.change);
-    write_synthetic_model(m.path, cfg, 72);
-    auto o = test::moe_quantize_options(m.path, q, 0);
-    o.format = "gguf:q4_k_m";
-    o.overwrite = false;
-    EXPECT_NE(test::error_of([&] { quantize_model(o); }).find(c.why), std::string::npos) << c.why;
-    EXPECT_FALSE(fs::exists(q)) << c.why;
+    test::expect_gguf_refused_before_writing(cfg, c.why, 72);
   }
 }
 
@@ -271,21 +233,9 @@ TEST(GgufDeltaNet, RefusedBeforeWriting) {
 TEST(GgufDeltaNet, ReadBackRefusesMtpLayers) {
   const std::string dir = std::string(AR_SOURCE_DIR) + "/fuzz/corpus/gguf_tensors/";
   for (const char* f : {"qwen3next_q4_0.gguf", "qwen35moe_q4_0.gguf"}) EXPECT_NO_THROW(open_model(dir + f)) << f;
-  std::string bytes = read_text_file(dir + "qwen3next_q4_0.gguf");
-  const std::string from = "qwen3next.rope.dimension_count", to = "qwen3next.nextn_predict_layers";
-  const size_t at = bytes.find(from);
-  ASSERT_NE(at, std::string::npos);
-  bytes.replace(at, from.size(), to);
-  test::TempDir t("ggd_mtp");
-  write_file_atomic(t.path + "/mtp.gguf", bytes);
-  try {
-    open_model(t.path + "/mtp.gguf");
-    ADD_FAILURE() << "accepted MTP layers";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'qwen3next.nextn_predict_layers' > 0: MTP layers are not read"), std::string::npos)
-        << e.what();
-  }
+  test::expect_edited_file_refused(dir + "qwen3next_q4_0.gguf", "qwen3next.rope.dimension_count",
+                                   "qwen3next.nextn_predict_layers",
+                                   "'qwen3next.nextn_predict_layers' > 0: MTP layers are not read");
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "pipeline/quantize.h"
 #include "quant/ggml_types.h"
 #include "quant/signround.h"
+#include "gguf_family_check.h"
 #include "quantize_options.h"
 #include "test_util.h"
 
@@ -64,12 +65,6 @@ json family_config(const std::string& variant) {
   c["qk_rope_head_dim"] = 32;
   c["v_head_dim"] = 64;
   return c;
-}
-
-std::string gguf_file_in(const std::string& dir) {
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".gguf") return e.path().string();
-  return {};
 }
 
 // The file's layout as llama.cpp's loader wants it (src/models/deepseek2.cpp, glm4-moe.cpp).
@@ -184,17 +179,9 @@ TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
     auto o = test::moe_quantize_options(m.path, q.path, 2);
     o.format = "gguf:q4_k_m,fake";
     quantize_model(o);
-    const std::string file = gguf_file_in(q.path + "/gguf-q4-k-m");
+    const std::string file = test::gguf_file_in(q.path + "/gguf-q4-k-m");
     expect_layout(GgufFile::open(file), variant);
-    if (std::string(variant) == "deepseek") {  // the data-parallel lane writes the serial file's bytes
-      test::TempDir q2("ggf_q2");
-      auto o2 = o;
-      o2.output_dir = q2.path;
-      o2.parallel = parallel::ParallelSetting::parse("2");
-      o2.devices = "cpu:0,cpu:1";
-      quantize_model(o2);
-      EXPECT_TRUE(read_text_file(gguf_file_in(q2.path + "/gguf-q4-k-m")) == read_text_file(file)) << "world 2";
-    }
+    if (std::string(variant) == "deepseek") test::expect_world2_writes_the_same_file(o, file, "gguf-q4-k-m");
     auto gm = open_model(file), f = HfModel::open(q.path + "/fake");
     EXPECT_EQ(gm->config().architecture, f->config().architecture);
     EXPECT_EQ(gm->config().mla.q_lora_rank, f->config().mla.q_lora_rank) << variant;
@@ -209,19 +196,7 @@ TEST(GgufFamilies, LlamaCppLayoutReadsBackAsTheFakeCompanion) {
     EXPECT_EQ(gm->config().attn_scale, f->config().attn_scale) << variant;
     EXPECT_EQ(gm->config().final_logit_softcap, f->config().final_logit_softcap) << variant;
     EXPECT_EQ(gm->config().sliding_rope.has_value(), f->config().sliding_rope.has_value()) << variant;
-    Context ctx(Device{}, 2);
-    for (int64_t l = 0; l < gm->config().num_layers; ++l) {
-      const BlockWeights wa = gm->load_block(l, ctx), wb = f->load_block(l, ctx);
-      ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
-      for (size_t k = 0; k < wa.tensors.size(); ++k) {
-        const Tensor &a = wa.tensors[k].in(wa), &b = wb.tensors[k].in(wb);
-        const bool half = wa.tensors[k].role == TensorRole::Linear;  // fake writes the dequantized Linears in fp16
-        for (int64_t i = 0; i < a.numel(); ++i) {
-          const float want = half ? f16_to_f32(f32_to_f16(a.f32()[i])) : a.f32()[i];
-          ASSERT_EQ(want, b.f32()[i]) << variant << " layer " << l << " " << wa.tensors[k].name << " [" << i << "]";
-        }
-      }
-    }
+    test::expect_blocks_equal_fake(*gm, *f, variant);
   }
 }
 
@@ -246,16 +221,9 @@ TEST(GgufFamilies, RefusedBeforeWriting) {
       {"gemma3", json::object(), "query_pre_attn_scalar other than 16"},  // the tiny config's 24
   };
   for (const Case& c : cases) {
-    test::TempDir m("ggf_refuse_m");
-    const std::string q = test::temp_path("ggf_refuse_q");
     json cfg = tiny_family_config(c.arch, 2);
     cfg.update(c.change);
-    write_synthetic_model(m.path, cfg, 62);
-    auto o = test::moe_quantize_options(m.path, q, 0);
-    o.format = "gguf:q4_k_m";
-    o.overwrite = false;
-    EXPECT_NE(test::error_of([&] { quantize_model(o); }).find(c.why), std::string::npos) << c.why;
-    EXPECT_FALSE(fs::exists(q)) << c.why;
+    test::expect_gguf_refused_before_writing(cfg, c.why, 62);
   }
 }
 
@@ -287,23 +255,8 @@ TEST(GgufFamilies, ReadBackRefusesWhatItDoesNotRun) {
       {"glm4moe_q8_0.gguf", u32_key("glm4moe.rope.dimension_count", 8), u32_key("glm4moe.nextn_predict_layers", 1),
        "'glm4moe.nextn_predict_layers' > 0: MTP layers are not read"},
   };
-  test::TempDir t("ggf_edit");
   for (const char* f : {"deepseek2_q4_0.gguf", "glm4moe_q8_0.gguf"}) EXPECT_NO_THROW(open_model(dir + f)) << f;
-  for (const Edit& e : edits) {
-    std::string bytes = read_text_file(dir + e.file);
-    const size_t at = bytes.find(e.from);
-    ASSERT_NE(at, std::string::npos) << e.why;
-    ASSERT_EQ(e.from.size(), e.to.size());
-    bytes.replace(at, e.from.size(), e.to);
-    write_file_atomic(t.path + "/edited.gguf", bytes);
-    try {
-      open_model(t.path + "/edited.gguf");
-      ADD_FAILURE() << "accepted: " << e.why;
-    } catch (const Error& err) {
-      EXPECT_EQ(err.kind(), ErrorKind::Unsupported) << err.what();
-      EXPECT_NE(std::string(err.what()).find(e.why), std::string::npos) << err.what();
-    }
-  }
+  for (const Edit& e : edits) test::expect_edited_file_refused(dir + e.file, e.from, e.to, e.why);
 }
 
 }  // namespace

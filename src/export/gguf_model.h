@@ -6,8 +6,10 @@
 // ("qwen3"), and the mixture-of-experts families, whose experts are stacked per layer into
 // ffn_{gate,up,down}_exps [E, rows, cols]: MixtralForCausalLM ("llama" with experts), Qwen2MoeForCausalLM
 // ("qwen2moe"), Qwen3MoeForCausalLM ("qwen3moe"), DeepseekV3ForCausalLM ("deepseek2", Kimi K2 too) and
-// Glm4MoeForCausalLM ("glm4moe"). The MTP layers of the last two are not written (llama.cpp's converter
-// drops DeepSeek's; GLM's would have to be written whole, and llama.cpp does not run them).
+// Glm4MoeForCausalLM ("glm4moe"), gpt-oss, Gemma 3, and the Gated DeltaNet families Qwen3NextForCausalLM
+// ("qwen3next") and Qwen3.5 ("qwen35", "qwen35moe"; their layout: gguf_delta_net.h). MTP layers are not
+// written (llama.cpp's converter drops DeepSeek's; the others' would have to be written whole, and
+// llama.cpp's perplexity and generation do not run them).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,8 +41,9 @@ std::string gguf_tensor_name(const std::string& hf_name, const ModelConfig& cfg,
 std::vector<int64_t> gguf_qk_row_order(int64_t rows, int64_t n_head);
 
 // The row order an HF tensor needs in GGUF: the permutation above for q_proj/k_proj weights and
-// biases of the "llama" architecture (k_proj over the KV heads); empty when rows stay in place
-// (every other tensor, and qwen2/qwen3, whose NEOX rope in llama.cpp matches HF's layout).
+// biases of the "llama" architecture (k_proj over the KV heads), qwen35's tiled value heads
+// (gguf_delta_net.h); empty when rows stay in place (every other tensor, and qwen2/qwen3, whose NEOX rope
+// in llama.cpp matches HF's layout).
 std::vector<int64_t> gguf_tensor_row_order(const std::string& hf_name, const ModelConfig& cfg);
 
 // A checkpoint tensor llama.cpp holds as several tensors of its rows (Qwen3-Next's in_proj_qkvz: attn_qkv,

@@ -89,6 +89,9 @@ struct GgufArch {
 // Grouped-query attention's head keys read back: head_dim from attention.key_length, which
 // attention.value_length and rope.dimension_count must equal (whole-head RoPE).
 void read_gqa_head_keys(const GgufKeyReader& k, nlohmann::json& j);
+// The same with partial RoPE (glm4moe, qwen3next, qwen35): head_dim from attention.key_length (else
+// hidden / heads), attention.value_length equal to it, partial_rotary_factor = rope.dimension_count / head_dim.
+void read_partial_rope_head_keys(const GgufKeyReader& k, nlohmann::json& j);
 
 // The sigmoid-router MoE keys of deepseek2 and glm4moe (arch/sigmoid_moe.cpp), both ways. Reading,
 // expert_gating_func must say sigmoid (2); `sigmoid_by_default`: its absence does too (glm4moe).

@@ -31,13 +31,7 @@ void write_glm4moe_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys) {
 }
 
 void read_glm4moe_keys(const GgufKeyReader& k, nlohmann::json& j) {
-  const int64_t heads = j["num_attention_heads"].get<int64_t>();
-  const int64_t d = k.count("attention.key_length").value_or(j["hidden_size"].get<int64_t>() / heads);
-  if (k.count("attention.value_length").value_or(d) != d) k.unsupported("attention.value_length", "differs from key_length (not supported)");
-  const int64_t rope = k.count("rope.dimension_count").value_or(d);
-  if (rope > d) k.bad("rope.dimension_count", "exceeds the head size " + std::to_string(d));
-  j["head_dim"] = d;
-  j["partial_rotary_factor"] = double(rope) / double(d);
+  read_partial_rope_head_keys(k, j);
   read_sigmoid_moe_keys(k, j, true);
 }
 }  // namespace

@@ -84,13 +84,8 @@ void write_hybrid_linear_keys(const ModelConfig& cfg, std::vector<GgufKey>& keys
 }
 
 void read_hybrid_linear_keys(const GgufKeyReader& k, nlohmann::json& j) {
-  const int64_t heads = j["num_attention_heads"].get<int64_t>(), layers = j["num_hidden_layers"].get<int64_t>();
-  const int64_t d = k.count("attention.key_length").value_or(j["hidden_size"].get<int64_t>() / heads);
-  if (k.count("attention.value_length").value_or(d) != d) k.unsupported("attention.value_length", "differs from key_length (not supported)");
-  const int64_t rope = k.count("rope.dimension_count").value_or(d);
-  if (rope > d) k.bad("rope.dimension_count", "exceeds the head size " + std::to_string(d));
-  j["head_dim"] = d;
-  j["partial_rotary_factor"] = double(rope) / double(d);
+  read_partial_rope_head_keys(k, j);
+  const int64_t layers = j["num_hidden_layers"].get<int64_t>();
   const int64_t hv = k.required_count("ssm.time_step_rank"), inner = k.required_count("ssm.inner_size");
   if (inner % hv) k.bad("ssm.inner_size", "is not a multiple of ssm.time_step_rank " + std::to_string(hv));
   j["linear_num_key_heads"] = k.required_count("ssm.group_count");
