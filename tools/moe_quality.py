@@ -14,7 +14,7 @@ The model (--arch): Qwen3MoeForCausalLM (default) or GptOssForCausalLM generated
 gpt-oss: sinks, a 128-key window on layer 0, biased experts, the clamped SwiGLU, YaRN), transformers'
 initialisation under torch.manual_seed(0), bfloat16, as save_pretrained writes them) with the Llama-2
 tokenizer; or Qwen3NextForCausalLM / Qwen3_5MoeForCausalLM (the same experts and a shared expert of 256, layer
-0 Gated DeltaNet of 2 key / 4 value heads of 64, layer 1 gated full attention; in_proj_ba kept 16-bit in both
+0 gated full attention, layer 1 Gated DeltaNet of 2 key / 4 value heads of 64; in_proj_ba kept 16-bit in both
 tools); or the dense Gemma3ForCausalLM (4 layers alternating a 128-key window and global attention,
 intermediate 1024, query_pre_attn_scalar 64, tied embeddings). Calibration: compare_autoround.py's (--nsamples WikiText-2 documents of more than --seqlen
 tokens, the same ids for both tools). Evaluation text: the TinyStories sample's bytes 1.0-1.1 MB,
@@ -62,10 +62,12 @@ def make_model(d, seqlen, arch="qwen3_moe"):
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common, intermediate_size=1024, sliding_window=128,
                                                    query_pre_attn_scalar=64,
                                                    layer_types=["sliding_attention", "full_attention"] * 2))
-    elif arch in ("qwen3_next", "qwen3_5_moe"):  # a Gated DeltaNet layer (2 key / 4 value heads of 64), then
-        linear = dict(moe_intermediate_size=128, num_experts=16, shared_expert_intermediate_size=256,  # full attention
+    elif arch in ("qwen3_next", "qwen3_5_moe"):  # gated full attention, then a Gated DeltaNet layer (2 key / 4
+        # value heads of 64). Full attention first: auto-round 0.16.1 passes every block the first block's
+        # attention_mask, and a linear layer's (the 2-D token mask) fails in a full-attention layer's SDPA.
+        linear = dict(moe_intermediate_size=128, num_experts=16, shared_expert_intermediate_size=256,
                       linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
-                      linear_value_head_dim=64, layer_types=["linear_attention", "full_attention"])
+                      linear_value_head_dim=64, layer_types=["full_attention", "linear_attention"])
         if arch == "qwen3_next":
             model = Qwen3NextForCausalLM(Qwen3NextConfig(**common, **linear, intermediate_size=768, norm_topk_prob=True))
         else:
@@ -79,9 +81,27 @@ def make_model(d, seqlen, arch="qwen3_moe"):
     model.to(torch.bfloat16).eval().save_pretrained(d)
 
 
+def drop_full_attention_mask_in_linear_layers():
+    """auto-round 0.16.1 gives every block the first block's attention_mask: a Gated DeltaNet layer handed the
+    full-attention layers' 4-D causal mask multiplies its input by it (transformers 5.25's
+    apply_mask_to_padding_states) and fails on the shape. Unpadded calibration, as here, gets no mask in the
+    linear layers from transformers itself, so the worker drops a 4-D one there: the same computation."""
+    import importlib
+    for module, cls in (("qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet"),
+                        ("qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet")):
+        c = getattr(importlib.import_module("transformers.models." + module), cls)
+        def forward(self, hidden_states, *args, _orig=c.forward, attention_mask=None, **kwargs):
+            if attention_mask is not None and attention_mask.dim() != 2:
+                attention_mask = None
+            return _orig(self, hidden_states, *args, attention_mask=attention_mask, **kwargs)
+        c.forward = forward
+
+
 def worker(a):
     import torch
     from auto_round import AutoRound
+
+    drop_full_attention_mask_in_linear_layers()
 
     samples = json.loads(Path(a.ids_file).read_text())["samples"]
     dataset = [torch.tensor([s], dtype=torch.long) for s in samples]
@@ -95,6 +115,10 @@ def worker(a):
                    seqlen=a.seqlen, batch_size=a.batch_size, dataset=dataset, device_map="cpu", layer_config=keep)
     _, folders = ar.quantize_and_save(output_dir=a.out, format="auto_round")
     folders = folders if isinstance(folders, (list, tuple)) else [folders]
+    if keep:  # auto-round re-saves the tokenizer as transformers' Qwen3.5 class, byte-level: eval reads the model's
+        for f in ca.TOKENIZER_FILES:
+            if (Path(a.model_dir) / f).exists():
+                shutil.copyfile(Path(a.model_dir) / f, Path(folders[0]) / f)
     import resource
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(TAG + json.dumps({"dir": str(folders[0]), "s": time.perf_counter() - t0, "rss_mb": rss_mb}), flush=True)
