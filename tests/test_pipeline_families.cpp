@@ -88,8 +88,11 @@ TEST(PipelineFamilies, SignRoundBeatsRtnAndWorldsWriteTheSerialBytes) {
     o.disable_opt_rtn = true;
     quantize_model(o);
     o = test::moe_quantize_options(m.path, sr.path, 20);
-    if (std::string(fam).starts_with("qwen3_")) {  // Gated DeltaNet's projections overfit 8 samples of 32 tokens
-      o.calib.nsamples = 64;                   // (measured: each block's loss 4x lower, the model's KL no lower)
+    // Gated DeltaNet's projections overfit 8 samples of 32 tokens (measured: each block's loss 4x lower, the
+    // model's KL no lower); so do gpt-oss's on some CPUs (a Xeon's oneDNN blocking: KL 0.1173 against RTN's
+    // 0.1170, where a Zen 4 passed).
+    if (std::string(fam).starts_with("qwen3_") || std::string(fam) == "gpt_oss") {
+      o.calib.nsamples = 64;
       o.tune.iters = 50;
     }
     const QuantizeReport rep = quantize_model(o);

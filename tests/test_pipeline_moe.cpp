@@ -295,7 +295,8 @@ TEST(PipelineMoe, DeterministicWorldsWriteTheSerialBytes) {
 }
 
 // --amp on a MoE model (bf16 GEMM operands, calibration activations in bf16): the serial run and world 2
-// write the same bytes, the tuning reduces each block's loss as fp32's does (within 10% of it), and
+// write the same bytes, the tuning reduces each block's loss as fp32's does (no more than 10% above it;
+// after 8 iterations either may end lower: amp's was 12% lower on a Xeon, within 10% on a Zen 4), and
 // the output differs from fp32's (amp really ran). (The fp32 run's log also says when every expert
 // received tokens.)
 TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
@@ -317,7 +318,7 @@ TEST(PipelineMoe, AmpWorldsWriteTheSerialBytesAndTuneAsFp32) {
   ASSERT_EQ(amp.blocks.size(), fp.blocks.size());
   for (size_t b = 0; b < fp.blocks.size(); ++b) {
     EXPECT_LT(amp.blocks[b].loss_best, amp.blocks[b].loss_first) << b;
-    EXPECT_NEAR(amp.blocks[b].loss_best, fp.blocks[b].loss_best, 0.1 * fp.blocks[b].loss_best) << b;
+    EXPECT_LT(amp.blocks[b].loss_best, 1.1 * fp.blocks[b].loss_best) << b;
   }
   o.parallel = parallel::ParallelSetting::parse("2");
   o.devices = "cpu:0,cpu:1";
