@@ -1,6 +1,7 @@
 // autoround_cpp._core: the engine's calls for the Python package (python/autoround_cpp/), nothing else.
 // The package builds command lines from AutoRound's keywords (autoround_cpp/options.py) and runs them
 // here in-process (engine_calls.h); engine errors become the package's exceptions by kind (errors.py).
+#include <cblas.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -10,6 +11,7 @@
 #include "core/malloc_policy.h"
 #include "core/printable.h"
 #include "engine_calls.h"
+#include "kernels/cpu/isa.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -55,6 +57,14 @@ NB_MODULE(_core, m) {
       .def(nb::init<nb::object, nb::object>(), "line"_a.none(), "progress"_a.none())
       .def("cancel", &ar::py::LogBridge::cancel)
       .def_prop_ro("cancelled", &ar::py::LogBridge::cancelled);
+  m.def(
+      "openblas_core_to_set",
+      [] {
+        const char* core = ar::cpu::openblas_core_to_set(openblas_get_corename());
+        return std::string(core ? core : "");
+      },
+      "The OPENBLAS_CORETYPE a process loading this module should have set first (the CLI restarts itself with it;\n"
+      "kernels/cpu/isa.h), or '' where OpenBLAS's own choice stands.");
   m.def("run", &ar::py::run_command, "args"_a, "bridge"_a,
         "Runs the autoround command line (without the program name) in-process; returns its exit code.");
   m.def(

@@ -49,3 +49,18 @@ def test_progress_and_lines_reach_logging(stories: Path, tmp_path: Path, caplog:
     assert any(m.startswith("running: autoround quantize --model") for m in messages)
     assert any("model: stories260K" in m or "model:" in m for m in messages)
     assert any(m.startswith("total:") for m in messages), messages[-5:]
+
+
+def test_openblas_runs_the_clis_core(stories: Path, cli: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The start summary's ISA line, OpenBLAS's core included, is the CLI's: the package sets OPENBLAS_CORETYPE
+    before its module loads OpenBLAS where the CLI restarts itself with it (a CPU OpenBLAS does not know)."""
+    from autoround_cpp import _core, runner
+
+    args = ["--model", str(stories), "--iters", "1", "--nsamples", "2", "--seqlen", "16", "--overwrite"]
+    with caplog.at_level(logging.INFO, logger="autoround_cpp"):
+        assert runner.run(_core.run, ["quantize", *args, "--output_dir", str(tmp_path / "py")]) == 0
+    ours = [r.getMessage() for r in caplog.records if r.getMessage().startswith("isa: ")]
+    r = run_cli(cli, "quantize", *args, "--output_dir", str(tmp_path / "cli"))
+    assert r.returncode == 0, r.stderr
+    theirs = [line.split("] ", 1)[1] for line in r.stderr.splitlines() if "] isa: " in line]
+    assert ours and ours == theirs
