@@ -69,6 +69,9 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(stories: Path, tmp_path: Path,
     """SIGINT during a SignRound run: KeyboardInterrupt, no output and no temporary left; then the next
     run works."""
     monkeypatch.chdir(tmp_path)
+    # Ctrl-C as at a terminal: a job started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and Python then installs no handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ar = AutoRound(str(stories), iters=20000, nsamples=16, seqlen=64)  # runs well past the 4 s (1000 did not, on a Xeon)
     timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
@@ -77,6 +80,7 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(stories: Path, tmp_path: Path,
             ar.quantize_and_save("out")
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert sorted(os.listdir(tmp_path)) == []
     AutoRound(str(stories), iters=0, nsamples=2, seqlen=32).quantize_and_save("after")
     assert (tmp_path / "after" / "config.json").is_file()
