@@ -95,9 +95,12 @@ int main(int argc, char** argv) try {
               100 * gf / gemm, o.amp ? "bf16" : "fp32", gemm);
   std::printf("peak device memory %.0f MiB (the block's weights: %.0f MiB)\n",
               double(dev.allocator().peak()) / (1 << 20), double(blk.w.bytes()) / (1 << 20));
+  std::printf("cuBLASLt plans: %lld built, %lld reused\n", (long long)dev.gemm_plans().misses(),
+              (long long)dev.gemm_plans().hits());
   std::printf("{\"bench\":\"signround_iteration_cuda\",\"iter_s\":%.4f,\"gflops\":%.2f,\"amp\":%s,\"gemm_gflops\":%.2f,"
-              "\"peak_device_mib\":%.1f}\n",
-              it_s, gf, o.amp ? "true" : "false", gemm, double(dev.allocator().peak()) / (1 << 20));
+              "\"peak_device_mib\":%.1f,\"gemm_plans_built\":%lld}\n",
+              it_s, gf, o.amp ? "true" : "false", gemm, double(dev.allocator().peak()) / (1 << 20),
+              (long long)dev.gemm_plans().misses());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "tune_bench_cuda: %s\n", e.what());

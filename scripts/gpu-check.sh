@@ -15,6 +15,12 @@
 # the issue's end-to-end target on the GPU only: a generated model of N Llama-3-8B-shaped blocks (hidden
 # 4096, intermediate 14336, 32/8 heads, vocab 32000) at AutoRound's defaults (W4G128, 200 iterations,
 # 128 x 2048), with its own time limit E2E_8B_LIMIT_S (default 420 s); its log has the per-block times.
+# AR_COMPARE=N runs AutoRound 0.16.1 and our tool on the same GPU, model (N Llama-3-8B-shaped blocks) and
+# calibration ids at AutoRound's defaults (tools/gpu_vs_autoround.py: wall, peak device memory, KL of both
+# outputs), with its own limit AR_COMPARE_LIMIT_S (default 540 s); auto-round and the packages the GPU image
+# lacks come from the pack's wheels (COMPARE_DEVICE=cpu and COMPARE_ARGS="--hidden 256 ..." check the wiring on
+# a machine without a GPU). CHECKS=0 skips the tests, benches and end-to-end runs (a call of the
+# comparison alone).
 # Exit status: 0 when every step passed and no test skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,10 +43,23 @@ pack() {
     grep -vE '^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcudart|libcublas[^ ]*)\.so' |
     while read -r name path; do cp -L "$path" "$PACK/lib/$name"; done
   tar -C "$PACK/lib" -cJf "$PACK/lib.tar.xz" . && rm -rf "$PACK/lib"
+  tar -C "$PACK/bin" -cJf "$PACK/bin.tar.xz" . && rm -rf "$PACK/bin"
   (cd "$PACK/debs" && apt-get download libgtest-dev >/dev/null 2>&1) || echo "pack: no GoogleTest .deb (fallback build only)"
   cp "$fx/stories260K/stories260K.bin" "$fx/stories260K/tok512.bin" "$PACK/fixtures/"
   head -c 200000 "$fx/text/tinystories/tinystories_sample.txt" > "$PACK/fixtures/tinystories_200k.txt"
+  # The AutoRound comparison: the Llama-2 tokenizer, WikiText-2 for calibration, and the wheels of auto-round
+  # and of its needs that the GPU image (Python 3.12) lacks.
+  mkdir -p "$PACK/fixtures/llama2-spm" "$PACK/wheels"
+  cp "$fx"/tokenizers/llama2-spm/{tokenizer.json,tokenizer.model,tokenizer_config.json,special_tokens_map.json} \
+    "$PACK/fixtures/llama2-spm/"
+  xz -c "$fx/text/wikitext-2-raw/wiki.test.raw" > "$PACK/fixtures/wiki.test.raw.xz"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$PACK/wheels" auto-round==0.16.1 \
+    pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+    typing-extensions==4.16.0 || echo "pack: no wheels (the AutoRound comparison needs auto-round there)"
   du -sh "$PACK" "$PACK"/*
+  local tree=$(( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) + $(du -sb "$PACK" | cut -f1) ))
+  (( tree < 64 << 20 )) || echo "pack: the tree and the pack are $(( tree >> 20 )) MiB, over the 64 MiB a device call carries"
 }
 if [[ ${1:-} == --pack ]]; then pack "${2:-build}"; exit; fi
 
@@ -69,14 +88,14 @@ echo "gpu: ${gpu:-no nvidia-smi}; nvcc: $(nvcc --version 2>/dev/null | tail -1);
 
 # The packed binaries, with their libraries and CUDA's from this machine's toolkit.
 mode=none
-if [[ -d $PACK/bin ]]; then
-  mkdir -p "$WORK/lib" && tar -C "$WORK/lib" -xJf "$PACK/lib.tar.xz"
+if [[ -f $PACK/bin.tar.xz ]]; then
+  mkdir -p "$WORK/lib" "$WORK/bin" && tar -C "$WORK/lib" -xJf "$PACK/lib.tar.xz" && tar -C "$WORK/bin" -xJf "$PACK/bin.tar.xz"
   cudadirs=$( (ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null
                find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | xargs -r -n1 dirname) | sort -u | paste -sd:)
   export LD_LIBRARY_PATH="$WORK/lib:$cudadirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  missing=$(ldd "$PACK"/bin/* 2>&1 | grep "not found" | sort -u)
-  if [[ -z $missing ]] && "$PACK/bin/autoround" --version > "$LOGS/version.log" 2>&1; then
-    mode=packed; BIN=$PWD/$PACK/bin
+  missing=$(ldd "$WORK"/bin/* 2>&1 | grep "not found" | sort -u)
+  if [[ -z $missing ]] && "$WORK/bin/autoround" --version > "$LOGS/version.log" 2>&1; then
+    mode=packed; BIN=$WORK/bin
   else
     echo "packed binaries do not load here: ${missing:-$(cat "$LOGS/version.log")}"
   fi
@@ -96,10 +115,11 @@ if [[ $mode == none ]]; then  # the CUDA-only build, with GoogleTest from the pa
 fi
 echo "mode: $mode"
 
-step test_cuda "$BIN/test_cuda"
-step cuda_bench "$BIN/cuda_bench" --json "$LOGS/cuda_bench.json"
-e2e=()
-if [[ $mode == packed ]]; then
+if [[ ${CHECKS:-1} != 0 ]]; then
+  step test_cuda "$BIN/test_cuda"
+  step cuda_bench "$BIN/cuda_bench" --json "$LOGS/cuda_bench.json"
+fi
+if [[ $mode == packed && ${CHECKS:-1} != 0 ]]; then
   step test_signround_cuda "$BIN/test_signround_cuda"
   step tune_bench_amp "$BIN/tune_bench_cuda" --iters 2 --amp 1
   # End to end: the same quantization on the CPU (this machine's cores) and on cuda:0, then both evaluated
@@ -135,6 +155,17 @@ if [[ $mode == packed ]]; then
     grep -E "block [0-9]+/[0-9]+:|total:" "$LOGS/e2e_8b_gpu.log" | tail -"$(( E2E_8B + 1 ))"
   fi
 fi
+if [[ $mode == packed && ${AR_COMPARE:-0} -gt 0 ]]; then
+  # AutoRound from the pack's wheels where the image has none (installed beside, not over, its packages).
+  if ! python3 -c "import auto_round" 2> /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+      "$PACK"/wheels/*.whl > "$LOGS/wheels.log" 2>&1 && export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  LIMIT=${AR_COMPARE_LIMIT_S:-540} step autoround_compare env PYTHONUNBUFFERED=1 python3 tools/gpu_vs_autoround.py \
+    --autoround "$BIN/autoround" --fixtures "$PACK/fixtures" --work "$WORK/compare" --layers "$AR_COMPARE" \
+    --device "${COMPARE_DEVICE:-cuda:0}" --json "$LOGS/compare.json" ${COMPARE_ARGS:-}
+  grep -A3 "^| tool" "$LOGS/autoround_compare.log"
+fi
 
 skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
 (( ${skipped:-0} > 0 )) && status=1  # on a GPU machine nothing may skip
@@ -147,11 +178,12 @@ skipped=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "SKIPPED \]" || true)
   echo "  \"skipped_tests\": ${skipped:-0},"
   echo "  \"bench\": $(cat "$LOGS/cuda_bench.json" 2>/dev/null || echo null),"
   echo "  \"tune_bench\": [$(grep -h '^{' "$LOGS"/tune_bench_*.log 2>/dev/null | paste -sd,)],"
-  echo "  \"e2e\": [$(paste -sd, "$LOGS/e2e.jsonl" 2>/dev/null)]"
+  echo "  \"e2e\": [$(paste -sd, "$LOGS/e2e.jsonl" 2>/dev/null)],"
+  echo "  \"autoround_compare\": $(cat "$LOGS/compare.json" 2>/dev/null || echo null)"
   echo "}"
 } > "$OUT/summary.json"
 tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs
-for f in test_cuda test_signround_cuda tune_bench_amp stories260K_gpu generated_gpu e2e_8b_gpu; do
+for f in test_cuda test_signround_cuda tune_bench_amp generated_gpu e2e_8b_gpu autoround_compare; do
   [[ -f $LOGS/$f.log ]] && tail -c 2000000 "$LOGS/$f.log" > "$OUT/$f.log"
 done
 echo "=== failures"

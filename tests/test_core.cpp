@@ -9,12 +9,15 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/float_mode.h"
+#include "core/lru_cache.h"
 #include "core/thread_pool.h"
 #include "core/error.h"
 #include "core/printable.h"
@@ -327,6 +330,62 @@ TEST(Allocator, RunsOverAnyBackingAndReturnsEveryBlockToIt) {
 
 // Subnormal results flush to zero on the pool's workers and on the thread calling parallel_for
 // (core/float_mode.h), and the guard gives the caller its own mode back afterwards.
+// A value that counts its live instances (moves leave an empty husk that does not count).
+struct CountedPlan {
+  int id = -1;
+  int* live = nullptr;
+  CountedPlan(int i, int* l) : id(i), live(l) { ++*live; }
+  CountedPlan(CountedPlan&& o) noexcept : id(o.id), live(std::exchange(o.live, nullptr)) {}
+  CountedPlan(const CountedPlan&) = delete;
+  ~CountedPlan() {
+    if (live) --*live;
+  }
+};
+
+TEST(LruCache, BuildsOnceEvictsTheLeastRecentlyUsedAndDestroysWhatItDrops) {
+  int live = 0, builds = 0;
+  {
+    LruCache<std::pair<int, int>, CountedPlan> cache(3);
+    auto get = [&](int a, int b) -> CountedPlan& {
+      return cache.get({a, b}, [&] { return CountedPlan(++builds, &live); });
+    };
+    EXPECT_EQ(get(1, 1).id, 1);
+    EXPECT_EQ(get(1, 2).id, 2);
+    EXPECT_EQ(get(1, 1).id, 1);  // a hit: not rebuilt
+    EXPECT_EQ(get(2, 1).id, 3);
+    EXPECT_EQ(builds, 3);
+    EXPECT_EQ(live, 3);
+    EXPECT_EQ(cache.hits(), 1);
+    EXPECT_EQ(cache.misses(), 3);
+    // Full: (1,2) is the least recently used ((1,1) was used after it), so it goes.
+    EXPECT_EQ(get(3, 3).id, 4);
+    EXPECT_EQ(live, 3);
+    EXPECT_EQ(cache.size(), 3u);
+    EXPECT_EQ(get(1, 1).id, 1);
+    EXPECT_EQ(get(2, 1).id, 3);
+    EXPECT_EQ(get(1, 2).id, 5);  // rebuilt; now (3,3) was the least recently used
+    EXPECT_EQ(get(3, 3).id, 6);
+    EXPECT_EQ(live, 3);
+    // The reference returned stays valid across the next get.
+    CountedPlan& kept = get(9, 9);
+    get(8, 8);
+    EXPECT_EQ(kept.id, 7);
+  }
+  EXPECT_EQ(live, 0);  // destroyed with the cache
+}
+
+TEST(LruCache, AFailedBuildLeavesTheCacheAsItWas) {
+  int live = 0;
+  LruCache<int, CountedPlan> cache(1);
+  cache.get(1, [&] { return CountedPlan(1, &live); });
+  EXPECT_THROW(cache.get(2, [&]() -> CountedPlan { throw std::runtime_error("no algorithm"); }),
+               std::runtime_error);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(live, 1);
+  EXPECT_EQ(cache.get(1, [&] { return CountedPlan(2, &live); }).id, 1);  // still there, a hit
+  EXPECT_EQ(cache.hits(), 1);
+}
+
 TEST(FloatMode, PoolThreadsAndTheCallerFlushSubnormals) {
   volatile float tiny = 1e-30f, scale = 1e-10f;  // 1e-40: a subnormal product
   const unsigned saved = _mm_getcsr();

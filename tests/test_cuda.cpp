@@ -284,6 +284,32 @@ TEST_P(CudaGemm, LinearProductsMatchTheDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemm,
                          ::testing::Values(GemmCase{37, 96, 80}, GemmCase{256, 576, 1536}, GemmCase{1, 4096, 8}));
 
+// The context's plan cache (gemm_plan.h): a product of a shape it has seen reuses that plan and gives the
+// same bits; an operand at a less aligned address gets a plan of its own, and the same result within
+// fp32's summation error.
+TEST(CudaGemmPlans, EachShapeAndAlignmentIsPlannedOnceAndReusedWithTheSameBits) {
+  AR_REQUIRE_GPU();
+  cuda::DeviceContext ctx(0);
+  const int64_t n = 64, in = 256, out = 96;
+  auto x = uniform(size_t(n * in + 1), -1.f, 1.f, 21), W = uniform(size_t(out * in), -1.f, 1.f, 22);
+  auto gx = ctx.upload(x.data(), int64_t(x.size())), gW = ctx.upload(W.data(), int64_t(W.size()));
+  auto y1 = ctx.alloc<float>(n * out), y2 = ctx.alloc<float>(n * out), y3 = ctx.alloc<float>(n * out);
+  const cuda::GemmPlans& plans = ctx.gemm_plans();
+  cuda::linear_fwd(ctx, cuda::GemmType::F32, gx.data(), gW.data(), y1.data(), n, in, out);
+  EXPECT_EQ(plans.misses(), 1);
+  cuda::linear_fwd(ctx, cuda::GemmType::F32, gx.data(), gW.data(), y2.data(), n, in, out);
+  EXPECT_EQ(plans.misses(), 1);
+  EXPECT_EQ(plans.hits(), 1);
+  expect_same_bits(download(ctx, y1), download(ctx, y2), "the planned product, twice");
+  cuda::linear_fwd(ctx, cuda::GemmType::F32, gx.data() + 1, gW.data(), y3.data(), n, in, out);  // 4-byte aligned x
+  EXPECT_EQ(plans.misses(), 2);
+  EXPECT_EQ(plans.size(), 2u);
+  std::vector<double> xd(x.begin() + 1, x.end()), Wd(W.begin(), W.end()), want(size_t(n * out));
+  ref::linear_fwd<double>(xd.data(), Wd.data(), nullptr, want.data(), n, in, out);
+  const std::vector<float> got = download(ctx, y3);
+  EXPECT_LT(test::rel_err(got.data(), want.data(), want.size()), 1e-5);
+}
+
 class CudaBlock : public ::testing::TestWithParam<test::Variant> {};
 
 // BlockRunner<CudaOps>: the whole dense block, forward and every gradient, on the device against the

@@ -1,5 +1,6 @@
-// One GPU as the tuner's device: its context holds one stream, a cuBLASLt handle with its workspace and a
-// caching Allocator over the GPU's memory (core/context.h, with a device MemoryBacking).
+// One GPU as the tuner's device: its context holds one stream, a cuBLASLt handle with its workspace and the
+// GEMM plans built for it (gemm_plan.h), and a caching Allocator over the GPU's memory (core/context.h, with a
+// device MemoryBacking).
 //
 // Ordering: every kernel, GEMM and copy of a context is queued on its one stream, so work runs in the
 // order it was issued. That is also what makes the caching allocator safe without events: a block
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "core/context.h"
+#include "kernels/cuda/gemm_plan.h"
 
 namespace ar::cuda {
 
@@ -54,6 +56,8 @@ class DeviceContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   Allocator& allocator() { return allocator_; }
+  // The cuBLASLt plans built on this context (gemm.cpp), by shape.
+  GemmPlans& gemm_plans() { return gemm_plans_; }
 
   template <class T>
   DeviceArray<T> alloc(int64_t n) {
@@ -80,6 +84,7 @@ class DeviceContext {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   Allocator allocator_;
+  GemmPlans gemm_plans_{kGemmPlanCapacity};
 };
 
 // The allocator's backing for device `index`: cudaMalloc / cudaFree (null when the device is full).
