@@ -1,10 +1,15 @@
 // The reference kernels' units that the CUDA kernels run one thread each (kernels/ref/*: AR_HD), run here
 // on the CPU in double over every unit, against the whole-tensor references they were cut from.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/attention_units.h"
+#include "kernels/ref/rmsnorm_ref.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -81,4 +86,76 @@ void expect_units_equal_reference(int64_t window) {
 TEST(AttentionUnits, EqualTheReferenceForwardAndBackward) {
   expect_units_equal_reference(0);
   expect_units_equal_reference(3);  // a sliding window of 3 keys (the CUDA per-unit kernels run it)
+}
+
+namespace {
+
+// A warp's xor butterfly as the CUDA kernels run it (__shfl_xor_sync over 32 lanes): every lane must end
+// with the same bits.
+float butterfly(std::vector<float> v) {
+  for (size_t off = v.size() / 2; off > 0; off /= 2) {
+    std::vector<float> next(v.size());
+    for (size_t l = 0; l < v.size(); ++l) next[l] = v[l] + v[l ^ off];
+    v = next;
+  }
+  for (float x : v) EXPECT_EQ(std::memcmp(&x, &v[0], sizeof x), 0) << "the lanes disagree";
+  return v[0];
+}
+
+}  // namespace
+
+// rmsnorm.cu's row-parallel kernels: 32 lanes per row (dims below, at and above the lane count), dw in
+// chunks of rows (a partial last one), in fp32 against the formulas in double.
+TEST(RmsnormUnits, LanesAndRowChunksEqualTheReference) {
+  constexpr int kLanes = 32;
+  constexpr int64_t kChunk = 4;
+  for (const int64_t dim : {int64_t(1), int64_t(33), int64_t(128), int64_t(4096)}) {
+    const int64_t rows = 10, n = rows * dim;
+    const auto xd = randn(size_t(n), 11), dyd = randn(size_t(n), 12), wd0 = randn(size_t(dim), 13),
+               dxd0 = randn(size_t(n), 14), dwd0 = randn(size_t(dim), 15);
+    std::vector<double> wd(wd0), yd(static_cast<size_t>(n)), rstdd(static_cast<size_t>(rows)), dxd(dxd0), dwd(dwd0);
+    for (auto& v : wd) v = 1 + 0.1 * v;
+    const std::vector<float> x(xd.begin(), xd.end()), dy(dyd.begin(), dyd.end()), w(wd.begin(), wd.end());
+    std::vector<float> y(static_cast<size_t>(n)), rstd(static_cast<size_t>(rows)), dx(dxd0.begin(), dxd0.end()),
+        dw(dwd0.begin(), dwd0.end());
+    const std::vector<double> xr(x.begin(), x.end()), dyr(dy.begin(), dy.end()), wr(w.begin(), w.end());
+    for (int64_t r = 0; r < rows; ++r) {  // the formulas, written out (the reference shares the units' code)
+      double ss = 0, dot = 0;
+      for (int64_t c = 0; c < dim; ++c) ss += xr[size_t(r * dim + c)] * xr[size_t(r * dim + c)];
+      const double rs = 1 / std::sqrt(ss / double(dim) + 1e-6);
+      rstdd[size_t(r)] = rs;
+      for (int64_t c = 0; c < dim; ++c) {
+        const size_t i = size_t(r * dim + c);
+        yd[i] = wr[size_t(c)] * xr[i] * rs;
+        dot += dyr[i] * wr[size_t(c)] * xr[i] * rs;
+        dwd[size_t(c)] += dyr[i] * xr[i] * rs;
+      }
+      for (int64_t c = 0; c < dim; ++c) {
+        const size_t i = size_t(r * dim + c);
+        dxd[i] += rs * (dyr[i] * wr[size_t(c)] - xr[i] * rs * dot / double(dim));
+      }
+    }
+    std::vector<float> part(kLanes);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xrow = x.data() + r * dim;
+      for (int l = 0; l < kLanes; ++l) part[size_t(l)] = ref::rmsnorm_sumsq_lane(xrow, dim, l, kLanes);
+      rstd[size_t(r)] = ref::rmsnorm_rstd(butterfly(part), dim, 1e-6);
+      for (int l = 0; l < kLanes; ++l)
+        ref::rmsnorm_fwd_lane(xrow, w.data(), y.data() + r * dim, rstd[size_t(r)], dim, l, kLanes);
+      for (int l = 0; l < kLanes; ++l)
+        part[size_t(l)] = ref::rmsnorm_bwd_dot_lane(dy.data() + r * dim, w.data(), xrow, rstd[size_t(r)], dim, l, kLanes);
+      const float dot = butterfly(part) / float(dim);
+      for (int l = 0; l < kLanes; ++l)
+        ref::rmsnorm_bwd_lane(dy.data() + r * dim, w.data(), xrow, rstd[size_t(r)], dot, dx.data() + r * dim, true,
+                              dim, l, kLanes);
+    }
+    for (int64_t c = 0; c < dim; ++c)
+      for (int64_t r0 = 0; r0 < rows; r0 += kChunk)
+        dw[size_t(c)] += ref::rmsnorm_dw_chunk(dy.data(), x.data(), rstd.data(), c, r0, std::min(rows, r0 + kChunk), dim);
+    const std::string at = "dim " + std::to_string(dim);
+    EXPECT_LT(test::rel_err(y.data(), yd.data(), yd.size()), 1e-6) << at;
+    EXPECT_LT(test::rel_err(rstd.data(), rstdd.data(), rstdd.size()), 1e-6) << at;
+    EXPECT_LT(test::rel_err(dx.data(), dxd.data(), dxd.size()), 1e-6) << at;
+    EXPECT_LT(test::rel_err(dw.data(), dwd.data(), dwd.size()), 1e-6) << at;
+  }
 }
