@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu-pack
-BINS=(test_cuda test_signround_cuda cuda_bench tune_bench_cuda autoround stream_bench)
+BINS=(test_cuda test_signround_cuda test_cuda_float_qdq cuda_bench tune_bench_cuda autoround stream_bench)
 
 pack() {
   local build=${1:-build} fx=${AR_FIXTURES:-../shared/fixtures}
@@ -121,6 +121,7 @@ if [[ ${CHECKS:-1} != 0 ]]; then
 fi
 if [[ $mode == packed && ${CHECKS:-1} != 0 ]]; then
   step test_signround_cuda "$BIN/test_signround_cuda"
+  step test_cuda_float_qdq "$BIN/test_cuda_float_qdq"
   step tune_bench_amp "$BIN/tune_bench_cuda" --iters 2 --amp 1
   # End to end: the same quantization on the CPU (this machine's cores) and on cuda:0, then both evaluated
   # against the unquantized model on text that was not used for calibration.
@@ -145,6 +146,7 @@ if [[ $mode == packed && ${CHECKS:-1} != 0 ]]; then
     done
   }
   e2e_run stories260K "$M/stories260K" "$FX/tinystories_200k.txt" --bits 4 --group_size 32
+  e2e_run stories260K_nvfp4 "$M/stories260K" "$FX/tinystories_200k.txt" --scheme NVFP4 --act_bits 16
   step tune_bench_fp32 "$BIN/tune_bench_cuda" --iters 2
   e2e_run generated "$M/generated" "$WORK/eval_40k.txt" --bits 4 --group_size 128 --iters 50 --nsamples 32 --seqlen 512
   if [[ ${E2E_8B:-0} -gt 0 ]]; then

@@ -92,8 +92,7 @@ const Row kRows[] = {
     {"--device_map 0,1", 2, "--device_map 0,1: GPU indices; the CUDA backend tunes on one GPU for now (--device cuda:0)"},
     {"--device_map cuda:0,cuda:1", 2,
      "--device_map cuda:0,cuda:1: cuda:0 is not a CPU device; the CUDA backend tunes on one GPU for now"},
-    {"--device_map cuda:0 --scheme MXFP4 --act_bits 16", 1,
-     "--device cuda:0: a float weight scheme is not tuned on the CUDA backend yet"},
+    {"--device_map cuda:0 --scheme FP8_STATIC", 1, "--device cuda:0: FP8_STATIC is not tuned on the CUDA backend yet"},
     {"--device 0 --format auto_round,gguf:q4_k_m", 1, "--device cuda:0: a GGUF output is not tuned on the CUDA backend yet"},
     {"--device cuda:0 --parallel_quantization 2", 1, "--device cuda:0: a data-parallel lane is not tuned on the CUDA"},
 #else

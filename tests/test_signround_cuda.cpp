@@ -2,6 +2,7 @@
 // samples and options, and the block passes on the GPU (quant/cuda/block_pass_cuda.h) against the CPU's. The bits differ (another GEMM summation order), so the checks are on quality:
 // the same starting loss, and a tuned block as far below RTN as the CPU's (under --amp: bf16 GEMMs on
 // the GPU against the CPU's fp32, within 15%). Skips without a GPU.
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -27,15 +28,19 @@ TEST(SignRoundCuda, RefusesWhatItDoesNotTuneYetNamingIt) {
   BlockWeights w = f.copy();
   quant::SignRoundOptions o;
   o.iters = 2;
-  quant::QuantFormat mx(4, 32, true);
-  mx.fp = quant::FpFamily::Mx;
-  try {
-    quant::signround_tune_block_cuda(dev, f.ctx, f.dims, w, mx, f.aux(f.n), f.x, f.y, f.mask, o);
-    ADD_FAILURE() << "a float scheme was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("a float weight scheme is not tuned on the CUDA backend yet"),
-              std::string::npos)
-        << e.what();
+  quant::QuantFormat per_tensor(8, 0, true), fp8_static(8, -1, true);
+  per_tensor.fp = fp8_static.fp = quant::FpFamily::Fp8;
+  fp8_static.act_bits = 8;
+  for (const auto& [fmt, what] : {std::pair{per_tensor, "a float weight scheme with one scale per tensor"},
+                                  std::pair{fp8_static, "FP8_STATIC"}}) {
+    try {
+      quant::signround_tune_block_cuda(dev, f.ctx, f.dims, w, fmt, f.aux(f.n), f.x, f.y, f.mask, o);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(what) + " is not tuned on the CUDA backend yet"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -44,10 +49,28 @@ struct Case {
   bool sym;
   int gas;
   bool amp = false;
+  std::optional<quant::FpFamily> fp = std::nullopt;  // a float scheme: MXFP4 (group 32) or NVFP4 (group 16)
+  quant::QuantFormat format() const {
+    quant::QuantFormat f(bits, fp ? (*fp == quant::FpFamily::Nvfp4 ? 16 : 32) : 32, sym);
+    f.fp = fp;
+    return f;
+  }
+  std::string name() const {
+    std::string n;
+    if (fp) {
+      n = *fp == quant::FpFamily::Nvfp4 ? "NVFP4" : "MXFP4";
+    } else {
+      n = "W";
+      n += std::to_string(bits);
+      n += sym ? "sym" : "asym";
+      n += "gas";
+      n += std::to_string(gas);
+    }
+    if (amp) n += "amp";
+    return n;
+  }
 };
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << "W" << c.bits << (c.sym ? " sym" : " asym") << " GAS " << c.gas << (c.amp ? " amp" : "");
-}
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 class SignRoundCuda : public ::testing::TestWithParam<Case> {};
 
@@ -56,7 +79,7 @@ TEST_P(SignRoundCuda, TunesTheBlockAsTheCpuDoes) {
   if (skip_without_gpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Case c = GetParam();
   test::Fixture f;
-  const quant::QuantFormat fmt(c.bits, 32, c.sym);
+  const quant::QuantFormat fmt = c.format();
   BlockWeights rtn = f.copy(), on_cpu = f.copy(), on_gpu = f.copy();
   f.tune(rtn, fmt, 0);
   quant::SignRoundOptions o;
@@ -70,8 +93,8 @@ TEST_P(SignRoundCuda, TunesTheBlockAsTheCpuDoes) {
   const auto rg = quant::signround_tune_block_cuda(dev, f.ctx, f.dims, on_gpu, fmt, f.aux(f.n), f.x, f.y, f.mask, o);
   EXPECT_NEAR(rg.loss_first, rc.loss_first, (c.amp ? 2e-2 : 1e-4) * rc.loss_first) << "the same start";
   const double e_rtn = f.mse(rtn), e_cpu = f.mse(on_cpu), e_gpu = f.mse(on_gpu);
-  std::printf("W%d %s GAS %d: block MSE RTN %.6g, CPU %.6g, GPU %.6g (best at %d / %d)\n", c.bits,
-              c.sym ? "sym" : "asym", c.gas, e_rtn, e_cpu, e_gpu, rc.best_iter, rg.best_iter);
+  std::printf("%s: block MSE RTN %.6g, CPU %.6g, GPU %.6g (best at %d / %d)\n", c.name().c_str(), e_rtn, e_cpu,
+              e_gpu, rc.best_iter, rg.best_iter);
   EXPECT_LT(e_gpu, 0.9 * e_rtn);
   EXPECT_LT(e_gpu, (c.amp ? 1.15 : 1.1) * e_cpu);
   ASSERT_EQ(rg.layers.size(), rc.layers.size());
@@ -83,16 +106,9 @@ TEST_P(SignRoundCuda, TunesTheBlockAsTheCpuDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, SignRoundCuda,
                          ::testing::Values(Case{4, true, 1}, Case{2, false, 1}, Case{4, false, 2},
-                                           Case{4, true, 1, true}),
-                         [](const auto& p) {
-                           std::string name = "W";
-                           name += std::to_string(p.param.bits);
-                           name += p.param.sym ? "sym" : "asym";
-                           name += "gas";
-                           name += std::to_string(p.param.gas);
-                           if (p.param.amp) name += "amp";
-                           return name;
-                         });
+                                           Case{4, true, 1, true}, Case{4, true, 1, false, quant::FpFamily::Mx},
+                                           Case{4, true, 1, true, quant::FpFamily::Nvfp4}),
+                         [](const auto& p) { return p.param.name(); });
 
 // The FP pass of `quantize --device cuda:0` against the CPU's fp32 forward of the same block (the
 // fixture's targets): fp32, amp (bf16 GEMM operands) and bf16 activations in and out, in micro-batches

@@ -7,6 +7,7 @@
 // 2 ulp), so code using them matches across the two within tolerance only.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -87,6 +88,43 @@ AR_HD inline T log(T x) {
 template <class T>
 AR_HD inline T infinity() {
   return T(__builtin_huge_val());
+}
+
+// |x| with the sign bit cleared (-0 -> +0), as fabs.
+AR_HD inline float fabs(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::fabsf(x);
+#else
+  return std::fabs(x);
+#endif
+}
+
+AR_HD inline float copysign(float x, float sign) {
+#if defined(__CUDA_ARCH__)
+  return ::copysignf(x, sign);
+#else
+  return std::copysign(x, sign);
+#endif
+}
+
+// x = m 2^e with |m| in [0.5, 1) (0 for x = 0): exact on both sides.
+AR_HD inline float frexp(float x, int* e) {
+#if defined(__CUDA_ARCH__)
+  return ::frexpf(x, e);
+#else
+  return std::frexp(x, e);
+#endif
+}
+
+AR_HD inline uint32_t float_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+AR_HD inline float bits_float(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
 }
 
 }  // namespace ar::hd

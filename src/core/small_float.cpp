@@ -61,13 +61,6 @@ float e4m3_decode(uint8_t c) {
   return decode(kE4M3, c);
 }
 
-float pow2f(int e) {
-  const uint32_t bits = e >= -126 ? uint32_t(e + 127) << 23 : uint32_t(1) << (e + 149);
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 float e8m0_decode(uint8_t c) {
   if (c == 0xFF) return std::numeric_limits<float>::quiet_NaN();
   return pow2f(int(c) - 127);  // code 0 is 2^-127, a float subnormal

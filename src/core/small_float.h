@@ -16,6 +16,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/hd.h"
+
 namespace ar {
 
 constexpr float kE2M1Max = 6.0f;
@@ -31,7 +33,9 @@ inline uint8_t e8m0_encode(int e) { return uint8_t(e + 127); }
 float e8m0_decode(uint8_t c);
 // 2^e for e in [-149, 127], built from bits: exact for subnormal results too, where ldexp's arithmetic
 // gives 0 under the engine's flush-to-zero mode (core/float_mode.h).
-float pow2f(int e);
+AR_HD inline float pow2f(int e) {
+  return hd::bits_float(e >= -126 ? uint32_t(e + 127) << 23 : uint32_t(1) << (e + 149));
+}
 
 // x rounded onto the format's grid: the value decode(encode(x)) (E2M1: NaN -> +0; E4M3: NaN -> NaN),
 // computed without the encoder's frexp / ldexp, since the QDQ runs it per element. Tested against
@@ -39,26 +43,25 @@ float pow2f(int e);
 // The *_finite forms give the same values for finite x without a branch (every case computed, then
 // selected), so that the QDQ's element loops vectorize (quant/qdq_fp.cpp, whose arguments are finite);
 // E2M1 as the sum of the grid steps passed (each partial sum exact).
-inline float e2m1_round_finite(float x) {
-  const float a = std::fabs(x);
+// AR_HD: the CUDA backend's float QDQ runs them too (kernels/cuda/qdq_fp.cu).
+AR_HD inline float e2m1_round_finite(float x) {
+  const float a = hd::fabs(x);
   // The midpoints between grid values, each tie going to the even code (0, 1, 2, 4 are even codes).
   const float r = (a > 0.25f ? 0.5f : 0.0f) + (a >= 0.75f ? 0.5f : 0.0f) + (a > 1.25f ? 0.5f : 0.0f) +
                   (a >= 1.75f ? 0.5f : 0.0f) + (a > 2.5f ? 1.0f : 0.0f) + (a >= 3.5f ? 1.0f : 0.0f) +
                   (a > 5.0f ? 2.0f : 0.0f);
-  return std::copysign(r, x);
+  return hd::copysign(r, x);
 }
-inline float e4m3_round_finite(float x) {
-  const float a = std::fabs(x);
-  const float sub = std::nearbyint(a * 512.0f) * 0x1p-9f;  // subnormal grid 2^-9 (both products exact)
-  uint32_t u;  // normal: 3 mantissa bits, round to nearest even on the fp32 bits
-  std::memcpy(&u, &a, 4);
+AR_HD inline float e4m3_round_finite(float x) {
+  const float a = hd::fabs(x);
+  const float sub = hd::rint(a * 512.0f) * 0x1p-9f;  // subnormal grid 2^-9 (both products exact)
+  uint32_t u = hd::float_bits(a);  // normal: 3 mantissa bits, round to nearest even on the fp32 bits
   u = (u + 0x7FFFFu + ((u >> 20) & 1u)) & 0xFFF00000u;
-  float nrm;
-  std::memcpy(&nrm, &u, 4);
+  float nrm = hd::bits_float(u);
   nrm = nrm > kE4M3Max ? kE4M3Max : nrm;
-  return std::copysign(a >= kE4M3Max ? kE4M3Max : a < 0x1p-6f ? sub : nrm, x);  // saturating above
+  return hd::copysign(a >= kE4M3Max ? kE4M3Max : a < 0x1p-6f ? sub : nrm, x);  // saturating above
 }
-inline float e2m1_round(float x) { return x != x ? 0.0f : e2m1_round_finite(x); }
-inline float e4m3_round(float x) { return x != x ? std::numeric_limits<float>::quiet_NaN() : e4m3_round_finite(x); }
+AR_HD inline float e2m1_round(float x) { return x != x ? 0.0f : e2m1_round_finite(x); }
+AR_HD inline float e4m3_round(float x) { return x != x ? hd::bits_float(0x7FC00000u) : e4m3_round_finite(x); }
 
 }  // namespace ar

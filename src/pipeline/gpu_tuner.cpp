@@ -16,7 +16,7 @@ void check_gpu_run(const QuantizeOptions& o, const ModelConfig& cfg, int process
   const auto no = [&](const std::string& what) {
     fail(ErrorKind::Unsupported, dev + ": " + what + " is not tuned on the CUDA backend yet (docs/cuda.md)");
   };
-  if (o.fmt.is_float()) no("a float weight scheme");
+  if (o.fmt.is_float() && o.fmt.group_size == 0) no("a float weight scheme with one scale per tensor");
   if (o.fmt.act_static()) no("FP8_STATIC");
   if (o.format.find("gguf") != std::string::npos) no("a GGUF output");
   if (cfg.is_moe()) no("a mixture-of-experts model");

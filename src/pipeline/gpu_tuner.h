@@ -35,7 +35,7 @@ class GpuTuner {
 };
 
 // Refuses (Unsupported, naming the option) what `quantize --device cuda:N` cannot run yet: float
-// schemes and FP8_STATIC, GGUF outputs, mixture-of-experts models, data-parallel lanes and multi-process
+// schemes with one scale per tensor and FP8_STATIC, GGUF outputs, mixture-of-experts models, data-parallel lanes and multi-process
 // jobs.
 void check_gpu_run(const QuantizeOptions& o, const ModelConfig& cfg, int processes);
 

@@ -16,114 +16,14 @@
 namespace ar::quant {
 namespace {
 
-constexpr float kFp8MinScale = float(1.0 / (448.0 * 512.0));  // vLLM's floor, as fp8.py has it
-constexpr float kSixth = float(1.0 / 6.0);                     // get_reciprocal(6.0) as torch applies it
+using fp_elem::Span;
+using fp_elem::TileScale;
+using fp_elem::beta_grad;
+using fp_elem::coeff;
+using fp_elem::tile_scale;
+using fp_elem::tile_span;
 
 float elem_round(FpElem e, float x) { return e == FpElem::E2M1 ? e2m1_round(x) : e4m3_round(x); }
-
-// floor / ceil of log2(x) for x > 0, from the binary exponent (exact).
-int floor_log2(float x) {
-  int ex = 0;
-  const float m = std::frexp(x, &ex);  // x = m 2^ex, m in [0.5, 1)
-  (void)m;
-  return ex - 1;
-}
-int ceil_log2(float x) {
-  int ex = 0;
-  const float m = std::frexp(x, &ex);
-  return m == 0.5f ? ex - 1 : ex;
-}
-
-// ceil(log2(M / d)) for M > 0, d >= 1. A quotient below FLT_MIN would be flushed to 0 under the
-// engine's flush-to-zero mode (core/float_mode.h); scaled by 2^64 first it stays normal, and the
-// exponent is the same wherever the unscaled quotient was normal too.
-int ceil_log2_quotient(float M, float d) {
-  constexpr float kTwo64 = 18446744073709551616.0f;
-  return M < 1.0f ? ceil_log2(M * kTwo64 / d) - 64 : ceil_log2(M / d);
-}
-
-struct Span {
-  int64_t r0, r1, c0, c1;
-};
-Span tile_span(const FpQdqShape& sh, int64_t t) {
-  const int64_t tr = t / sh.tiles_across(), tc = t % sh.tiles_across();
-  return {tr * sh.tile_rows, std::min(sh.out, (tr + 1) * sh.tile_rows), tc * sh.tile_cols,
-          std::min(sh.in, (tc + 1) * sh.tile_cols)};
-}
-
-// One tile's scale, and what its backward needs. The element map is
-//   u = w / div + V (MX, FP8) or w * mul + V (NVFP4);  w^ = round(clamp(u)) * out.
-struct TileScale {
-  float div = 1, mul = 1, out = 1;
-  float reported = 0;     // MX: E; NVFP4: S; FP8: s
-  float M = 0;            // max|w| * c
-  bool passes = false;    // does dbeta get a gradient through this scale?
-  float S = 0, d = 0;     // NVFP4: the block scale and S / G
-};
-
-TileScale tile_scale(const FpQdqShape& sh, float amax, float c) {
-  TileScale ts;
-  ts.M = amax * c;
-  switch (sh.family) {
-    case FpFamily::Mx:
-    case FpFamily::MxRceil: {
-      int e = 1;  // AutoRound's where(M == 0, 1, ...)
-      if (ts.M != 0.0f)
-        e = sh.family == FpFamily::Mx ? floor_log2(ts.M) - sh.emax() : ceil_log2_quotient(ts.M, sh.max_norm());
-      else if (sh.family == FpFamily::Mx)
-        e = 1 - sh.emax();
-      ts.passes = ts.M != 0.0f && e > -127 && e < 127;  // torch's clamp: no gradient at a bound
-      e = std::clamp(e, -127, 127);
-      ts.div = ts.out = pow2f(e);  // 2^-127 is subnormal: from bits (core/small_float.h)
-      ts.reported = float(e);
-      break;
-    }
-    case FpFamily::Nvfp4: {
-      const float G = sh.global_scale;
-      const float S0 = G * (ts.M * kSixth);
-      ts.S = e4m3_round(std::clamp(S0, -kE4M3Max, kE4M3Max));
-      const float inv_g = G == 0.0f ? 0.0f : 1.0f / G;
-      ts.d = ts.S * inv_g;
-      ts.mul = ts.d == 0.0f ? 0.0f : 1.0f / ts.d;
-      ts.out = ts.mul == 0.0f ? 0.0f : 1.0f / ts.mul;
-      ts.reported = ts.S;
-      ts.passes = ts.d != 0.0f && S0 > -kE4M3Max && S0 < kE4M3Max;
-      break;
-    }
-    case FpFamily::Fp8: {
-      const float s0 = ts.M / kE4M3Max;
-      ts.div = ts.out = std::max(s0, kFp8MinScale);
-      ts.reported = ts.div;
-      ts.passes = s0 > kFp8MinScale;
-      break;
-    }
-  }
-  return ts;
-}
-
-float coeff(const float* beta, const float* init, int64_t t) {
-  const float b = beta ? beta[t] : 1.0f, i = init ? init[t] : 1.0f;
-  return i * b;  // init_scale * max_scale, in AutoRound's order
-}
-
-// dbeta of a tile from the sums over its elements: gq = sum dw^ q, gw = sum du w (in double: the two
-// terms of the scale's gradient nearly cancel).
-float beta_grad(const FpQdqShape& sh, const TileScale& ts, float amax, float init, double gq, double gw) {
-  if (!ts.passes) return 0.0f;
-  double dM;
-  if (sh.family == FpFamily::Nvfp4) {
-    // w^ = q / os, u = w os + V: dos = gw - gq / os^2; os = 1/d; d = S / G; S = e4m3_ste(G M / 6).
-    const double os = ts.mul, d = ts.d, G = sh.global_scale;
-    const double dd = -(gw - gq / (os * os)) / (d * d);
-    dM = dd / G * G * double(kSixth);
-  } else {
-    // w^ = q s, u = w / s + V: ds = gq - gw / s^2. FP8: s = M / 448. MX: s = 2^E with
-    // E = floor_ste(log2 M) - emax (or ceil_ste(log2(M / max_norm))): dE = ds s ln2, dM = dE / (M ln2).
-    const double s = ts.div, ds = gq - gw / (s * s);
-    dM = sh.family == FpFamily::Fp8 ? ds / double(kE4M3Max) : ds * s / double(ts.M);
-  }
-  return float(dM * double(amax) * double(init));
-}
 
 }  // namespace
 
@@ -176,17 +76,11 @@ namespace {
 template <FpFamily F, FpElem E, bool HasV>
 void fwd_rows(const FpQdqShape& sh, const TileScale& ts, const Span& s, const float* W, const float* V, int64_t vw,
               float* What) {
-  constexpr float mn = E == FpElem::E2M1 ? 6.0f : 448.0f;
-  const float mul = ts.mul, div = ts.div, out = ts.out;
   for (int64_t r = s.r0; r < s.r1; ++r) {
     const float* w = W + r * sh.in;
     const float* v = HasV ? V + r * vw : nullptr;
     float* o = What + r * sh.in;
-    for (int64_t c = s.c0; c < s.c1; ++c) {
-      const float u = (F == FpFamily::Nvfp4 ? w[c] * mul : w[c] / div) + (HasV ? v[c] : 0.0f);
-      const float cl = std::min(std::max(u, -mn), mn);
-      o[c] = (E == FpElem::E2M1 ? e2m1_round_finite(cl) : e4m3_round_finite(cl)) * out;
-    }
+    for (int64_t c = s.c0; c < s.c1; ++c) o[c] = fp_elem::qdq<F, E>(ts, w[c], HasV ? v[c] : 0.0f);
   }
 }
 
@@ -221,29 +115,10 @@ void fp_qdq_fwd(const FpQdqShape& sh, const float* W, const float* V, const floa
 }
 
 namespace {
-// One row of a tile's backward, vectorized: each element's rounded value q and du = dL/du, where
-// d round(clamp(u)) / du for |u| < max_norm (see the header) is: FP8 1; NVFP4 1, and 0 where u = 0 or
-// q = +-max_norm (torch's clamp passes no gradient at its bounds, and quant_element / cast_to_fp4
-// clamp again after rounding); MX the same zeros, else q / u where |u| >= 2^(emin + 1) (the private
-// exponent floor(log2|u|) is clipped below at emin; above it, its STE passes) and 1 below. Every
-// operand is computed and then selected (no branch per element).
+// One row of a tile's backward, vectorized: each element's rounded value q and du (fp_elem::grad).
 template <FpFamily F, FpElem E, bool HasV>
 void bwd_row(const TileScale& ts, int64_t n, const float* w, const float* v, const float* g, float* q, float* du) {
-  constexpr float mn = E == FpElem::E2M1 ? 6.0f : 448.0f;
-  constexpr float lim = E == FpElem::E2M1 ? 2.0f : 0x1p-5f;  // 2^(emin + 1)
-  const float mul = ts.mul, div = ts.div, out = ts.out;
-  for (int64_t c = 0; c < n; ++c) {
-    const float u = (F == FpFamily::Nvfp4 ? w[c] * mul : w[c] / div) + (HasV ? v[c] : 0.0f);
-    const float cl = std::min(std::max(u, -mn), mn);
-    const float qc = E == FpElem::E2M1 ? e2m1_round_finite(cl) : e4m3_round_finite(cl);
-    const bool none = (u == 0.0f) | (std::fabs(qc) == mn);
-    const float ratio = qc / (u == 0.0f ? 1.0f : u);
-    const float mx = std::fabs(u) >= lim ? ratio : 1.0f;
-    const float rg = F == FpFamily::Fp8 ? 1.0f : none ? 0.0f : F == FpFamily::Nvfp4 ? 1.0f : mx;
-    const float d = g[c] * out * rg;
-    q[c] = qc;
-    du[c] = ((u > -mn) & (u < mn)) ? d : 0.0f;
-  }
+  for (int64_t c = 0; c < n; ++c) fp_elem::grad<F, E>(ts, w[c], HasV ? v[c] : 0.0f, g[c], q[c], du[c]);
 }
 
 template <FpFamily F, FpElem E>

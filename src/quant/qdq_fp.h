@@ -38,26 +38,9 @@
 #include <cstdint>
 
 #include "core/context.h"
+#include "quant/qdq_fp_elem.h"
 
 namespace ar::quant {
-
-enum class FpFamily : uint8_t { Mx, MxRceil, Nvfp4, Fp8 };
-enum class FpElem : uint8_t { E2M1, E4M3 };
-
-struct FpQdqShape {
-  FpFamily family = FpFamily::Mx;
-  FpElem elem = FpElem::E2M1;
-  int64_t out = 0, in = 0;
-  int64_t tile_rows = 1, tile_cols = 32;  // one scale per tile_rows x tile_cols (zero-padded at the edges)
-  float global_scale = 0;                 // NVFP4's G
-  int64_t tiles_down() const { return (out + tile_rows - 1) / tile_rows; }
-  int64_t tiles_across() const { return (in + tile_cols - 1) / tile_cols; }
-  int64_t tiles() const { return tiles_down() * tiles_across(); }
-  int64_t padded_in() const { return tiles_across() * tile_cols; }
-  float max_norm() const { return elem == FpElem::E2M1 ? 6.0f : 448.0f; }
-  int emax() const { return elem == FpElem::E2M1 ? 2 : 8; }   // the MX element's largest exponent
-  int emin() const { return elem == FpElem::E2M1 ? 0 : -6; }  // its smallest normal exponent
-};
 
 // AutoRound's tile for a group size (reshape_pad_tensor_by_group_size): g > 0 -> 1 x g (1 x in when
 // in < g), g == -1 -> 1 x in (per channel), g == 0 -> out x in (per tensor); block_rows > 0 ->

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/qdq_fp.h"
 #include "kernels/cuda/qdq_int.h"
 #include "kernels/cuda/sign_step.h"
 #include "quant/cuda/device_block.h"
@@ -18,7 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// One tuned Linear's device state: W, its QDQ What, the tunables, their best snapshot and gradients.
+// One tuned Linear's device state: W, its QDQ What, the tunables, their best snapshot and gradients. A float
+// scheme (TunedLinear::fp) tunes V and beta; lo holds its tiles' init coefficients, hi their max|w|.
 struct DeviceLinear {
   size_t slot = 0;
   cuda::DeviceArray<float> W, What, V, alpha, beta, lo, hi, scale, zero, dW, dV, da, db, bV, balpha, bbeta;
@@ -58,7 +60,7 @@ class DeviceTuner {
     const auto no = [&](const std::string& what) {
       fail(ErrorKind::Unsupported, dev_.name() + ": " + what + " is not tuned on the CUDA backend yet");
     };
-    if (fmt_.is_float()) no("a float weight scheme");
+    if (fmt_.is_float() && fmt_.group_size == 0) no("a float weight scheme with one scale per tensor");
     if (fmt_.act_static()) no("FP8_STATIC");
     if (dims_.is_moe()) no("a mixture-of-experts block");
     if (aux_.key_mask) no("a key mask");
@@ -116,6 +118,7 @@ class DeviceTuner {
       linear_slot(gp_, s) = L.dW.data();
       lin_.push_back(std::move(L));
     }
+    share_fused_global_scales(res_.layers);  // NVFP4: fused Linears share theirs, as on the CPU
     const int64_t B = opt_.batch_size * std::max(1, opt_.gradient_accumulate_steps);
     B_ = std::min<int64_t>(B, n_);
     bs_ = std::min<int64_t>(opt_.batch_size, B_);
@@ -137,7 +140,13 @@ class DeviceTuner {
 
   // The QDQ of L's weight into What, or into What16 (bf16) for the tuning's GEMMs under --amp.
   void qdq(DeviceLinear& L, bool bf16) {
-    const QdqShape& sh = res_.layers[size_t(&L - lin_.data())].shape;
+    const TunedLinear& H = res_.layers[size_t(&L - lin_.data())];
+    if (H.fp) {
+      cuda::fp_qdq_fwd(dev_, *H.fp, L.W.data(), L.V.data(), L.beta.data(), L.lo.data(), L.hi.data(),
+                       bf16 ? nullptr : L.What.data(), bf16 ? L.What16.data() : nullptr, L.scale.data());
+      return;
+    }
+    const QdqShape& sh = H.shape;
     cuda::qdq_fwd(dev_, sh, L.W.data(), L.V.data(), L.alpha.data(), L.beta.data(), L.lo.data(), L.hi.data(),
                   bf16 ? nullptr : L.What.data(), bf16 ? L.What16.data() : nullptr, L.scale.data(), L.zero.data());
   }
@@ -217,12 +226,20 @@ class DeviceTuner {
     cuda::check(cudaMemsetAsync(flag_.data(), 0, sizeof(int), dev_.stream()), dev_.index(), "memset");
     for (size_t l = 0; l < lin_.size(); ++l) {
       DeviceLinear& L = lin_[l];
-      const QdqShape& sh = res_.layers[l].shape;
-      cuda::qdq_bwd(dev_, sh, L.W.data(), L.V.data(), L.alpha.data(), L.beta.data(), L.lo.data(), L.hi.data(),
-                    L.dW.data(), L.dV.data(), mm ? L.da.data() : nullptr, mm ? L.db.data() : nullptr);
+      const TunedLinear& H = res_.layers[l];
+      if (H.fp)  // V and beta; alpha stays 1 (AutoRound's min_scale gets no gradient)
+        cuda::fp_qdq_bwd(dev_, *H.fp, L.W.data(), L.V.data(), L.beta.data(), L.lo.data(), L.hi.data(), L.dW.data(),
+                         L.dV.data(), mm ? L.db.data() : nullptr);
+      else
+        cuda::qdq_bwd(dev_, H.shape, L.W.data(), L.V.data(), L.alpha.data(), L.beta.data(), L.lo.data(),
+                      L.hi.data(), L.dW.data(), L.dV.data(), mm ? L.da.data() : nullptr, mm ? L.db.data() : nullptr);
       cuda::sign_step(dev_, L.V.data(), L.dV.data(), L.V.n, float(lr * decay), false, save ? L.bV.data() : nullptr,
                       flag_.data());
-      if (mm) {
+      if (mm && H.fp) {
+        cuda::sign_step(dev_, L.beta.data(), L.db.data(), L.beta.n, float(mm_lr * decay), true,
+                        save ? L.bbeta.data() : nullptr, flag_.data());
+        if (save) copy(L.alpha, L.balpha);
+      } else if (mm) {
         cuda::sign_step(dev_, L.alpha.data(), L.da.data(), L.alpha.n, float(mm_lr * decay), true,
                         save ? L.balpha.data() : nullptr, flag_.data());
         cuda::sign_step(dev_, L.beta.data(), L.db.data(), L.beta.n, float(mm_lr * decay), true,
@@ -246,7 +263,7 @@ class DeviceTuner {
     dev_.download(H.alpha.f32(), L.alpha.data(), L.alpha.bytes());
     dev_.download(H.beta.f32(), L.beta.data(), L.beta.bytes());
     dev_.download(H.scale.f32(), L.scale.data(), L.scale.bytes());
-    dev_.download(H.zero.f32(), L.zero.data(), L.zero.bytes());
+    if (!H.fp) dev_.download(H.zero.f32(), L.zero.data(), L.zero.bytes());  // a float scheme's stay 0
     Tensor What = Tensor::empty(H.weight->shape(), DType::F32, host_);
     dev_.download(What.f32(), L.What.data(), L.What.bytes());
     *H.weight = What;

@@ -1,14 +1,15 @@
 // SignRound on one GPU: the algorithm, defaults, sampler and best-iterate rule of signround_tune_block
-// (quant/signround.h) for integer weights, with the block's forward and backward on the device
+// (quant/signround.h) for integer and float weights (MXFP4/8, NVFP4, FP8 by channel or block; NVFP4's fused
+// Linears share their global scale as on the CPU), with the block's forward and backward on the device
 // (BlockRunner<cuda::CudaOps>), the QDQ forward/backward and the sign step on the device
-// (kernels/cuda/qdq_int.h, sign_step.h), and the loss as the CPU tuner takes it. Each iteration runs
+// (kernels/cuda/qdq_int.h, qdq_fp.h, sign_step.h), and the loss as the CPU tuner takes it. Each iteration runs
 // the whole batch of bs * GAS samples in micro-batches of bs (the CPU's non-deterministic leaves); its
 // gradient is the same full-batch gradient. The calibration activations, the block's weights and the
 // tuning state live on the device for the whole block.
 // --amp: the GEMMs take bf16 operands with fp32 accumulation (kernels/cuda/cuda_ops.h), the QDQ written
 // in bf16 directly; everything else stays fp32, as on the CPU.
-// Not yet (each refused naming it): float and GGUF weights, FP8_STATIC, MoE blocks, key masks,
-// data-parallel lanes.
+// Not yet (each refused naming it): float weights with one scale per tensor, GGUF weights, FP8_STATIC, MoE
+// blocks, key masks, data-parallel lanes.
 #pragma once
 #include <functional>
 #include <string>
