@@ -26,6 +26,7 @@
 #include "model/block_impl.h"
 #include "quant/qdq_ref.h"
 #include "quant/sign_step.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 using namespace ar;
@@ -43,29 +44,9 @@ std::string no_gpu() {
     if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
-std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-template <class T>
-std::vector<T> download(cuda::DeviceContext& ctx, const cuda::DeviceArray<T>& a) {
-  std::vector<T> h(size_t(a.n));
-  ctx.download(h.data(), a.data(), a.bytes());
-  return h;
-}
-
-template <class T>
-void expect_same_bits(const std::vector<T>& cpu, const std::vector<T>& gpu, const std::string& what) {
-  ASSERT_EQ(cpu.size(), gpu.size()) << what;
-  size_t diff = 0, first = 0;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    if (std::memcmp(&cpu[i], &gpu[i], sizeof(T)) != 0 && diff++ == 0) first = i;
-  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << cpu.size() << " differ, the first at " << first;
-}
+using test::download;
+using test::expect_same_bits;
+using test::uniform;
 
 }  // namespace
 
