@@ -22,7 +22,7 @@ of each window BOS) as `autoround eval` does: KL(FP || quantized) and top-1 agre
 half. --check_eval also runs `autoround eval` on both outputs (the CPU; small models only) to cross-check.
 
 Measured per tool, each a process of its own: wall seconds from start to exit (load, calibration, tuning,
-packing, saving), peak RSS (wait4), and peak device memory as nvidia-smi's memory.used over the run, polled every
+packing, saving), peak RSS (getrusage of a small wrapper interpreter that forks the tool), and peak device memory as nvidia-smi's memory.used over the run, polled every
 0.2 s, minus its value before (the same measure for both; the CUDA context included).
 
 auto-round's dependency `datasets` is only used for named datasets; where it does not import (the GPU image has
@@ -44,6 +44,13 @@ import types
 from pathlib import Path
 
 TAG = "GVA_WORKER "
+RSS_TAG = "GVA_PEAK_RSS_KB "
+# Runs argv[1:] and reports its peak RSS. A small interpreter of its own forks the tool, so the count
+# starts from its few MiB, not from this process's (torch loaded: a forked child's peak RSS includes the
+# parent's pages until it execs).
+RSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+               "print('" + RSS_TAG + "%d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); "
+               "sys.exit(rc)")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 
 
@@ -178,14 +185,14 @@ def run_tool(name: str, cmd: list[str], log: Path, device: str, env=None) -> dic
     print(f"{name}: {' '.join(cmd)}", flush=True)
     with DeviceMemoryWatch(device) as mem, open(log, "w") as out:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(p.pid, 0)
+        rc = subprocess.run([sys.executable, "-c", RSS_WRAPPER] + cmd, stdout=out, stderr=subprocess.STDOUT,
+                            env=env).returncode
         wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
-    r = {"wall_s": round(wall, 2), "rc": p.returncode, "peak_rss_mib": round(usage.ru_maxrss / 1024),
+    rss = [int(l[len(RSS_TAG):]) for l in log.read_text(errors="replace").splitlines() if l.startswith(RSS_TAG)]
+    r = {"wall_s": round(wall, 2), "rc": rc, "peak_rss_mib": round(rss[-1] / 1024) if rss else None,
          "peak_device_mib": mem.peak_mib(), "log": str(log)}
     print(f"{name}: {r}", flush=True)
-    if p.returncode:
+    if rc:
         print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:]), flush=True)
     return r
 
